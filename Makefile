@@ -1,0 +1,67 @@
+# det_hub: `make up` starts the embedded cluster, `make test` runs the whole suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+DATA_DIR ?= $(HOME)/.det_hub
+HOST ?= 127.0.0.1
+PORT ?= 8080
+PYTEST_ARGS ?=
+
+.PHONY: up master install install-test system-deps test test-fast lint bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
+	  { apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -c constraints.txt -e '.[pytorch]'
+	touch $@
+
+install: $(VENV)/.installed
+
+# The embedded cluster: the master with its SQLite store and local agent.
+up: install
+	$(VENV)/bin/det-hub up --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
+
+master: up
+
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(PIP) install -q -c constraints.txt -e '.[pytorch,test]'
+	touch $@
+
+install-test: $(VENV)/.installed-test
+
+# Debian packages the suite needs: PostgreSQL and a Docker engine (installed when missing).
+system-deps:
+	@missing=""; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
+	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+# Installs what the tests need, starts PostgreSQL and a Docker engine, runs the whole suite.
+test: system-deps install-test
+	eval "$$(scripts/test-services.sh start)" && \
+	  $(VENV)/bin/ruff check det_hub tests bench examples && \
+	  $(VENV)/bin/mypy det_hub && \
+	  $(VENV)/bin/pytest -p no:cacheprovider $(PYTEST_ARGS); \
+	  status=$$?; scripts/test-services.sh stop; exit $$status
+
+# The suite without the slow end-to-end tests.
+test-fast: PYTEST_ARGS += -m "not slow"
+test-fast: test
+
+lint: install-test
+	$(VENV)/bin/ruff check det_hub tests bench examples
+	$(VENV)/bin/mypy det_hub
+
+bench: install-test
+	eval "$$(scripts/test-services.sh start)" && \
+	  for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	scripts/test-services.sh stop || true
+	rm -rf $(VENV) .test-services .pytest_cache .mypy_cache .ruff_cache

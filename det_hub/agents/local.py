@@ -1,0 +1,222 @@
+"""The local agent: runs tasks as processes on the master's own host.
+
+Each task gets its own directory under the agent's work root, holding the unpacked context
+(the task's working directory), its log file and, once it ends, its exit-status file. The task
+is started through :mod:`det_hub.agents.local_runner` in a new session, so it outlives the
+master; :meth:`LocalAgent.attach` picks it up again after a restart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from traitlets import Bool, Integer, Unicode
+from traitlets.config import LoggingConfigurable
+
+from det_hub.agents.slots import SlotInfo, discover_slots
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLine:
+    timestamp: float
+    stdtype: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitStatus:
+    exit_code: int | None
+    signal: str | None = None
+    reason: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclasses.dataclass
+class TaskHandle:
+    """A task started (or re-attached) by the local agent."""
+
+    allocation_id: str
+    root: Path
+    pid: int
+    log_offset: int = 0
+
+    @property
+    def workdir(self) -> Path:
+        return self.root / "run"
+
+    @property
+    def log_path(self) -> Path:
+        return self.root / "task.log"
+
+    @property
+    def exit_path(self) -> Path:
+        return self.root / "exit.json"
+
+    def read_logs(self, max_bytes: int = 4 << 20) -> list[LogLine]:
+        """New complete log lines since the last call; advances :attr:`log_offset`."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_offset)
+                chunk = f.read(max_bytes)
+        except FileNotFoundError:
+            return []
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            return []
+        self.log_offset += end + 1
+        lines = []
+        for raw in chunk[: end + 1].splitlines():
+            try:
+                rec = json.loads(raw)
+                lines.append(LogLine(float(rec["t"]), str(rec["s"]), str(rec["m"])))
+            except (ValueError, KeyError, TypeError):
+                lines.append(LogLine(0.0, "stdout", raw.decode("utf-8", "replace")))
+        return lines
+
+    def exit_status(self) -> ExitStatus | None:
+        """The exit status once the runner has written it, else ``None``."""
+        try:
+            data = json.loads(self.exit_path.read_text())
+        except FileNotFoundError:
+            return None
+        except ValueError:
+            return None  # being written; os.replace makes this a brief window at most
+        return ExitStatus(data.get("exit_code"), data.get("signal"), data.get("reason"))
+
+    def alive(self) -> bool:
+        """Whether the runner process is still there (and is ours, not a reused pid)."""
+        try:
+            cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
+        except OSError:
+            return False
+        return b"det_hub.agents.local_runner" in cmdline and str(self.exit_path).encode() in cmdline
+
+    def signal(self, sig: int) -> None:
+        """Signal the task's whole process group (the runner leads it)."""
+        try:
+            os.killpg(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class LocalAgent(LoggingConfigurable):
+    """Runs tasks as local processes, one slot per GPU or per group of CPU cores."""
+
+    agent_id = Unicode("local", config=True, help="The agent's name in the API and the CLI.")
+    cpu_slot_cores = Integer(
+        1,
+        config=True,
+        help="""Cores per CPU slot on a host without GPUs. A task on a CPU slot is pinned to its
+        cores and gets OMP_NUM_THREADS set to their number. Two slots on a 2-core host let two
+        trials (or one 2-slot distributed trial) run side by side.""",
+    )
+    use_gpus = Bool(True, config=True, help="Offer the host's NVIDIA GPUs as slots when present.")
+    python = Unicode(sys.executable, config=True, help="The Python that runs the task runner.")
+
+    def __init__(self, work_root: Path, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.work_root = Path(work_root)
+        self.work_root.mkdir(parents=True, exist_ok=True)
+        self.slots: list[SlotInfo] = discover_slots(
+            cpu_slot_cores=self.cpu_slot_cores, use_gpus=self.use_gpus
+        )
+
+    def task_root(self, allocation_id: str) -> Path:
+        return self.work_root / allocation_id
+
+    def launch(
+        self,
+        allocation_id: str,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        context: bytes | None,
+        slot_ids: Sequence[int],
+        files: Mapping[str, str] | None = None,
+    ) -> TaskHandle:
+        """Unpack the context into a fresh directory and start ``argv`` there.
+
+        Args:
+            files: extra files (name -> text) written next to the working directory, such as
+                the cluster-info file; their paths are ``task_root/NAME``.
+        """
+        root = self.task_root(allocation_id)
+        if root.exists():
+            shutil.rmtree(root)
+        workdir = root / "run"
+        workdir.mkdir(parents=True)
+        if context:
+            with tarfile.open(fileobj=io.BytesIO(context), mode="r:*") as tar:
+                # The archive was checked at upload; the data filter is a second line of defence.
+                tar.extractall(workdir, filter="data")
+        for name, text in (files or {}).items():
+            (root / name).write_text(text)
+
+        slots = [s for s in self.slots if s.id in set(slot_ids)]
+        task_env = dict(os.environ)
+        task_env.update(env)
+        task_env["PYTHONUNBUFFERED"] = "1"
+        # `python3 train.py` in a config must find the Python that has det_hub installed.
+        bindir = os.path.dirname(self.python)
+        task_env["PATH"] = bindir + os.pathsep + task_env.get("PATH", os.defpath)
+        cpus: list[int] = sorted({c for s in slots for c in s.cpus})
+        if slots and all(s.kind == "cuda" for s in slots):
+            task_env["CUDA_VISIBLE_DEVICES"] = ",".join(s.device for s in slots)
+        else:
+            task_env["CUDA_VISIBLE_DEVICES"] = ""
+            task_env["OMP_NUM_THREADS"] = str(max(1, len(cpus)))
+        handle = TaskHandle(allocation_id, root, pid=0)
+        cmd = [self.python, "-m", "det_hub.agents.local_runner",
+               "--log", str(handle.log_path), "--exit-file", str(handle.exit_path)]
+        if cpus and slots and slots[0].kind == "cpu":
+            cmd += ["--cpus", ",".join(map(str, cpus))]
+        cmd += ["--", *argv]
+        with open(root / "runner.err", "wb") as runner_err:
+            proc = subprocess.Popen(
+                cmd, cwd=workdir, env=task_env, start_new_session=True,
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=runner_err,
+            )
+        handle.pid = proc.pid
+        # Nobody waits on the runner once the master is gone; reap it here while we can.
+        self._children = getattr(self, "_children", {})
+        self._children[allocation_id] = proc
+        self.log.info("started allocation %s (pid %d): %s", allocation_id, proc.pid, " ".join(argv))
+        return handle
+
+    def attach(self, allocation_id: str, pid: int, log_offset: int) -> TaskHandle | None:
+        """Re-adopt a task started before a master restart.
+
+        Returns ``None`` when the task is gone without an exit status (its runner was killed).
+        """
+        handle = TaskHandle(allocation_id, self.task_root(allocation_id), pid, log_offset)
+        if handle.exit_status() is not None or handle.alive():
+            return handle
+        return None
+
+    def reap(self, allocation_id: str) -> None:
+        """Forget a finished task's process so it does not linger as a zombie."""
+        proc = getattr(self, "_children", {}).pop(allocation_id, None)
+        if proc is not None:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    def kill(self, handle: TaskHandle, *, force: bool = False) -> None:
+        handle.signal(signal.SIGKILL if force else signal.SIGTERM)
+
+    def cleanup(self, allocation_id: str) -> None:
+        """Remove a finished task's directory."""
+        shutil.rmtree(self.task_root(allocation_id), ignore_errors=True)

@@ -1,0 +1,46 @@
+"""``single``: one trial with one set of hyperparameters, trained to ``max_length``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from det_hub.config import sample_hparams
+from det_hub.searcher._base import Action, Create, SearchMethod
+
+
+class SingleSearch(SearchMethod):
+    """Trains exactly one trial. Non-constant hyperparameters are sampled once, as Determined
+    does, so a ``single`` search over a space is a reproducible random pick."""
+
+    name = "single"
+
+    def __init__(self, space: Mapping[str, Any], seed: int, max_length: int | None) -> None:
+        super().__init__(space, seed, max_length)
+        self.request_id: str | None = None
+
+    def initial_actions(self) -> list[Action]:
+        self.request_id = self._new_request_id()
+        self.trials_created = 1
+        return [Create(self.request_id, sample_hparams(dict(self.space), self.rng))]
+
+    def on_trial_closed(self, request_id: str) -> list[Action]:
+        self.trials_closed.add(request_id)
+        return self._shutdown()
+
+    def on_trial_exited_early(self, request_id: str, reason: str) -> list[Action]:
+        self.trials_closed.add(request_id)
+        return self._shutdown(failure=reason == "ERRORED")
+
+    def progress(self, lengths_done: Mapping[str, int]) -> float:
+        if self.shutdown:
+            return 1.0
+        if not self.max_length or self.request_id is None:
+            return 0.0
+        return min(1.0, lengths_done.get(self.request_id, 0) / self.max_length)
+
+    def _snapshot_extra(self) -> dict[str, Any]:
+        return {"request_id": self.request_id}
+
+    def _restore_extra(self, state: Mapping[str, Any]) -> None:
+        self.request_id = state.get("request_id")

@@ -1,0 +1,146 @@
+"""``det-hub master``: the master as a process (REST API, store, local agent).
+
+Settings are traitlets: give them on the command line (``--port 8081``,
+``--LocalAgent.cpu_slot_cores=2``) or in a ``det_hub_config.py`` file
+(``c.MasterApp.port = 8081``); ``det-hub master --help-all`` lists every one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import tornado.web
+from traitlets import Float, Integer, Unicode
+from traitlets.config import Application
+
+from det_hub import __version__
+from det_hub.agents.local import LocalAgent
+from det_hub.service.handlers import api_routes
+from det_hub.service.master import Master
+from det_hub.store import Store
+
+API_PREFIX = "/api/v1"
+
+
+def make_app(master: Master, *, prefix: str = API_PREFIX) -> tornado.web.Application:
+    """The tornado application serving the REST API under ``prefix``."""
+    handlers: list[Any] = [(prefix + route[0], *route[1:]) for route in api_routes]
+    handlers.append((r"/", tornado.web.RedirectHandler, {"url": prefix + "/health"}))
+    # A base64 context of 96 MiB is 128 MiB on the wire; leave room for the config.
+    return tornado.web.Application(handlers, master=master, api_routes=api_routes,
+                                   max_body_size=160 * 1024 * 1024)
+
+
+class MasterApp(Application):
+    name = "det-hub master"
+    description = "The det_hub master: REST API, experiment store and the local agent."
+    version = __version__
+
+    data_dir = Unicode(
+        "~/.det_hub", config=True,
+        help="Holds the SQLite store, the admin token, default checkpoint storage and the "
+             "local agent's task directories.")
+    db_url = Unicode(
+        "", config=True,
+        help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db. "
+             "Default: an SQLite file in the data directory.")
+    host = Unicode("127.0.0.1", config=True, help="Address the REST API listens on.")
+    port = Integer(8080, config=True, help="Port the REST API listens on.")
+    master_url = Unicode(
+        "", config=True,
+        help="The URL training code uses to reach the master. Default: http://HOST:PORT "
+             "(127.0.0.1 when HOST is 0.0.0.0).")
+    config_file = Unicode("det_hub_config.py", config=True, help="The config file to load.")
+    kill_grace_seconds = Float(
+        30.0, config=True,
+        help="After a kill, how long a trial has to exit on SIGTERM before SIGKILL.")
+
+    aliases = {
+        "data-dir": "MasterApp.data_dir",
+        "db": "MasterApp.db_url",
+        "host": "MasterApp.host",
+        "port": "MasterApp.port",
+        "master-url": "MasterApp.master_url",
+        "config": "MasterApp.config_file",
+        "cpu-slot-cores": "LocalAgent.cpu_slot_cores",
+        "log-level": "Application.log_level",
+    }
+    classes = [LocalAgent]
+
+    def initialize(self, argv: list[str] | None = None) -> None:
+        super().initialize(argv)
+        config_path = Path(self.config_file).expanduser()
+        if config_path.exists():
+            self.load_config_file(str(config_path))
+            # The command line wins over the file.
+            self.update_config(self.cli_config)
+        logging.getLogger("det_hub").setLevel(self.log.level)
+        if not logging.getLogger("det_hub").handlers:
+            handler = logging.StreamHandler(sys.stderr)
+            handler.setFormatter(logging.Formatter("[%(levelname)1.1s %(asctime)s %(name)s] "
+                                                   "%(message)s", "%H:%M:%S"))
+            logging.getLogger("det_hub").addHandler(handler)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    def effective_master_url(self) -> str:
+        if self.master_url:
+            return self.master_url.rstrip("/")
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
+        return f"http://{host}:{self.port}"
+
+    async def serve(self, ready: asyncio.Event | None = None) -> None:
+        """Run until SIGINT or SIGTERM. Trials keep running; a restarted master adopts them."""
+        data = self.data_path
+        data.mkdir(parents=True, exist_ok=True)
+        url = self.db_url or f"sqlite:///{data / 'det_hub.db'}"
+        store = await Store.open(url)
+        agent = LocalAgent(work_root=data / "work", parent=self)
+        master = Master(store, agent, master_url=self.effective_master_url(), data_dir=data,
+                        kill_grace_seconds=self.kill_grace_seconds)
+        token = await master.ensure_admin_token(data / "admin-token")
+        print(f"DET_HUB_TOKEN={token}", flush=True)
+        await master.start()
+        server = make_app(master).listen(self.port, self.host, xheaders=True)
+        slots = ", ".join(f"{s.kind}:{s.id}" for s in agent.slots)
+        self.log.info("det_hub master %s at %s (store: %s; slots: %s)", __version__,
+                      self.effective_master_url(), store.dialect, slots)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if ready is not None:
+            ready.set()
+        await stop.wait()
+        self.log.info("stopping; running trials keep running and are adopted at next start")
+        server.stop()
+        await master.stop()
+        await store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``det-hub master``."""
+    app = MasterApp.instance()
+    app.initialize(argv)
+    asyncio.run(app.serve())
+    return 0
+
+
+def main_up(argv: list[str] | None = None) -> int:
+    """Entry point of ``det-hub up``: the embedded cluster.
+
+    For now that is the master with its local agent and SQLite store; the JupyterHub that
+    fronts it joins here when the hub integration lands.
+    """
+    return main(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Errors the API answers with: a status code and ``{"error": ..., "details": [...]}``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tornado.web import HTTPError
+
+
+class APIError(HTTPError):
+    status = 500
+
+    def __init__(self, message: str, details: list[Any] | None = None,
+                 status: int | None = None) -> None:
+        super().__init__(status or self.status, reason=None)
+        self.message = message
+        self.details = details or []
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.message, "details": self.details}
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class BadRequest(APIError):
+    status = 400
+
+
+class Unauthorized(APIError):
+    status = 401
+
+
+class Forbidden(APIError):
+    status = 403
+
+
+class NotFound(APIError):
+    status = 404
+
+
+class Conflict(APIError):
+    status = 409
+
+
+class TooLarge(APIError):
+    status = 413

@@ -1,0 +1,360 @@
+"""One experiment at run time: its searcher, its trials and their state machines.
+
+Every change of an experiment's or trial's state goes through :meth:`ExperimentRun._set_state`
+or :meth:`ExperimentRun._set_trial_state`, which check the transition against
+:mod:`det_hub.states` and store it. Events for one experiment are handled one at a time under
+its lock, so the searcher sees them in a single order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from det_hub.agents.local import ExitStatus
+from det_hub.searcher import Action, Create, SearchMethod, Shutdown, Stop, build_search_method
+from det_hub.states import (
+    ExperimentState,
+    TrialState,
+    check_experiment_transition,
+    check_trial_transition,
+)
+from det_hub.store import Store, utcnow
+
+if TYPE_CHECKING:
+    from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
+    from det_hub.store.models import Experiment, Trial
+
+log = logging.getLogger("det_hub.experiment")
+
+E, T = ExperimentState, TrialState
+
+#: Reasons training code may give for leaving early (Core API ``report_early_exit``).
+EARLY_EXIT_REASONS = ("ERRORED", "INVALID_HP", "USER_REQUESTED_STOP")
+
+
+class ExperimentRun:
+    """Drives one experiment. Made by :class:`det_hub.service.master.Master`."""
+
+    def __init__(
+        self,
+        row: Experiment,
+        trials: list[Trial],
+        store: Store,
+        cluster: Cluster,
+        launch_spec: Callable[[Experiment, Trial], Awaitable[LaunchSpec]],
+        on_trial_end: Callable[[ExperimentRun, Trial], Awaitable[None]],
+    ) -> None:
+        self.row = row
+        self.store = store
+        self.cluster = cluster
+        self._launch_spec = launch_spec
+        self._on_trial_end = on_trial_end
+        self.lock = asyncio.Lock()
+        self.trials: dict[int, Trial] = {t.id: t for t in trials}
+        self.early_exits: dict[int, str] = {}
+        self.done = asyncio.Event()
+        config = row.config
+        searcher = config["searcher"]
+        max_length = searcher.get("max_length")
+        self.max_length: int | None = next(iter(max_length.values())) if max_length else None
+        self.length_unit: str | None = next(iter(max_length)) if max_length else None
+        self.max_restarts: int = int(config.get("max_restarts", 5))
+        self.method: SearchMethod = build_search_method(
+            searcher["name"], config.get("hyperparameters") or {}, row.seed, self.max_length)
+        state = row.searcher_state or {}
+        self.completed_lengths: dict[str, int] = dict(state.get("completed_lengths", {}))
+        if "method" in state:
+            self.method.restore(state["method"])
+
+    # --- properties ---------------------------------------------------------------------
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+    @property
+    def state(self) -> ExperimentState:
+        return ExperimentState(self.row.state)
+
+    def trial_by_request(self, request_id: str) -> Trial | None:
+        return next((t for t in self.trials.values() if t.request_id == request_id), None)
+
+    # --- start and recovery -------------------------------------------------------------
+    async def start(self) -> None:
+        """Start a new experiment: ask the searcher for its first trials."""
+        async with self.lock:
+            if self.state == E.ACTIVE:
+                await self._apply(self.method.initial_actions())
+                await self._save_searcher()
+
+    async def recover(self) -> None:
+        """Continue after a master restart: requeue what should run, finish what is done.
+
+        Allocations that survived the restart were adopted by the master before this runs.
+        """
+        async with self.lock:
+            for trial in self.trials.values():
+                state = TrialState(trial.state)
+                if self.cluster.for_trial(trial.id) is not None:
+                    continue
+                if state == T.ACTIVE and self.state == E.ACTIVE:
+                    await self._request(trial)
+                elif state.stopping:
+                    await self._close_trial(trial, _stopped_state(state))
+                elif state == T.ACTIVE and self.state == E.PAUSED:
+                    await self._set_trial_state(trial, T.PAUSED)
+            await self._maybe_finish()
+
+    # --- user actions -------------------------------------------------------------------
+    async def pause(self) -> None:
+        async with self.lock:
+            await self._set_state(E.PAUSED)
+            for trial in self.trials.values():
+                if TrialState(trial.state) == T.ACTIVE:
+                    await self._set_trial_state(trial, T.PAUSED)
+                    alloc = self.cluster.for_trial(trial.id)
+                    if alloc is not None:
+                        await self.cluster.preempt(alloc)
+
+    async def activate(self) -> None:
+        async with self.lock:
+            await self._set_state(E.ACTIVE)
+            for trial in self.trials.values():
+                if TrialState(trial.state) == T.PAUSED:
+                    await self._set_trial_state(trial, T.ACTIVE)
+                    # A trial still checkpointing from the pause is requeued when it exits.
+                    if self.cluster.for_trial(trial.id) is None:
+                        await self._request(trial)
+            if not self.trials and not self.method.shutdown:
+                await self._apply(self.method.initial_actions())
+                await self._save_searcher()
+
+    async def kill(self) -> None:
+        async with self.lock:
+            if self.state.terminal:
+                return
+            await self._set_state(E.STOPPING_CANCELED)
+            for trial in self.trials.values():
+                if TrialState(trial.state).terminal:
+                    continue
+                alloc = self.cluster.for_trial(trial.id)
+                if alloc is None:
+                    await self._close_trial(trial, T.CANCELED)
+                else:
+                    await self._set_trial_state(trial, T.STOPPING_CANCELED)
+                    await self.cluster.kill(alloc)
+            await self._maybe_finish()
+
+    # --- events from training code ------------------------------------------------------
+    async def on_validation(self, trial: Trial, length: int, metric: float) -> None:
+        """The trial finished the searcher's operation of ``length`` with ``metric``."""
+        async with self.lock:
+            self.completed_lengths[trial.request_id] = max(
+                length, self.completed_lengths.get(trial.request_id, 0))
+            await self._apply(self.method.on_validation(trial.request_id, metric, length))
+            await self._save_searcher()
+
+    def operation(self, trial: Trial) -> dict[str, Any]:
+        target = self.method.target_length(trial.request_id)
+        if target is None:
+            return {"operation": None, "completed": False}
+        done = self.completed_lengths.get(trial.request_id, 0) >= target
+        return {"operation": None if done else {"length": target}, "completed": done}
+
+    async def on_early_exit(self, trial: Trial, reason: str) -> None:
+        self.early_exits[trial.id] = reason
+
+    async def on_progress(self, trial: Trial, progress: float) -> None:
+        trial.progress = progress
+        await self.store.update_trial(trial.id, progress=progress)
+        await self._update_progress()
+
+    # --- events from the cluster --------------------------------------------------------
+    async def on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
+        async with self.lock:
+            known = self.trials.get(alloc.spec.trial_id)
+            if known is None:
+                return
+            trial = await self._refresh(known)
+            state = TrialState(trial.state)
+            trial.run_state = None
+            await self.store.update_trial(trial.id, run_state=None)
+            early = self.early_exits.pop(trial.id, None)
+            preempted = alloc.preempt_requested and not alloc.killed
+
+            if state.terminal:
+                return
+            if state == T.STOPPING_CANCELED or self.state == E.STOPPING_CANCELED:
+                await self._close_trial(trial, T.CANCELED)
+            elif state == T.STOPPING_ERROR:
+                await self._close_trial(trial, T.ERROR)
+            elif early in ("INVALID_HP", "USER_REQUESTED_STOP") and status.success:
+                await self._system_log(trial, f"the trial stopped early: {early}")
+                await self._close_trial(trial, T.COMPLETED, early_exit=early)
+            elif early == "ERRORED" or not status.success:
+                await self._on_failure(trial, status, early)
+            elif state == T.STOPPING_COMPLETED:
+                await self._close_trial(trial, T.COMPLETED)
+            elif preempted:
+                # Checkpointed for a pause or a preemption: wait, or go again if activated.
+                if state == T.ACTIVE and self.state == E.ACTIVE:
+                    await self._request(trial)
+            elif state == T.PAUSED:
+                pass  # finished before it saw the pause; activate will run it to the end
+            else:
+                await self._close_trial(trial, T.COMPLETED)
+            await self._maybe_finish()
+
+    async def _on_failure(self, trial: Trial, status: ExitStatus, early: str | None) -> None:
+        if early == "ERRORED":
+            why = "the training code reported an error"
+        elif status.exit_code is not None:
+            why = f"the trial's process exited with code {status.exit_code}"
+        elif status.signal:
+            why = f"the trial's process was killed by {status.signal}"
+        else:
+            why = status.reason or "the trial's process failed"
+        if status.reason and status.reason not in why:
+            why += f" ({status.reason})"
+        if trial.restarts < self.max_restarts and self.state in (E.ACTIVE, E.PAUSED):
+            trial.restarts += 1
+            await self.store.update_trial(trial.id, restarts=trial.restarts)
+            resume = f"from checkpoint {trial.latest_checkpoint}" if trial.latest_checkpoint \
+                else "from the beginning (no checkpoint yet)"
+            await self._system_log(
+                trial, f"{why}; restarting {resume} (restart {trial.restarts} of "
+                       f"{self.max_restarts})")
+            if self.state == E.ACTIVE and TrialState(trial.state) == T.ACTIVE:
+                await self._request(trial)
+        else:
+            await self._system_log(
+                trial, f"{why}; the trial has failed (max_restarts={self.max_restarts} "
+                       f"restarts used)" if self.max_restarts else f"{why}; the trial has failed")
+            await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
+
+    # --- internals ----------------------------------------------------------------------
+    async def _apply(self, actions: list[Action]) -> None:
+        for action in actions:
+            if isinstance(action, Create):
+                trial = await self.store.create_trial(
+                    experiment_id=self.id, request_id=action.request_id,
+                    hparams=dict(action.hparams),
+                    seed=_trial_seed(self.row.seed, len(self.trials)), state=T.ACTIVE.value)
+                self.trials[trial.id] = trial
+                await self._apply(self.method.on_trial_created(action.request_id))
+                if self.state == E.ACTIVE:
+                    await self._request(trial)
+                else:
+                    await self._set_trial_state(trial, T.PAUSED)
+            elif isinstance(action, Stop):
+                stopping = self.trial_by_request(action.request_id)
+                if stopping is not None and TrialState(stopping.state) == T.ACTIVE:
+                    await self._set_trial_state(stopping, T.STOPPING_COMPLETED)
+                    alloc = self.cluster.for_trial(stopping.id)
+                    if alloc is not None:
+                        await self.cluster.preempt(alloc)
+                    else:
+                        await self._close_trial(stopping, T.COMPLETED)
+            elif isinstance(action, Shutdown):
+                target = E.STOPPING_ERROR if action.failure else E.STOPPING_COMPLETED
+                if not self.state.terminal and self.state != target \
+                        and self.state != E.STOPPING_CANCELED:
+                    await self._set_state(target)
+
+    async def _request(self, trial: Trial) -> None:
+        spec = await self._launch_spec(self.row, trial)
+        await self.cluster.request(spec)
+        trial.run_state = "QUEUED"
+        await self.store.update_trial(trial.id, run_state="QUEUED")
+
+    async def _close_trial(self, trial: Trial, state: TrialState,
+                           early_exit: str | None = None) -> None:
+        await self._set_trial_state(trial, state)
+        trial.ended_at = utcnow()
+        await self.store.update_trial(trial.id, ended_at=trial.ended_at, run_state=None)
+        if early_exit is not None or state == T.ERROR:
+            actions = self.method.on_trial_exited_early(trial.request_id, early_exit or "ERRORED")
+        elif state == T.CANCELED:
+            actions = []
+        else:
+            actions = self.method.on_trial_closed(trial.request_id)
+        if self.state != E.STOPPING_CANCELED:
+            await self._apply(actions)
+        await self._save_searcher()
+        await self._on_trial_end(self, trial)
+
+    async def _maybe_finish(self) -> None:
+        if not all(TrialState(t.state).terminal for t in self.trials.values()):
+            return
+        final = {E.STOPPING_COMPLETED: E.COMPLETED, E.STOPPING_CANCELED: E.CANCELED,
+                 E.STOPPING_ERROR: E.ERROR}.get(self.state)
+        if final is None:
+            return
+        if final == E.COMPLETED and self.trials and all(
+                TrialState(t.state) == T.ERROR for t in self.trials.values()):
+            final = E.ERROR
+        await self._set_state(final)
+        await self._update_progress()
+        self.done.set()
+
+    async def _set_state(self, target: ExperimentState) -> None:
+        check_experiment_transition(self.state, target)
+        if target == self.state:
+            return
+        fields: dict[str, Any] = {"state": target.value}
+        if target.terminal:
+            fields["ended_at"] = utcnow()
+        self.row = await self.store.update_experiment(self.id, **fields)
+        log.info("experiment %d is %s", self.id, target.value)
+
+    async def _set_trial_state(self, trial: Trial, target: TrialState) -> None:
+        check_trial_transition(TrialState(trial.state), target)
+        if target.value == trial.state:
+            return
+        trial.state = target.value
+        await self.store.update_trial(trial.id, state=target.value)
+
+    async def _refresh(self, trial: Trial) -> Trial:
+        fresh = await self.store.get_trial(trial.id)
+        if fresh is not None:
+            fresh.run_state = trial.run_state
+            self.trials[trial.id] = fresh
+            return fresh
+        return trial
+
+    async def _save_searcher(self) -> None:
+        state = {"method": self.method.snapshot(), "completed_lengths": self.completed_lengths}
+        self.row = await self.store.update_experiment(self.id, searcher_state=state)
+        await self._update_progress()
+
+    async def _update_progress(self) -> None:
+        done: dict[str, int] = {}
+        for t in self.trials.values():
+            length = self.completed_lengths.get(t.request_id, 0)
+            if self.max_length and t.progress is not None:
+                length = max(length, round(t.progress * self.max_length))
+            elif self.length_unit == "batches":
+                length = max(length, t.steps_completed or 0)
+            done[t.request_id] = length
+        progress = 1.0 if self.state == E.COMPLETED else self.method.progress(done)
+        if self.row.progress != progress:
+            self.row = await self.store.update_experiment(self.id, progress=progress)
+
+    async def _system_log(self, trial: Trial, message: str) -> None:
+        await self.store.add_logs([{
+            "trial_id": trial.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
+            "rank": None, "stdtype": "system", "message": message}])
+
+
+def _stopped_state(state: TrialState) -> TrialState:
+    return {T.STOPPING_COMPLETED: T.COMPLETED, T.STOPPING_CANCELED: T.CANCELED,
+            T.STOPPING_ERROR: T.ERROR}[state]
+
+
+def _trial_seed(experiment_seed: int, index: int) -> int:
+    # Distinct, reproducible per trial; kept in 31 bits for frameworks that want an int32.
+    return (experiment_seed * 1_000_003 + index * 7_919) % (2**31 - 1)
+

@@ -1,0 +1,109 @@
+"""The base of every REST handler: JSON in and out, errors as JSON, authentication."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from tornado.web import HTTPError, RequestHandler
+
+from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized
+
+if TYPE_CHECKING:
+    from det_hub.service.master import Master, Principal
+    from det_hub.store.models import User
+
+
+class APIHandler(RequestHandler):
+    """Subclasses implement ``get``/``post``/``delete``; each method's docstring's first line is
+    its summary in ``openapi.json``, and ``query`` / ``body`` describe its inputs there.
+    """
+
+    #: Answer without a token (health, the OpenAPI document).
+    public = False
+    #: Query parameters per method: {"get": {"name": ("integer", "what it is")}}.
+    query: dict[str, dict[str, tuple[str, str]]] = {}
+    #: A JSON-schema sketch of the request body per method.
+    body: dict[str, dict[str, Any]] = {}
+    #: The object key of a successful answer per method, for the OpenAPI document.
+    answers: dict[str, str] = {}
+    #: Methods that answer 201 Created.
+    created: frozenset[str] = frozenset()
+    #: Further error statuses per method, for the OpenAPI document.
+    extra_responses: dict[str, dict[str, str]] = {}
+
+    principal: Principal
+
+    @property
+    def master(self) -> Master:
+        return self.application.settings["master"]
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.set_header("Cache-Control", "no-store")
+
+    async def prepare(self) -> None:
+        if self.public:
+            return
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() not in ("bearer", "token") or not token.strip():
+            raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
+        principal = await self.master.authenticate(token.strip())
+        if principal is None:
+            raise Unauthorized("the token is not valid")
+        self.principal = principal
+
+    @property
+    def user(self) -> User:
+        """The calling user; training code's allocation tokens are refused here."""
+        if self.principal.user is None:
+            raise Forbidden("this endpoint is not open to training code's allocation tokens")
+        return self.principal.user
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, APIError):
+            body = exc.body()
+        elif isinstance(exc, HTTPError) and exc.log_message:
+            body = {"error": exc.log_message, "details": []}
+        else:
+            body = {"error": self._reason, "details": []}
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(body))
+
+    def json_body(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.request.body or b"{}")
+        except ValueError as e:
+            raise BadRequest(f"the request body is not valid JSON: {e}") from None
+        if not isinstance(data, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return data
+
+    def send(self, obj: Any, status: int = 200) -> None:
+        self.set_status(status)
+        self.finish(json.dumps(obj))
+
+    def int_arg(self, name: str, default: int, lo: int = 0, hi: int | None = None) -> int:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return default
+        try:
+            value = int(raw)
+        except ValueError:
+            raise BadRequest(f"{name}: must be an integer") from None
+        if value < lo or (hi is not None and value > hi):
+            raise BadRequest(f"{name}: must be between {lo} and {hi}" if hi is not None
+                             else f"{name}: must be >= {lo}")
+        return value
+
+    def bool_arg(self, name: str) -> bool | None:
+        raw = self.get_query_argument(name, None)
+        if raw is None or raw == "":
+            return None
+        if raw.lower() in ("1", "true", "yes"):
+            return True
+        if raw.lower() in ("0", "false", "no"):
+            return False
+        raise BadRequest(f"{name}: must be true or false")

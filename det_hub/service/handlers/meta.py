@@ -1,0 +1,42 @@
+"""Health, the OpenAPI document, and who am I."""
+
+from __future__ import annotations
+
+from det_hub import __version__
+from det_hub.service.handlers.base import APIHandler
+from det_hub.service.serialize import user_json
+
+
+class HealthHandler(APIHandler):
+    public = True
+    answers = {"get": "status"}
+
+    async def get(self) -> None:
+        """Whether the master is up."""
+        self.send({"status": "ok", "version": __version__})
+
+
+class OpenAPIHandler(APIHandler):
+    public = True
+    answers = {"get": "openapi"}
+
+    async def get(self) -> None:
+        """This API's OpenAPI 3 document."""
+        from det_hub.service.openapi import openapi_document
+
+        self.send(openapi_document(self.application.settings["api_routes"]))
+
+
+class MeHandler(APIHandler):
+    answers = {"get": "user"}
+
+    async def get(self) -> None:
+        """The calling user."""
+        self.send({"user": user_json(self.user)})
+
+
+routes = [
+    (r"/health", HealthHandler),
+    (r"/openapi\.json", OpenAPIHandler),
+    (r"/me", MeHandler),
+]

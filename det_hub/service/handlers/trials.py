@@ -1,0 +1,176 @@
+"""Trials: reading them, their metrics and logs, and the calls training code makes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from tornado.iostream import StreamClosedError
+
+from det_hub.service.errors import BadRequest
+from det_hub.service.handlers.base import APIHandler
+from det_hub.service.serialize import iso, trial_json
+from det_hub.states import TrialState
+
+ID = r"(?P<trial_id>\d+)"
+
+
+class TrialHandler(APIHandler):
+    answers = {"get": "trial"}
+
+    async def get(self, trial_id: str) -> None:
+        """One trial."""
+        trial = await self.master.get_trial(self.principal, int(trial_id))
+        self.send({"trial": trial_json(trial)})
+
+
+class TrialMetricsHandler(APIHandler):
+    query = {"get": {
+        "group": ("string", "training, validation or another group name (default: all)"),
+        "max_points": ("integer", "downsample to about this many points per group"),
+        "after": ("integer", "only points after this steps_completed"),
+    }}
+    body = {"post": {"type": "object", "required": ["group", "metrics"], "properties": {
+        "group": {"type": "string"},
+        "metrics": {"type": "array", "items": {"type": "object", "required": [
+            "steps_completed", "metrics"]}}}}}
+    answers = {"get": "metrics", "post": "count"}
+
+    async def get(self, trial_id: str) -> None:
+        """The trial's metrics, ascending, optionally downsampled."""
+        tid = int(trial_id)
+        await self.master.get_trial(self.principal, tid)
+        max_points = self.int_arg("max_points", 0, 0, 1_000_000) or None
+        after = self.get_query_argument("after", None)
+        rows = await self.master.store.get_metrics(
+            tid, group=self.get_query_argument("group", None) or None, max_points=max_points,
+            after=self.int_arg("after", 0) if after else None)
+        self.send({"metrics": [{
+            "group": r.group, "steps_completed": r.steps_completed,
+            "report_time": iso(r.report_time), "metrics": r.metrics} for r in rows]})
+
+    async def post(self, trial_id: str) -> None:
+        """Report a batch of metrics (training code)."""
+        body = self.json_body()
+        group = body.get("group")
+        if not isinstance(group, str) or not group or len(group) > 64:
+            raise BadRequest("group: must be a name such as 'training' or 'validation'")
+        rows = body.get("metrics")
+        if not isinstance(rows, list):
+            raise BadRequest("metrics: must be a list of {steps_completed, metrics}")
+        count = await self.master.report_metrics(self.principal, int(trial_id), group, rows)
+        self.send({"count": count})
+
+
+class TrialLogsHandler(APIHandler):
+    query = {"get": {
+        "follow": ("boolean", "keep the stream open until the trial ends"),
+        "after_id": ("integer", "only lines after this id"),
+        "limit": ("integer", "at most this many lines (without follow)"),
+    }}
+    answers = {"get": "logs (newline-delimited JSON)"}
+
+    async def get(self, trial_id: str) -> None:
+        """The trial's log lines as newline-delimited JSON."""
+        tid = int(trial_id)
+        await self.master.get_trial(self.principal, tid)
+        follow = bool(self.bool_arg("follow"))
+        after = self.int_arg("after_id", 0)
+        remaining = self.int_arg("limit", 0) or None
+        self.set_header("Content-Type", "application/x-ndjson")
+        store = self.master.store
+        try:
+            while True:
+                batch = 1000 if remaining is None else min(1000, remaining)
+                rows = await store.get_logs(tid, after_id=after, limit=batch)
+                for r in rows:
+                    self.write(json.dumps({
+                        "id": r.id, "trial_id": r.trial_id, "allocation_id": r.allocation_id,
+                        "timestamp": iso(r.timestamp), "rank": r.rank, "stdtype": r.stdtype,
+                        "message": r.message}) + "\n")
+                if rows:
+                    after = rows[-1].id
+                    await self.flush()
+                    if remaining is not None:
+                        remaining -= len(rows)
+                        if remaining <= 0:
+                            break
+                    if len(rows) == batch:
+                        continue
+                if not follow:
+                    break
+                trial = await self.master.get_trial(self.principal, tid)
+                if TrialState(trial.state).terminal and \
+                        self.master.cluster.for_trial(tid) is None:
+                    # The last lines are stored before the state changes; one more read
+                    # picks up anything written between our read and the state check.
+                    rest = await store.get_logs(tid, after_id=after, limit=1)
+                    if not rest:
+                        break
+                    continue
+                await asyncio.sleep(0.25)
+        except StreamClosedError:
+            return
+        self.finish()
+
+
+class TrialProgressHandler(APIHandler):
+    body = {"post": {"type": "object", "required": ["progress"],
+                     "properties": {"progress": {"type": "number"}}}}
+    answers = {"post": "(empty)"}
+
+    async def post(self, trial_id: str) -> None:
+        """Report the trial's progress, 0 to 1 (training code)."""
+        value = self.json_body().get("progress")
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise BadRequest("progress: must be a number between 0 and 1")
+        await self.master.report_progress(self.principal, int(trial_id), float(value))
+        self.send({})
+
+
+class TrialEarlyExitHandler(APIHandler):
+    body = {"post": {"type": "object", "required": ["reason"], "properties": {
+        "reason": {"enum": ["INVALID_HP", "USER_REQUESTED_STOP", "ERRORED"]}}}}
+    answers = {"post": "(empty)"}
+
+    async def post(self, trial_id: str) -> None:
+        """Say why the trial is about to exit early (training code)."""
+        reason = self.json_body().get("reason")
+        await self.master.report_early_exit(self.principal, int(trial_id), str(reason))
+        self.send({})
+
+
+class SearcherOperationHandler(APIHandler):
+    answers = {"get": "operation"}
+
+    async def get(self, trial_id: str) -> None:
+        """The length the searcher wants this trial trained to."""
+        self.send(await self.master.searcher_operation(self.principal, int(trial_id)))
+
+
+class CompletedOperationHandler(APIHandler):
+    body = {"post": {"type": "object", "required": ["length", "searcher_metric"], "properties": {
+        "length": {"type": "integer"}, "searcher_metric": {"type": "number"}}}}
+    answers = {"post": "(empty)"}
+
+    async def post(self, trial_id: str) -> None:
+        """Report that the searcher's operation is done, with the searcher metric."""
+        body = self.json_body()
+        length, metric = body.get("length"), body.get("searcher_metric")
+        if isinstance(length, bool) or not isinstance(length, int) or length < 0:
+            raise BadRequest("length: must be an integer >= 0")
+        if isinstance(metric, bool) or not isinstance(metric, (int, float)):
+            raise BadRequest("searcher_metric: must be a number")
+        await self.master.complete_operation(self.principal, int(trial_id), length, float(metric))
+        self.send({})
+
+
+routes = [
+    (rf"/trials/{ID}", TrialHandler),
+    (rf"/trials/{ID}/metrics", TrialMetricsHandler),
+    (rf"/trials/{ID}/logs", TrialLogsHandler),
+    (rf"/trials/{ID}/progress", TrialProgressHandler),
+    (rf"/trials/{ID}/early_exit", TrialEarlyExitHandler),
+    (rf"/trials/{ID}/searcher/operation", SearcherOperationHandler),
+    (rf"/trials/{ID}/searcher/completed_operation", CompletedOperationHandler),
+]

@@ -1,0 +1,532 @@
+"""The master's manager: everything the REST handlers ask for, without HTTP.
+
+Handlers parse a request, check who is asking and call one method here. This object owns the
+live experiments (:class:`ExperimentRun`), the :class:`Cluster`, and the store; it raises
+:mod:`det_hub.service.errors` for the API to answer with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import dataclasses
+import logging
+import math
+import os
+import re
+import secrets
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from det_hub.agents.local import ExitStatus, LocalAgent
+from det_hub.config import ConfigError, parse_experiment_config
+from det_hub.searcher import SEARCH_METHODS
+from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
+from det_hub.service.context import ContextError, check_context
+from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
+from det_hub.service.experiment import EARLY_EXIT_REASONS, ExperimentRun
+from det_hub.states import CheckpointState, ExperimentState, TrialState
+from det_hub.storage import build_storage
+from det_hub.storage.gc import checkpoints_to_delete
+from det_hub.store import Store, StoreConflict, hash_token, utcnow
+
+if TYPE_CHECKING:
+    from det_hub.store.models import Checkpoint, Experiment, Trial, User
+
+log = logging.getLogger("det_hub.master")
+
+_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+_USERNAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.@-]{0,63}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Principal:
+    """Who is calling: a user, or the training code of one allocation."""
+
+    user: User | None = None
+    allocation: Allocation | None = None
+
+    @property
+    def is_admin(self) -> bool:
+        return self.user is not None and self.user.admin
+
+    @property
+    def trial_id(self) -> int | None:
+        return self.allocation.spec.trial_id if self.allocation else None
+
+
+class Master:
+    """The master's state and operations."""
+
+    def __init__(
+        self,
+        store: Store,
+        agent: LocalAgent,
+        *,
+        master_url: str,
+        data_dir: Path,
+        kill_grace_seconds: float = 30.0,
+        poll_interval: float = 0.2,
+    ) -> None:
+        self.store = store
+        self.agent = agent
+        self.master_url = master_url
+        self.data_dir = Path(data_dir)
+        self.cluster = Cluster(store, agent, self._on_allocation_exit,
+                               kill_grace_seconds=kill_grace_seconds,
+                               poll_interval=poll_interval)
+        self.runs: dict[int, ExperimentRun] = {}
+        self._usernames: dict[int, str] = {}
+        self._token_cache: dict[str, tuple[float, User]] = {}
+        self.cluster_id = ""
+
+    # --- lifecycle ----------------------------------------------------------------------
+    async def start(self) -> None:
+        await self._recover()
+        self.cluster.start()
+
+    async def stop(self) -> None:
+        await self.cluster.stop()
+
+    async def _recover(self) -> None:
+        """Adopt tasks that outlived the previous master and resume live experiments."""
+        live = [s.value for s in ExperimentState if not s.terminal]
+        experiments = await self.store.list_experiments_in_states(live)
+        for row in experiments:
+            self.runs[row.id] = await self._make_run(row)
+        for alloc_row in await self.store.list_open_allocations():
+            trial = await self.store.get_trial(alloc_row.trial_id)
+            run = self.runs.get(trial.experiment_id) if trial else None
+            handle = None
+            if run is not None and trial is not None and alloc_row.pid:
+                handle = self.agent.attach(alloc_row.id, alloc_row.pid, alloc_row.log_offset)
+            if handle is None or trial is None or run is None:
+                await self.store.update_allocation(
+                    alloc_row.id, state="TERMINATED", ended_at=utcnow(),
+                    exit_reason="lost when the master restarted")
+                if trial is not None and run is not None:
+                    await run._system_log(trial, "the master restarted while this trial was "
+                                                 "queued or starting; it is requeued")
+                continue
+            spec = await self._launch_spec(run.row, trial)
+            await self.cluster.adopt(alloc_row.id, spec, alloc_row.token_hash, handle,
+                                     tuple(alloc_row.slot_ids or ()), alloc_row.preempt)
+            log.info("adopted allocation %s of trial %d", alloc_row.id, trial.id)
+        for run in list(self.runs.values()):
+            await run.recover()
+
+    async def _make_run(self, row: Experiment) -> ExperimentRun:
+        trials = await self.store.list_trials(row.id)
+        return ExperimentRun(row, trials, self.store, self.cluster, self._launch_spec,
+                             self._on_trial_end)
+
+    # --- authentication -----------------------------------------------------------------
+    async def ensure_admin_token(self, path: Path) -> str:
+        """The admin token in ``path``, made (with the admin user) on first start."""
+        if path.exists():
+            token = path.read_text().strip()
+            if token and await self.store.user_for_token(hash_token(token)) is not None:
+                return token
+        admin = await self.store.get_user("admin") or await self.store.create_user(
+            "admin", admin=True)
+        token = secrets.token_urlsafe(32)
+        await self.store.add_token(admin.id, hash_token(token), description="admin token")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        return token
+
+    async def authenticate(self, token: str) -> Principal | None:
+        token_hash = hash_token(token)
+        alloc = self.cluster.for_token_hash(token_hash)
+        if alloc is not None:
+            return Principal(allocation=alloc)
+        cached = self._token_cache.get(token_hash)
+        if cached and cached[0] > time.monotonic():
+            return Principal(user=cached[1])
+        user = await self.store.user_for_token(token_hash)
+        if user is None:
+            return None
+        self._token_cache[token_hash] = (time.monotonic() + 30.0, user)
+        return Principal(user=user)
+
+    async def username(self, user_id: int) -> str:
+        if user_id not in self._usernames:
+            user = await self.store.get_user_by_id(user_id)
+            self._usernames[user_id] = user.username if user else f"user-{user_id}"
+        return self._usernames[user_id]
+
+    # --- users --------------------------------------------------------------------------
+    async def create_user(self, who: Principal, username: str, admin: bool) -> tuple[User, str]:
+        if not who.is_admin:
+            raise Forbidden("only admins can create users")
+        if not _USERNAME.match(username):
+            raise BadRequest(f"invalid username {username!r}: use letters, digits, '_', '.', "
+                             "'@' and '-', at most 64 characters")
+        try:
+            user = await self.store.create_user(username, admin=admin)
+        except StoreConflict:
+            raise Conflict(f"user {username!r} already exists") from None
+        token = secrets.token_urlsafe(32)
+        await self.store.add_token(user.id, hash_token(token), description="created by admin")
+        return user, token
+
+    # --- experiments --------------------------------------------------------------------
+    async def create_experiment(self, who: Principal, config_text: str, context_b64: str | None,
+                                *, activate: bool = True) -> Experiment:
+        if who.user is None:
+            raise Forbidden("training code cannot create experiments")
+        try:
+            config = parse_experiment_config(config_text)
+        except ConfigError as e:
+            raise BadRequest("the experiment config is invalid", [
+                {"path": p.path, "message": p.message} for p in e.problems]) from None
+        problems = self._check_runnable(config)
+        context: bytes | None = None
+        if context_b64:
+            try:
+                context = base64.b64decode(context_b64, validate=True)
+            except (ValueError, TypeError):
+                raise BadRequest("context: not valid base64") from None
+            try:
+                check_context(context)
+            except ContextError as e:
+                if e.too_large:
+                    raise TooLarge(str(e)) from None
+                raise BadRequest(str(e)) from None
+        if problems:
+            raise BadRequest("the experiment config cannot run on this master", problems)
+
+        config_dict = config.to_dict()
+        if config_dict.get("checkpoint_storage") is None:
+            config_dict["checkpoint_storage"] = {
+                "type": "shared_fs", "host_path": str(self.data_dir / "checkpoints"),
+                "storage_path": None, "save_experiment_best": 0, "save_trial_best": 1,
+                "save_trial_latest": 1}
+        seed = config.reproducibility.experiment_seed
+        if seed is None:
+            seed = secrets.randbelow(2**31 - 1)
+        row = await self.store.create_experiment(
+            name=config.name, owner_id=who.user.id, config=config_dict,
+            original_config=config_text, context=context,
+            state=(ExperimentState.ACTIVE if activate else ExperimentState.PAUSED).value,
+            searcher_metric=config.searcher.metric,
+            smaller_is_better=config.searcher.smaller_is_better,
+            resource_pool=config.resources.resource_pool or "default",
+            priority=config.resources.priority or 42, description=config.description,
+            seed=seed)
+        run = await self._make_run(row)
+        self.runs[row.id] = run
+        await run.start()
+        return run.row
+
+    def _check_runnable(self, config: Any) -> list[dict[str, str]]:
+        problems = []
+        if config.searcher.name not in SEARCH_METHODS:
+            problems.append({"path": "searcher.name", "message": (
+                f"{config.searcher.name!r} is not available on this master yet "
+                f"(available: {', '.join(sorted(SEARCH_METHODS))})")})
+        if config.entrypoint_kind != "script":
+            problems.append({"path": "entrypoint", "message": (
+                "trial-class entrypoints (module:Class) need the PyTorch training harness; "
+                "use a script entrypoint such as 'python3 train.py'")})
+        slots = config.resources.slots_per_trial
+        if slots > self.cluster.max_slots():
+            problems.append({"path": "resources.slots_per_trial", "message": (
+                f"asks for {slots} slots but the largest agent has "
+                f"{self.cluster.max_slots()}")})
+        return problems
+
+    async def get_experiment(self, experiment_id: int) -> Experiment:
+        run = self.runs.get(experiment_id)
+        if run is not None:
+            return run.row
+        row = await self.store.get_experiment(experiment_id)
+        if row is None:
+            raise NotFound(f"experiment {experiment_id} not found")
+        return row
+
+    async def experiment_json(self, rows: Iterable[Experiment]) -> list[dict[str, Any]]:
+        from det_hub.service.serialize import experiment_json
+
+        rows = list(rows)
+        counts = await self.store.count_trials([r.id for r in rows])
+        return [experiment_json(r, await self.username(r.owner_id), counts.get(r.id, 0))
+                for r in rows]
+
+    async def _owned_run(self, who: Principal, experiment_id: int) -> ExperimentRun | None:
+        row = await self.get_experiment(experiment_id)
+        if who.user is None or not (who.is_admin or row.owner_id == who.user.id):
+            raise Forbidden(f"only the owner of experiment {experiment_id} or an admin can "
+                            "change it")
+        return self.runs.get(experiment_id)
+
+    async def pause(self, who: Principal, experiment_id: int) -> Experiment:
+        run = await self._owned_run(who, experiment_id)
+        if run is None or run.state != ExperimentState.ACTIVE:
+            raise Conflict(f"experiment {experiment_id} is {await self._state(experiment_id)}; "
+                           "only an ACTIVE experiment can be paused")
+        await run.pause()
+        return run.row
+
+    async def activate(self, who: Principal, experiment_id: int) -> Experiment:
+        run = await self._owned_run(who, experiment_id)
+        if run is None or run.state not in (ExperimentState.PAUSED, ExperimentState.ACTIVE):
+            raise Conflict(f"experiment {experiment_id} is {await self._state(experiment_id)}; "
+                           "only a PAUSED experiment can be activated")
+        if run.state == ExperimentState.PAUSED:
+            await run.activate()
+        return run.row
+
+    async def kill(self, who: Principal, experiment_id: int) -> Experiment:
+        run = await self._owned_run(who, experiment_id)
+        if run is not None:
+            await run.kill()
+            return run.row
+        return await self.get_experiment(experiment_id)
+
+    async def set_archived(self, who: Principal, experiment_id: int, archived: bool) -> Experiment:
+        await self._owned_run(who, experiment_id)
+        row = await self.get_experiment(experiment_id)
+        if archived and not ExperimentState(row.state).terminal:
+            raise Conflict(f"experiment {experiment_id} is {row.state}; only a finished "
+                           "experiment can be archived")
+        return await self.store.update_experiment(experiment_id, archived=archived)
+
+    async def _state(self, experiment_id: int) -> str:
+        return (await self.get_experiment(experiment_id)).state
+
+    # --- trials -------------------------------------------------------------------------
+    async def get_trial(self, who: Principal, trial_id: int, *, write: bool = False) -> Trial:
+        """A trial the caller may see (or change, with ``write``): users may read every
+        trial; training code only its own; reports need the trial's own token or an admin."""
+        if who.allocation is not None and who.trial_id != trial_id:
+            raise Forbidden(f"this allocation's token is not valid for trial {trial_id}")
+        if write and who.allocation is None and not who.is_admin:
+            raise Forbidden("only the trial's own training code can report for it")
+        for run in self.runs.values():
+            if trial_id in run.trials:
+                return run.trials[trial_id]
+        trial = await self.store.get_trial(trial_id)
+        if trial is None:
+            raise NotFound(f"trial {trial_id} not found")
+        return trial
+
+    def _run_for(self, trial: Trial) -> ExperimentRun:
+        run = self.runs.get(trial.experiment_id)
+        if run is None:
+            raise Conflict(f"trial {trial.id} belongs to a finished experiment")
+        return run
+
+    async def report_metrics(self, who: Principal, trial_id: int, group: str,
+                             rows: list[dict[str, Any]]) -> int:
+        trial = await self.get_trial(who, trial_id, write=True)
+        if TrialState(trial.state).terminal:
+            raise Conflict(f"trial {trial_id} is {trial.state}; it takes no more metrics")
+        clean = [_metric_row(i, r) for i, r in enumerate(rows)]
+        if not clean:
+            return 0
+        count = await self.store.add_metrics(trial_id, group, clean)
+        last = max(clean, key=lambda r: r["steps_completed"])
+        fields: dict[str, Any] = {}
+        if last["steps_completed"] > (trial.steps_completed or 0):
+            fields["steps_completed"] = last["steps_completed"]
+        if group == "validation":
+            run = self.runs.get(trial.experiment_id)
+            row = run.row if run else await self.get_experiment(trial.experiment_id)
+            metric, smaller = row.searcher_metric, row.smaller_is_better
+            fields["latest_validation"] = {"steps_completed": last["steps_completed"],
+                                           "metrics": last["metrics"]}
+            for r in clean:
+                value = r["metrics"].get(metric)
+                if not isinstance(value, (int, float)) or isinstance(value, bool):
+                    continue
+                best = fields.get("searcher_metric_value", trial.searcher_metric_value)
+                if best is None or (value < best if smaller else value > best):
+                    fields["searcher_metric_value"] = float(value)
+                    fields["best_validation"] = {"steps_completed": r["steps_completed"],
+                                                 "metrics": r["metrics"]}
+        if fields:
+            for k, v in fields.items():
+                setattr(trial, k, v)
+            await self.store.update_trial(trial_id, **fields)
+            run = self.runs.get(trial.experiment_id)
+            if run is not None and "steps_completed" in fields:
+                await run._update_progress()
+        return count
+
+    async def report_progress(self, who: Principal, trial_id: int, progress: float) -> None:
+        trial = await self.get_trial(who, trial_id, write=True)
+        if not (0.0 <= progress <= 1.0):
+            raise BadRequest(f"progress must be between 0 and 1, not {progress}")
+        await self._run_for(trial).on_progress(trial, progress)
+
+    async def report_early_exit(self, who: Principal, trial_id: int, reason: str) -> None:
+        trial = await self.get_trial(who, trial_id, write=True)
+        if reason not in EARLY_EXIT_REASONS:
+            raise BadRequest(f"reason must be one of {', '.join(EARLY_EXIT_REASONS)}")
+        await self._run_for(trial).on_early_exit(trial, reason)
+
+    async def searcher_operation(self, who: Principal, trial_id: int) -> dict[str, Any]:
+        trial = await self.get_trial(who, trial_id)
+        run = self.runs.get(trial.experiment_id)
+        if run is None:
+            return {"operation": None, "completed": True}
+        return run.operation(trial)
+
+    async def complete_operation(self, who: Principal, trial_id: int, length: int,
+                                 metric: float) -> None:
+        trial = await self.get_trial(who, trial_id, write=True)
+        await self._run_for(trial).on_validation(trial, length, metric)
+
+    # --- checkpoints --------------------------------------------------------------------
+    async def report_checkpoint(self, who: Principal, body: dict[str, Any]) -> Checkpoint:
+        uuid = str(body.get("uuid", ""))
+        if not _UUID.match(uuid):
+            raise BadRequest("uuid: must be a lower-case UUID string")
+        trial = await self.get_trial(who, _int(body, "trial_id"), write=True)
+        resources = body.get("resources") or {}
+        if not isinstance(resources, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and v >= 0
+                for k, v in resources.items()):
+            raise BadRequest("resources: must map relative file paths to sizes in bytes")
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise BadRequest("metadata: must be an object")
+        state = body.get("state", CheckpointState.COMPLETED.value)
+        if state not in (CheckpointState.ACTIVE.value, CheckpointState.COMPLETED.value):
+            raise BadRequest("state: must be ACTIVE or COMPLETED")
+        steps = _int(body, "steps_completed", default=int(metadata.get("steps_completed", 0)))
+        exp = await self.get_experiment(trial.experiment_id)
+        try:
+            ckpt = await self.store.add_checkpoint(
+                uuid=uuid, trial_id=trial.id, experiment_id=trial.experiment_id,
+                allocation_id=who.allocation.id if who.allocation else None, state=state,
+                steps_completed=steps, resources=resources, metadata=metadata,
+                storage=exp.config.get("checkpoint_storage") or {})
+        except StoreConflict:
+            raise Conflict(f"checkpoint {uuid} already exists") from None
+        if state == CheckpointState.COMPLETED.value:
+            trial.latest_checkpoint = uuid
+            await self.store.update_trial(trial.id, latest_checkpoint=uuid)
+        return ckpt
+
+    async def get_checkpoint(self, who: Principal, uuid: str) -> Checkpoint:
+        ckpt = await self.store.get_checkpoint(uuid)
+        if ckpt is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        if who.allocation is not None and ckpt.experiment_id != who.allocation.spec.experiment_id:
+            raise Forbidden("training code may read only its own experiment's checkpoints")
+        return ckpt
+
+    async def _on_trial_end(self, run: ExperimentRun, trial: Trial) -> None:
+        """Apply the checkpoint GC policy once a trial has ended."""
+        storage_cfg = run.row.config.get("checkpoint_storage") or {}
+        ckpts = await self.store.list_checkpoints(
+            experiment_id=run.id, states=[CheckpointState.COMPLETED.value])
+        if not ckpts:
+            return
+        values: dict[tuple[int, int], float] = {}
+        for tid in {c.trial_id for c in ckpts}:
+            for m in await self.store.get_metrics(tid, group="validation"):
+                v = m.metrics.get(run.row.searcher_metric)
+                if isinstance(v, (int, float)):
+                    values[(tid, m.steps_completed)] = float(v)
+        doomed = checkpoints_to_delete(
+            [_gc_record(c, values.get((c.trial_id, c.steps_completed))) for c in ckpts],
+            save_experiment_best=int(storage_cfg.get("save_experiment_best", 0)),
+            save_trial_best=int(storage_cfg.get("save_trial_best", 1)),
+            save_trial_latest=int(storage_cfg.get("save_trial_latest", 1)),
+            smaller_is_better=run.row.smaller_is_better)
+        # A trial that can still run needs its latest checkpoint to resume from.
+        live = {t.latest_checkpoint for t in run.trials.values()
+                if not TrialState(t.state).terminal}
+        doomed -= live
+        if not doomed:
+            return
+        storage = build_storage(storage_cfg)
+        for uuid in sorted(doomed):
+            await asyncio.to_thread(storage.delete, uuid)
+            await self.store.update_checkpoint(uuid, state=CheckpointState.DELETED.value)
+        log.info("experiment %d: checkpoint GC deleted %d checkpoint(s)", run.id, len(doomed))
+
+    # --- cluster events -----------------------------------------------------------------
+    async def _on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
+        run = self.runs.get(alloc.spec.experiment_id)
+        if run is None:
+            return
+        await run.on_allocation_exit(alloc, status)
+        if run.state.terminal:
+            self.runs.pop(run.id, None)
+
+    async def _launch_spec(self, exp: Experiment, trial: Trial) -> LaunchSpec:
+        config = parse_experiment_config(exp.config)
+        argv = config.entrypoint_argv() or []
+        if argv and argv[0] in ("python", "python3"):
+            argv = [sys.executable, *argv[1:]]
+        slots = config.resources.slots_per_trial
+        kinds = {s.kind for s in self.agent.slots}
+        env = config.environment.variables_for("cuda" if "cuda" in kinds else "cpu")
+        env.update({
+            "DET_HUB_MASTER": self.master_url,
+            "DET_HUB_TRIAL_ID": str(trial.id),
+            "DET_HUB_EXPERIMENT_ID": str(exp.id),
+        })
+        info = {
+            "master_url": self.master_url, "cluster_id": self.cluster_id,
+            "task_id": f"trial-{trial.id}", "task_type": "TRIAL",
+            "container_addrs": ["127.0.0.1"],
+            "trial": {
+                "trial_id": trial.id, "experiment_id": exp.id, "trial_seed": trial.seed,
+                "hparams": trial.hparams, "config": exp.config,
+                "steps_completed": trial.steps_completed or 0,
+                "latest_checkpoint": trial.latest_checkpoint,
+            },
+            "checkpoint_storage": exp.config.get("checkpoint_storage"),
+        }
+        return LaunchSpec(
+            trial_id=trial.id, experiment_id=exp.id, owner=await self.username(exp.owner_id),
+            slots=slots, priority=exp.priority, argv=argv, env=env, cluster_info=info,
+            context=await self.store.get_experiment_context(exp.id))
+
+
+def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{key}: must be an integer")
+    return value
+
+
+def _metric_row(index: int, row: Any) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise BadRequest(f"metrics[{index}]: must be an object")
+    steps = row.get("steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise BadRequest(f"metrics[{index}].steps_completed: must be an integer >= 0")
+    metrics = row.get("metrics")
+    if not isinstance(metrics, dict):
+        raise BadRequest(f"metrics[{index}].metrics: must be an object")
+    for name, value in metrics.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadRequest(f"metrics[{index}].metrics.{name}: must be a finite number")
+    out: dict[str, Any] = {"steps_completed": steps, "metrics": metrics}
+    if row.get("report_time"):
+        from datetime import datetime
+
+        try:
+            out["report_time"] = datetime.fromisoformat(str(row["report_time"]).replace(
+                "Z", "+00:00"))
+        except ValueError:
+            raise BadRequest(f"metrics[{index}].report_time: not an ISO 8601 time") from None
+    return out
+
+
+def _gc_record(c: Checkpoint, value: float | None) -> Any:
+    from det_hub.storage.gc import CheckpointRecord
+
+    return CheckpointRecord(uuid=c.uuid, trial_id=c.trial_id, steps_completed=c.steps_completed,
+                            searcher_metric=value)

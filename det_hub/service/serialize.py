@@ -1,0 +1,52 @@
+"""Rows to the JSON shapes of docs/rest-api.md."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from det_hub.store.models import Checkpoint, Experiment, Trial, User
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def user_json(user: User) -> dict[str, Any]:
+    return {"id": user.id, "username": user.username, "admin": user.admin,
+            "active": user.active, "created_at": iso(user.created_at)}
+
+
+def experiment_json(e: Experiment, owner: str, num_trials: int) -> dict[str, Any]:
+    return {
+        "id": e.id, "name": e.name, "description": e.description, "owner": owner,
+        "state": e.state, "archived": e.archived, "progress": e.progress,
+        "created_at": iso(e.created_at), "ended_at": iso(e.ended_at), "config": e.config,
+        "searcher_metric": e.searcher_metric, "smaller_is_better": e.smaller_is_better,
+        "num_trials": num_trials, "resource_pool": e.resource_pool, "priority": e.priority,
+        "seed": e.seed, "labels": e.labels or [],
+    }
+
+
+def trial_json(t: Trial) -> dict[str, Any]:
+    return {
+        "id": t.id, "experiment_id": t.experiment_id, "request_id": t.request_id,
+        "state": t.state, "run_state": t.run_state, "hparams": t.hparams, "seed": t.seed,
+        "restarts": t.restarts, "created_at": iso(t.created_at), "ended_at": iso(t.ended_at),
+        "steps_completed": t.steps_completed, "progress": t.progress,
+        "latest_checkpoint": t.latest_checkpoint, "best_validation": t.best_validation,
+        "latest_validation": t.latest_validation,
+        "searcher_metric_value": t.searcher_metric_value,
+    }
+
+
+def checkpoint_json(c: Checkpoint) -> dict[str, Any]:
+    return {
+        "uuid": c.uuid, "trial_id": c.trial_id, "experiment_id": c.experiment_id,
+        "allocation_id": c.allocation_id, "state": c.state,
+        "steps_completed": c.steps_completed, "report_time": iso(c.report_time),
+        "resources": c.resources, "metadata": c.meta, "size": c.size, "storage": c.storage,
+    }

@@ -1,0 +1,117 @@
+"""The local agent runs real processes, captures their output, and re-adopts them."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from det_hub.agents.local import LocalAgent, TaskHandle
+from det_hub.agents.slots import discover_slots
+
+
+def wait_exit(handle: TaskHandle, timeout: float = 20.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = handle.exit_status()
+        if status is not None:
+            return status
+        time.sleep(0.05)
+    raise AssertionError("the task did not finish")
+
+
+def context(files: dict[str, str]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+SCRIPT = """
+import os, sys
+print("out:", os.environ["MY_VAR"], os.environ["OMP_NUM_THREADS"], repr(os.environ["CUDA_VISIBLE_DEVICES"]))
+print("err line", file=sys.stderr)
+print("cwd has", sorted(os.listdir(".")))
+print("affinity", sorted(os.sched_getaffinity(0)))
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> LocalAgent:
+    return LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+
+
+def test_slots_are_groups_of_cores() -> None:
+    ncpu = len(os.sched_getaffinity(0))
+    slots = discover_slots(cpu_slot_cores=1, use_gpus=False)
+    assert [s.kind for s in slots] == ["cpu"] * ncpu
+    assert sorted(c for s in slots for c in s.cpus) == sorted(os.sched_getaffinity(0))
+    assert len(discover_slots(cpu_slot_cores=ncpu, use_gpus=False)) == 1
+    with pytest.raises(ValueError):
+        discover_slots(cpu_slot_cores=0)
+
+
+def test_runs_the_context_and_captures_both_streams(agent: LocalAgent) -> None:
+    handle = agent.launch("1.a", [sys.executable, "train.py"], {"MY_VAR": "hi"},
+                          context({"train.py": SCRIPT}), [0], {"info.json": "{}"})
+    status = wait_exit(handle)
+    assert status.exit_code == 0 and status.success
+    lines = handle.read_logs()
+    messages = {(line.stdtype, line.message) for line in lines}
+    assert ("stdout", "out: hi 1 ''") in messages
+    assert ("stderr", "err line") in messages
+    assert ("stdout", "cwd has ['train.py']") in messages
+    first_slot_cpus = agent.slots[0].cpus
+    assert ("stdout", f"affinity {sorted(first_slot_cpus)}") in messages
+    assert (handle.root / "info.json").read_text() == "{}"
+    assert handle.read_logs() == []  # the offset moved past everything
+    agent.reap("1.a")
+
+
+def test_exit_codes_and_missing_programs(agent: LocalAgent) -> None:
+    handle = agent.launch("2.a", [sys.executable, "train.py"], {"MY_VAR": "x", "EXIT": "3"},
+                          context({"train.py": SCRIPT}), [0])
+    assert wait_exit(handle).exit_code == 3
+    missing = agent.launch("3.a", ["no-such-program-here"], {}, None, [0])
+    status = wait_exit(missing)
+    assert status.exit_code == 127
+    assert "cannot start 'no-such-program-here'" in (status.reason or "")
+
+
+def test_kill_stops_the_whole_task(agent: LocalAgent) -> None:
+    handle = agent.launch("4.a", [sys.executable, "-c", "import time; print('up', flush=True); "
+                                  "time.sleep(60)"], {}, None, [0])
+    deadline = time.monotonic() + 10
+    while not any(line.message == "up" for line in handle.read_logs()):
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    agent.kill(handle)
+    status = wait_exit(handle)
+    assert status.signal == "SIGTERM"
+
+
+def test_a_new_agent_adopts_a_running_task(agent: LocalAgent, tmp_path: Path) -> None:
+    handle = agent.launch("5.a", [sys.executable, "-c",
+                                  "import time\nfor i in range(3):\n print(i, flush=True)\n"
+                                  " time.sleep(0.3)"], {}, None, [0])
+    time.sleep(0.4)
+    first = handle.read_logs()
+    # A second agent over the same directory stands for the master after a restart.
+    again = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+    adopted = again.attach("5.a", handle.pid, handle.log_offset)
+    assert adopted is not None
+    assert wait_exit(adopted).exit_code == 0
+    rest = adopted.read_logs()
+    assert [line.message for line in first + rest] == ["0", "1", "2"]
+    # A task whose runner is gone without an exit status cannot be adopted.
+    assert again.attach("6.z", 999_999, 0) is None

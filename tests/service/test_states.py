@@ -1,0 +1,54 @@
+"""The transition tables are the one place that says which state changes are legal."""
+
+from __future__ import annotations
+
+import pytest
+
+from det_hub.states import (
+    EXPERIMENT_TRANSITIONS,
+    TRIAL_TRANSITIONS,
+    ExperimentState,
+    IllegalTransition,
+    TrialState,
+    check_experiment_transition,
+    check_trial_transition,
+)
+
+
+def test_terminal_states_have_no_way_out() -> None:
+    for state in ExperimentState:
+        assert (EXPERIMENT_TRANSITIONS[state] == frozenset()) == state.terminal
+    for trial_state in TrialState:
+        assert (TRIAL_TRANSITIONS[trial_state] == frozenset()) == trial_state.terminal
+
+
+def test_every_state_reaches_a_terminal_state() -> None:
+    for table in (EXPERIMENT_TRANSITIONS, TRIAL_TRANSITIONS):
+        for start in table:
+            seen, frontier = {start}, [start]
+            while frontier:
+                for nxt in table[frontier.pop()]:
+                    if nxt not in seen:
+                        seen.add(nxt)
+                        frontier.append(nxt)
+            assert any(s.terminal for s in seen), start
+
+
+@pytest.mark.parametrize(("current", "target"), [
+    (ExperimentState.COMPLETED, ExperimentState.ACTIVE),
+    (ExperimentState.PAUSED, ExperimentState.COMPLETED),
+    (ExperimentState.STOPPING_CANCELED, ExperimentState.ACTIVE),
+    (ExperimentState.STOPPING_ERROR, ExperimentState.CANCELED),
+])
+def test_illegal_experiment_moves_raise(current, target) -> None:
+    with pytest.raises(IllegalTransition) as err:
+        check_experiment_transition(current, target)
+    assert str(err.value) == f"experiment cannot go from {current.value} to {target.value}"
+
+
+def test_legal_moves_pass_and_staying_put_is_allowed() -> None:
+    check_experiment_transition(ExperimentState.ACTIVE, ExperimentState.PAUSED)
+    check_experiment_transition(ExperimentState.ERROR, ExperimentState.ERROR)
+    check_trial_transition(TrialState.STOPPING_COMPLETED, TrialState.COMPLETED)
+    with pytest.raises(IllegalTransition):
+        check_trial_transition(TrialState.ERROR, TrialState.ACTIVE)
