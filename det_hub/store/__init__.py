@@ -1,0 +1,42 @@
+"""The master's database: SQLAlchemy 2 models, Alembic migrations and an async query API.
+
+SQLite (``sqlite:///path.db``) is the embedded default and PostgreSQL
+(``postgresql://user@host/db``, psycopg 3) the production store; both run the same code.
+"""
+
+from .columns import utcnow
+from .errors import NotFound, StoreConflict, StoreError
+from .models import (
+    Allocation,
+    Checkpoint,
+    Experiment,
+    ExperimentContext,
+    LogRow,
+    Metric,
+    MetricRow,
+    TaskLog,
+    Token,
+    Trial,
+    User,
+)
+from .store import Store, hash_token
+
+__all__ = [
+    "Allocation",
+    "Checkpoint",
+    "Experiment",
+    "ExperimentContext",
+    "LogRow",
+    "Metric",
+    "MetricRow",
+    "NotFound",
+    "Store",
+    "StoreConflict",
+    "StoreError",
+    "TaskLog",
+    "Token",
+    "Trial",
+    "User",
+    "hash_token",
+    "utcnow",
+]

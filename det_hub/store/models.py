@@ -1,0 +1,220 @@
+"""The tables of the master's store, as SQLAlchemy 2 declarative models.
+
+Every state column holds the string value of an enum from :mod:`det_hub.states`. Migrations in
+``migrations/versions`` are written by hand to match these models; change both together.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from .columns import UTCDateTime, big_id_type, json_type, utcnow
+
+
+class Base(DeclarativeBase):
+    """Declarative base for all store tables."""
+
+    # Constraint names match the hand-written migrations, so later migrations can name them.
+    metadata = MetaData(
+        naming_convention={
+            "ix": "ix_%(column_0_label)s",
+            "uq": "uq_%(table_name)s_%(column_0_name)s",
+            "fk": "fk_%(table_name)s_%(column_0_name)s",
+        }
+    )
+    type_annotation_map = {dt.datetime: UTCDateTime()}
+
+    def __repr__(self) -> str:
+        keys = [c.key for c in self.__mapper__.column_attrs][:3]
+        inner = ", ".join(f"{k}={self.__dict__.get(k)!r}" for k in keys)
+        return f"{type(self).__name__}({inner})"
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    username: Mapped[str] = mapped_column(String(255), unique=True)
+    admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    active: Mapped[bool] = mapped_column(Boolean, default=True)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Token(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    # sha256 hex of the secret; the secret itself is never stored.
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    expires_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+
+
+class Experiment(Base):
+    __tablename__ = "experiments"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    description: Mapped[str] = mapped_column(Text, default="")
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+    progress: Mapped[float | None] = mapped_column(Float, default=None)
+    config: Mapped[dict[str, Any]] = mapped_column(json_type())
+    original_config: Mapped[str] = mapped_column(Text)
+    searcher_metric: Mapped[str] = mapped_column(String(255))
+    smaller_is_better: Mapped[bool] = mapped_column(Boolean)
+    resource_pool: Mapped[str] = mapped_column(String(255), default="default")
+    priority: Mapped[int] = mapped_column(Integer, default=42)
+    seed: Mapped[int] = mapped_column(BigInteger, default=0)
+    searcher_state: Mapped[dict[str, Any] | None] = mapped_column(json_type(), default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    labels: Mapped[list[str]] = mapped_column(json_type(), default=list)
+    notes: Mapped[str] = mapped_column(Text, default="")
+
+
+class ExperimentContext(Base):
+    """The uploaded context archive, kept apart so that listing experiments never reads blobs."""
+
+    __tablename__ = "experiment_contexts"
+
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True
+    )
+    archive: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Trial(Base):
+    __tablename__ = "trials"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    request_id: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(32))
+    run_state: Mapped[str | None] = mapped_column(String(32), default=None)
+    hparams: Mapped[dict[str, Any]] = mapped_column(json_type())
+    seed: Mapped[int] = mapped_column(BigInteger)
+    restarts: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    steps_completed: Mapped[int] = mapped_column(BigInteger, default=0)
+    progress: Mapped[float | None] = mapped_column(Float, default=None)
+    latest_checkpoint: Mapped[str | None] = mapped_column(String(64), default=None)
+    best_validation: Mapped[dict[str, Any] | None] = mapped_column(json_type(), default=None)
+    latest_validation: Mapped[dict[str, Any] | None] = mapped_column(json_type(), default=None)
+    searcher_metric_value: Mapped[float | None] = mapped_column(Float, default=None)
+    runner_state: Mapped[str | None] = mapped_column(String(255), default=None)
+
+
+class Allocation(Base):
+    """One attempt to run a trial; its id is ``"<trial id>.<attempt>"``, e.g. ``"7.0"``."""
+
+    __tablename__ = "allocations"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    state: Mapped[str] = mapped_column(String(32))
+    slots: Mapped[int] = mapped_column(Integer)
+    agent_id: Mapped[str | None] = mapped_column(String(255), default=None)
+    slot_ids: Mapped[list[Any] | None] = mapped_column(json_type(), default=None)
+    pid: Mapped[int | None] = mapped_column(Integer, default=None)
+    workdir: Mapped[str | None] = mapped_column(Text, default=None)
+    log_offset: Mapped[int] = mapped_column(BigInteger, default=0)
+    preempt: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    started_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(default=None, index=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    exit_reason: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class Metric(Base):
+    """One reported row of metrics (training, validation or another group) of a trial."""
+
+    __tablename__ = "metrics"
+    __table_args__ = (
+        # Serves both the ordered scan of a trial's group and downsampling over it; ``id`` is
+        # the tie-breaker of that order (SQLite appends the rowid by itself, PostgreSQL does not).
+        Index("ix_metrics_trial_group_steps", "trial_id", "group_name", "steps_completed", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(big_id_type(), primary_key=True, autoincrement=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    group: Mapped[str] = mapped_column("group_name", String(64))
+    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    report_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    metrics: Mapped[dict[str, Any]] = mapped_column(json_type())
+
+
+class Checkpoint(Base):
+    __tablename__ = "checkpoints"
+
+    uuid: Mapped[str] = mapped_column(String(64), primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), index=True
+    )
+    allocation_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    state: Mapped[str] = mapped_column(String(32))
+    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    report_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    resources: Mapped[dict[str, int]] = mapped_column(json_type())
+    # ``metadata`` is reserved on declarative classes, hence the attribute name.
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", json_type())
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    storage: Mapped[dict[str, Any]] = mapped_column(json_type())
+
+
+class TaskLog(Base):
+    """One line of a trial's output."""
+
+    __tablename__ = "task_logs"
+    __table_args__ = (Index("ix_task_logs_trial_id_id", "trial_id", "id"),)
+
+    id: Mapped[int] = mapped_column(big_id_type(), primary_key=True, autoincrement=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    allocation_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    timestamp: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    rank: Mapped[int | None] = mapped_column(Integer, default=None)
+    stdtype: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+
+
+MetricRow = Metric
+LogRow = TaskLog
+
+__all__ = [
+    "Allocation",
+    "Base",
+    "Checkpoint",
+    "Experiment",
+    "ExperimentContext",
+    "LogRow",
+    "Metric",
+    "MetricRow",
+    "TaskLog",
+    "Token",
+    "Trial",
+    "User",
+]

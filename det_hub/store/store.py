@@ -1,0 +1,728 @@
+"""The async store: every query the master makes, over one SQLAlchemy engine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import enum
+import hashlib
+import threading
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, and_, func, insert, or_, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from .columns import UTC, utcnow
+from .engine import WRITE_OPTION, create_store_engine, normalize_url, upgrade_to_head
+from .errors import NotFound, StoreConflict
+from .models import (
+    Allocation,
+    Base,
+    Checkpoint,
+    Experiment,
+    ExperimentContext,
+    Metric,
+    MetricRow,
+    TaskLog,
+    Token,
+    Trial,
+    User,
+)
+
+ModelT = TypeVar("ModelT", bound=Base)
+
+# Alembic keeps the running migration in module globals, so two upgrades in one process (two
+# stores opened at once) must not overlap.
+_MIGRATION_LOCK = threading.Lock()
+
+
+def hash_token(secret: str) -> str:
+    """The form in which a token is stored and looked up: sha256 hex of the secret."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    """Store enums by value, and datetimes as UTC, so returned objects match what is stored."""
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, dt.datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value
+
+
+def _translate(exc: IntegrityError) -> Exception | None:
+    """The store error for a uniqueness or foreign-key violation, on either database."""
+    orig = exc.orig
+    message = str(orig)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate == "23505" or "UNIQUE constraint failed" in message:
+        return StoreConflict(message)
+    if sqlstate == "23503" or "FOREIGN KEY constraint failed" in message:
+        return NotFound(message)
+    return None
+
+
+def _check_fields(model: type[Base], fields: Mapping[str, Any]) -> None:
+    mapper = model.__mapper__
+    columns = {attr.key for attr in mapper.column_attrs}
+    keys = {col.key for col in mapper.primary_key}
+    unknown = sorted(set(fields) - columns)
+    if unknown:
+        raise ValueError(f"{model.__name__} has no column(s) {', '.join(unknown)}")
+    fixed = sorted(set(fields) & keys)
+    if fixed:
+        raise ValueError(f"{model.__name__} primary key {', '.join(fixed)} cannot be updated")
+
+
+class Store:
+    """The master's database: SQLite (embedded default) or PostgreSQL, through one async API.
+
+    Open with :meth:`open`, which also brings the schema up to date. Every method runs in its
+    own transaction; returned model instances are detached with all columns loaded, so their
+    attributes may be read after the call. Datetimes are timezone-aware UTC both ways.
+
+    Attributes:
+        url: the database URL in use, normalised to its async driver (password included).
+        dialect: ``"sqlite"`` or ``"postgresql"``.
+    """
+
+    def __init__(self, url: str, dialect: str, engine: AsyncEngine) -> None:
+        """Wrap an engine already migrated; use :meth:`open` instead."""
+        self.url = url
+        self.dialect = dialect
+        self._engine = engine
+        self._read_sessions = async_sessionmaker(engine, expire_on_commit=False)
+        self._write_sessions = async_sessionmaker(
+            engine.execution_options(**{WRITE_OPTION: True}), expire_on_commit=False
+        )
+        # SQLite has one writer at a time anyway: queueing this process's writers here spares
+        # them the busy handler's sleep-and-retry; other processes still wait in busy_timeout.
+        self._write_lock: asyncio.Lock | None = asyncio.Lock() if dialect == "sqlite" else None
+
+    @classmethod
+    async def open(cls, url: str, *, echo: bool = False) -> Store:
+        """Migrate the database to the latest schema and open a store on it.
+
+        Args:
+            url: ``sqlite:///path.db`` (parent folders are created) or ``postgresql://...``;
+                the ``+aiosqlite`` and ``+psycopg`` forms are accepted too.
+            echo: log every SQL statement (SQLAlchemy's ``echo``).
+
+        Raises:
+            ValueError: an unsupported URL.
+        """
+        async_url, sync_url = normalize_url(url)
+
+        def migrate() -> None:
+            with _MIGRATION_LOCK:
+                upgrade_to_head(sync_url)
+
+        await asyncio.to_thread(migrate)
+        engine = create_store_engine(async_url, echo=echo)
+        return cls(
+            async_url.render_as_string(hide_password=False), async_url.get_backend_name(), engine
+        )
+
+    async def close(self) -> None:
+        """Close every pooled connection."""
+        await self._engine.dispose()
+
+    async def __aenter__(self) -> Store:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @contextlib.asynccontextmanager
+    async def _reading(self) -> AsyncIterator[AsyncSession]:
+        async with self._read_sessions() as session:
+            yield session
+
+    @contextlib.asynccontextmanager
+    async def _writing(self) -> AsyncIterator[AsyncSession]:
+        """One write transaction, committed on success; constraint violations become errors."""
+        lock = self._write_lock or contextlib.nullcontext()
+        async with lock, self._write_sessions() as session:
+            try:
+                async with session.begin():
+                    yield session
+            except IntegrityError as exc:
+                translated = _translate(exc)
+                if translated is None:
+                    raise
+                raise translated from exc
+
+    async def _update(self, model: type[ModelT], key: Any, fields: Mapping[str, Any]) -> ModelT:
+        _check_fields(model, fields)
+        async with self._writing() as session:
+            obj = await session.get(model, key)
+            if obj is None:
+                raise NotFound(f"{model.__name__} {key!r} does not exist")
+            for name, value in fields.items():
+                setattr(obj, name, _plain(value))
+        return obj
+
+    # -- users and tokens -------------------------------------------------------------------
+
+    async def create_user(self, username: str, *, admin: bool = False) -> User:
+        """Add an active user.
+
+        Raises:
+            StoreConflict: the username is taken.
+        """
+        user = User(username=username, admin=admin, active=True, created_at=utcnow())
+        async with self._writing() as session:
+            session.add(user)
+        return user
+
+    async def get_user(self, username: str) -> User | None:
+        """The user with this name, active or not."""
+        async with self._reading() as session:
+            return await session.scalar(select(User).where(User.username == username))
+
+    async def get_user_by_id(self, user_id: int) -> User | None:
+        """The user with this id, active or not."""
+        async with self._reading() as session:
+            return await session.get(User, user_id)
+
+    async def list_users(self) -> list[User]:
+        """All users, by id."""
+        async with self._reading() as session:
+            return list(await session.scalars(select(User).order_by(User.id)))
+
+    async def update_user(self, user_id: int, **fields: Any) -> User:
+        """Set columns of a user (``active``, ``admin``, ...).
+
+        Raises:
+            NotFound: no such user.
+            StoreConflict: a new username is taken.
+            ValueError: a name that is not a column, or the primary key.
+        """
+        return await self._update(User, user_id, fields)
+
+    async def add_token(
+        self,
+        user_id: int,
+        token_hash: str,
+        *,
+        description: str = "",
+        expires_at: dt.datetime | None = None,
+    ) -> Token:
+        """Record a user token by its hash (see :func:`hash_token`).
+
+        Raises:
+            StoreConflict: the hash is already recorded.
+            NotFound: no such user.
+        """
+        token = Token(
+            user_id=user_id,
+            token_hash=token_hash,
+            description=description,
+            created_at=utcnow(),
+            expires_at=_plain(expires_at),
+        )
+        async with self._writing() as session:
+            session.add(token)
+        return token
+
+    async def user_for_token(self, token_hash: str) -> User | None:
+        """The active user owning an unexpired token with this hash, else ``None``."""
+        stmt = (
+            select(User)
+            .join(Token, Token.user_id == User.id)
+            .where(
+                Token.token_hash == token_hash,
+                User.active.is_(True),
+                or_(Token.expires_at.is_(None), Token.expires_at > utcnow()),
+            )
+        )
+        async with self._reading() as session:
+            return await session.scalar(stmt)
+
+    # -- experiments ------------------------------------------------------------------------
+
+    async def create_experiment(
+        self,
+        *,
+        name: str,
+        owner_id: int,
+        config: dict[str, Any],
+        original_config: str,
+        context: bytes | None,
+        state: str,
+        searcher_metric: str,
+        smaller_is_better: bool,
+        resource_pool: str = "default",
+        priority: int = 42,
+        description: str = "",
+        seed: int = 0,
+    ) -> Experiment:
+        """Add an experiment, with its context archive when given.
+
+        Raises:
+            NotFound: no such owner.
+        """
+        experiment = Experiment(
+            name=name,
+            description=description,
+            owner_id=owner_id,
+            state=_plain(state),
+            archived=False,
+            progress=None,
+            config=config,
+            original_config=original_config,
+            searcher_metric=searcher_metric,
+            smaller_is_better=smaller_is_better,
+            resource_pool=resource_pool,
+            priority=priority,
+            seed=seed,
+            searcher_state=None,
+            created_at=utcnow(),
+            ended_at=None,
+            labels=[],
+            notes="",
+        )
+        async with self._writing() as session:
+            session.add(experiment)
+            await session.flush()
+            if context is not None:
+                session.add(ExperimentContext(experiment_id=experiment.id, archive=context))
+        return experiment
+
+    async def get_experiment(self, experiment_id: int) -> Experiment | None:
+        """The experiment with this id (without its context archive)."""
+        async with self._reading() as session:
+            return await session.get(Experiment, experiment_id)
+
+    async def list_experiments(
+        self,
+        *,
+        states: list[str] | None = None,
+        archived: bool | None = None,
+        owner_id: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[Experiment], int]:
+        """One page of experiments, newest first, and how many match in all.
+
+        ``None`` leaves a filter out; an empty ``states`` list matches nothing.
+        """
+        where: list[ColumnElement[bool]] = []
+        if states is not None:
+            where.append(Experiment.state.in_([_plain(s) for s in states]))
+        if archived is not None:
+            where.append(Experiment.archived.is_(archived))
+        if owner_id is not None:
+            where.append(Experiment.owner_id == owner_id)
+        page = (
+            select(Experiment)
+            .where(*where)
+            .order_by(Experiment.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        async with self._reading() as session:
+            total = await session.scalar(select(func.count()).select_from(Experiment).where(*where))
+            experiments = list(await session.scalars(page))
+        return experiments, int(total or 0)
+
+    async def list_experiments_in_states(self, states: list[str]) -> list[Experiment]:
+        """Every experiment in one of these states, by id (the master's recovery at start)."""
+        stmt = (
+            select(Experiment)
+            .where(Experiment.state.in_([_plain(s) for s in states]))
+            .order_by(Experiment.id)
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    async def update_experiment(self, experiment_id: int, **fields: Any) -> Experiment:
+        """Set columns of an experiment (``state``, ``progress``, ``archived``, ...).
+
+        Raises:
+            NotFound: no such experiment.
+            ValueError: a name that is not a column, or the primary key.
+        """
+        return await self._update(Experiment, experiment_id, fields)
+
+    async def get_experiment_context(self, experiment_id: int) -> bytes | None:
+        """The experiment's context archive, or ``None`` when it has none."""
+        stmt = select(ExperimentContext.archive).where(
+            ExperimentContext.experiment_id == experiment_id
+        )
+        async with self._reading() as session:
+            return await session.scalar(stmt)
+
+    # -- trials -----------------------------------------------------------------------------
+
+    async def create_trial(
+        self, *, experiment_id: int, request_id: str, hparams: dict[str, Any], seed: int, state: str
+    ) -> Trial:
+        """Add a trial to an experiment.
+
+        Raises:
+            NotFound: no such experiment.
+        """
+        trial = Trial(
+            experiment_id=experiment_id,
+            request_id=request_id,
+            state=_plain(state),
+            run_state=None,
+            hparams=hparams,
+            seed=seed,
+            restarts=0,
+            created_at=utcnow(),
+            ended_at=None,
+            steps_completed=0,
+            progress=None,
+            latest_checkpoint=None,
+            best_validation=None,
+            latest_validation=None,
+            searcher_metric_value=None,
+            runner_state=None,
+        )
+        async with self._writing() as session:
+            session.add(trial)
+        return trial
+
+    async def get_trial(self, trial_id: int) -> Trial | None:
+        """The trial with this id."""
+        async with self._reading() as session:
+            return await session.get(Trial, trial_id)
+
+    async def list_trials(self, experiment_id: int) -> list[Trial]:
+        """An experiment's trials, by id."""
+        stmt = select(Trial).where(Trial.experiment_id == experiment_id).order_by(Trial.id)
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    async def update_trial(self, trial_id: int, **fields: Any) -> Trial:
+        """Set columns of a trial.
+
+        Raises:
+            NotFound: no such trial.
+            ValueError: a name that is not a column, or the primary key.
+        """
+        return await self._update(Trial, trial_id, fields)
+
+    async def count_trials(self, experiment_ids: list[int]) -> dict[int, int]:
+        """How many trials each experiment has (0 for ids without any)."""
+        counts = dict.fromkeys(experiment_ids, 0)
+        if not experiment_ids:
+            return counts
+        stmt = (
+            select(Trial.experiment_id, func.count())
+            .where(Trial.experiment_id.in_(experiment_ids))
+            .group_by(Trial.experiment_id)
+        )
+        async with self._reading() as session:
+            for experiment_id, count in await session.execute(stmt):
+                counts[experiment_id] = int(count)
+        return counts
+
+    # -- allocations ------------------------------------------------------------------------
+
+    async def create_allocation(
+        self, *, id: str, trial_id: int, token_hash: str, slots: int, state: str
+    ) -> Allocation:
+        """Add an allocation (one attempt at running a trial).
+
+        Raises:
+            StoreConflict: the id or token hash is taken.
+            NotFound: no such trial.
+        """
+        allocation = Allocation(
+            id=id,
+            trial_id=trial_id,
+            token_hash=token_hash,
+            state=_plain(state),
+            slots=slots,
+            agent_id=None,
+            slot_ids=None,
+            pid=None,
+            workdir=None,
+            log_offset=0,
+            preempt=False,
+            created_at=utcnow(),
+            started_at=None,
+            ended_at=None,
+            exit_code=None,
+            exit_reason=None,
+        )
+        async with self._writing() as session:
+            session.add(allocation)
+        return allocation
+
+    async def get_allocation(self, allocation_id: str) -> Allocation | None:
+        """The allocation with this id."""
+        async with self._reading() as session:
+            return await session.get(Allocation, allocation_id)
+
+    async def allocation_for_token(self, token_hash: str) -> Allocation | None:
+        """The allocation whose token has this hash, ended or not."""
+        stmt = select(Allocation).where(Allocation.token_hash == token_hash)
+        async with self._reading() as session:
+            return await session.scalar(stmt)
+
+    async def update_allocation(self, allocation_id: str, **fields: Any) -> Allocation:
+        """Set columns of an allocation.
+
+        Raises:
+            NotFound: no such allocation.
+            ValueError: a name that is not a column, or the primary key.
+        """
+        return await self._update(Allocation, allocation_id, fields)
+
+    async def list_open_allocations(self) -> list[Allocation]:
+        """Allocations that have not ended, oldest first."""
+        stmt = (
+            select(Allocation)
+            .where(Allocation.ended_at.is_(None))
+            .order_by(Allocation.created_at, Allocation.id)
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    async def add_metrics(self, trial_id: int, group: str, rows: list[dict[str, Any]]) -> int:
+        """Add a batch of metric rows to one group of a trial, in one statement.
+
+        Args:
+            rows: ``{"steps_completed": int, "metrics": dict, "report_time": datetime}``;
+                ``report_time`` is optional and defaults to now.
+
+        Returns:
+            The number of rows added.
+
+        Raises:
+            NotFound: no such trial.
+        """
+        if not rows:
+            return 0
+        now = utcnow()
+        params = [
+            {
+                "trial_id": trial_id,
+                "group": group,
+                "steps_completed": int(row["steps_completed"]),
+                "metrics": row["metrics"],
+                "report_time": _plain(row.get("report_time") or now),
+            }
+            for row in rows
+        ]
+        # RETURNING makes SQLAlchemy send multi-row VALUES batches ("insertmanyvalues") on both
+        # databases instead of one statement per row.
+        async with self._writing() as session:
+            result = await session.execute(insert(Metric).returning(Metric.id), params)
+            return len(result.all())
+
+    async def get_metrics(
+        self,
+        trial_id: int,
+        *,
+        group: str | None = None,
+        max_points: int | None = None,
+        after: int | None = None,
+    ) -> list[MetricRow]:
+        """A trial's metric rows, ascending by ``steps_completed`` (then id).
+
+        Args:
+            group: only this group; all groups by default.
+            max_points: when a group has more rows than this, keep every k-th row of it with
+                ``k = ceil(n / max_points)``, plus its last row, so a chart of a million points
+                costs about ``max_points`` rows. The thinning is done by the database.
+            after: only rows with ``steps_completed`` greater than this.
+        """
+        where: list[ColumnElement[bool]] = [Metric.trial_id == trial_id]
+        if group is not None:
+            where.append(Metric.group == group)
+        if after is not None:
+            where.append(Metric.steps_completed > after)
+        ordered = select(Metric).where(*where).order_by(Metric.steps_completed, Metric.id)
+        if max_points is None:
+            async with self._reading() as session:
+                return list(await session.scalars(ordered))
+        if max_points < 1:
+            raise ValueError(f"max_points must be >= 1, got {max_points}")
+
+        async with self._reading() as session:
+            if self.dialect == "postgresql":
+                # Count and thinning must see the same rows, or the "last" row could be missed
+                # while a trial is still reporting.
+                await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            count_stmt = select(Metric.group, func.count()).where(*where).group_by(Metric.group)
+            counts = {g: int(n) for g, n in await session.execute(count_stmt)}
+            if all(n <= max_points for n in counts.values()):
+                return list(await session.scalars(ordered))
+
+            # Numbering reads only indexed columns; full rows are fetched for the kept ids alone.
+            numbered = (
+                select(
+                    Metric.id.label("id"),
+                    Metric.group.label("group_name"),
+                    func.row_number()
+                    .over(
+                        partition_by=Metric.group,
+                        order_by=(Metric.steps_completed, Metric.id),
+                    )
+                    .label("rn"),
+                )
+                .where(*where)
+                .subquery("numbered")
+            )
+            keep: list[ColumnElement[bool]] = []
+            small = [g for g, n in counts.items() if n <= max_points]
+            if small:
+                keep.append(numbered.c.group_name.in_(small))
+            for g, n in counts.items():
+                if n > max_points:
+                    k = -(-n // max_points)
+                    keep.append(
+                        and_(
+                            numbered.c.group_name == g,
+                            or_((numbered.c.rn - 1) % k == 0, numbered.c.rn == n),
+                        )
+                    )
+            stmt = (
+                select(Metric)
+                .join(numbered, numbered.c.id == Metric.id)
+                .where(or_(*keep))
+                .order_by(Metric.steps_completed, Metric.id)
+            )
+            return list(await session.scalars(stmt))
+
+    async def latest_metrics(self, trial_id: int, group: str) -> MetricRow | None:
+        """The row with the most ``steps_completed`` (the latest reported on a tie)."""
+        stmt = (
+            select(Metric)
+            .where(Metric.trial_id == trial_id, Metric.group == group)
+            .order_by(Metric.steps_completed.desc(), Metric.id.desc())
+            .limit(1)
+        )
+        async with self._reading() as session:
+            return await session.scalar(stmt)
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    async def add_checkpoint(
+        self,
+        *,
+        uuid: str,
+        trial_id: int,
+        experiment_id: int,
+        allocation_id: str | None,
+        state: str,
+        steps_completed: int,
+        resources: dict[str, int],
+        metadata: dict[str, Any],
+        storage: dict[str, Any],
+        report_time: dt.datetime | None = None,
+    ) -> Checkpoint:
+        """Record a checkpoint; its size is the sum of its resources' sizes.
+
+        Raises:
+            StoreConflict: the uuid is taken.
+            NotFound: no such trial or experiment.
+        """
+        checkpoint = Checkpoint(
+            uuid=uuid,
+            trial_id=trial_id,
+            experiment_id=experiment_id,
+            allocation_id=allocation_id,
+            state=_plain(state),
+            steps_completed=steps_completed,
+            report_time=_plain(report_time or utcnow()),
+            resources=resources,
+            meta=metadata,
+            size=sum(int(v) for v in resources.values()),
+            storage=storage,
+        )
+        async with self._writing() as session:
+            session.add(checkpoint)
+        return checkpoint
+
+    async def get_checkpoint(self, uuid: str) -> Checkpoint | None:
+        """The checkpoint with this uuid."""
+        async with self._reading() as session:
+            return await session.get(Checkpoint, uuid)
+
+    async def list_checkpoints(
+        self,
+        *,
+        experiment_id: int | None = None,
+        trial_id: int | None = None,
+        states: list[str] | None = None,
+    ) -> list[Checkpoint]:
+        """Checkpoints matching every filter given, newest first."""
+        where: list[ColumnElement[bool]] = []
+        if experiment_id is not None:
+            where.append(Checkpoint.experiment_id == experiment_id)
+        if trial_id is not None:
+            where.append(Checkpoint.trial_id == trial_id)
+        if states is not None:
+            where.append(Checkpoint.state.in_([_plain(s) for s in states]))
+        stmt = (
+            select(Checkpoint)
+            .where(*where)
+            .order_by(
+                Checkpoint.report_time.desc(), Checkpoint.steps_completed.desc(), Checkpoint.uuid
+            )
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    async def update_checkpoint(self, uuid: str, **fields: Any) -> Checkpoint:
+        """Set columns of a checkpoint (``state``, ``meta``, ...).
+
+        Raises:
+            NotFound: no such checkpoint.
+            ValueError: a name that is not a column, or the primary key.
+        """
+        return await self._update(Checkpoint, uuid, fields)
+
+    # -- logs -------------------------------------------------------------------------------
+
+    async def add_logs(self, rows: list[dict[str, Any]]) -> int:
+        """Add log lines in one statement.
+
+        Args:
+            rows: ``{"trial_id", "allocation_id", "timestamp", "rank", "stdtype", "message"}``;
+                ``timestamp`` defaults to now, ``rank`` and ``allocation_id`` to ``None``.
+
+        Returns:
+            The number of lines added.
+        """
+        if not rows:
+            return 0
+        now = utcnow()
+        params = [
+            {
+                "trial_id": row["trial_id"],
+                "allocation_id": row.get("allocation_id"),
+                "timestamp": _plain(row.get("timestamp") or now),
+                "rank": row.get("rank"),
+                "stdtype": row["stdtype"],
+                "message": row["message"],
+            }
+            for row in rows
+        ]
+        async with self._writing() as session:
+            result = await session.execute(insert(TaskLog).returning(TaskLog.id), params)
+            return len(result.all())
+
+    async def get_logs(
+        self, trial_id: int, *, after_id: int = 0, limit: int = 1000
+    ) -> list[TaskLog]:
+        """A trial's log lines with id greater than ``after_id``, ascending, at most ``limit``."""
+        stmt = (
+            select(TaskLog)
+            .where(TaskLog.trial_id == trial_id, TaskLog.id > after_id)
+            .order_by(TaskLog.id)
+            .limit(limit)
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))

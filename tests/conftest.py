@@ -1,0 +1,81 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from det_hub.store import Store
+
+# =============================================================================================
+# Databases
+#
+# ``db_url`` is parametrised over SQLite and PostgreSQL, so a test written once runs on both.
+# Every test gets a fresh, empty database: a new SQLite file, or a uniquely named PostgreSQL
+# database created on the server at DET_HUB_TEST_PG_URL (``scripts/test-services.sh start``)
+# and dropped afterwards. Without that variable the PostgreSQL runs are skipped, except in CI,
+# where they fail.
+# =============================================================================================
+
+PG_URL_ENV = "DET_HUB_TEST_PG_URL"
+
+
+def _pg_base_url() -> str:
+    url = os.environ.get(PG_URL_ENV)
+    if url:
+        return url
+    message = f"{PG_URL_ENV} is not set; start PostgreSQL with scripts/test-services.sh start"
+    if os.environ.get("CI") == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    """URL of a new SQLite database file."""
+    return f"sqlite:///{tmp_path / 'det_hub.db'}"
+
+
+@pytest.fixture
+def postgresql_url() -> Iterator[str]:
+    """URL of a new, empty PostgreSQL database, dropped after the test."""
+    base = make_url(_pg_base_url())
+    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"dethub_t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            # FORCE: a failed test may leave connections open (PostgreSQL 13+).
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request: pytest.FixtureRequest) -> str:
+    """URL of a fresh database, once per supported kind."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    """An open store on a fresh database (SQLite and PostgreSQL)."""
+    opened = await Store.open(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+# ============================================================================ end of databases

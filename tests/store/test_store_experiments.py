@@ -1,0 +1,197 @@
+"""Experiments and their context archives."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+from det_hub.states import ExperimentState
+from det_hub.store import NotFound, Store, User, utcnow
+
+
+async def test_create_and_get(store: Store, user: User) -> None:
+    config = {"searcher": {"name": "random", "max_trials": 4}, "hyperparameters": {"lr": 0.1}}
+    created = await store.create_experiment(
+        name="mnist",
+        owner_id=user.id,
+        config=config,
+        original_config="name: mnist\n",
+        context=None,
+        state=ExperimentState.PAUSED,
+        searcher_metric="validation_loss",
+        smaller_is_better=False,
+        resource_pool="gpus",
+        priority=10,
+        description="first",
+        seed=1234,
+    )
+    got = await store.get_experiment(created.id)
+    assert got is not None
+    assert got.id == created.id
+    assert (got.name, got.description, got.owner_id, got.state) == (
+        "mnist",
+        "first",
+        user.id,
+        "PAUSED",
+    )
+    assert got.config == config
+    assert got.original_config == "name: mnist\n"
+    assert (got.searcher_metric, got.smaller_is_better) == ("validation_loss", False)
+    assert (got.resource_pool, got.priority, got.seed) == ("gpus", 10, 1234)
+    assert (got.archived, got.progress, got.searcher_state, got.ended_at) == (
+        False,
+        None,
+        None,
+        None,
+    )
+    assert (got.labels, got.notes) == ([], "")
+    assert got.created_at.utcoffset() == dt.timedelta(0)
+    assert got.created_at == created.created_at
+    assert await store.get_experiment(9999) is None
+
+
+async def test_defaults(store: Store, user: User, make_experiment: Any) -> None:
+    exp = await make_experiment(user.id)
+    got = await store.get_experiment(exp.id)
+    assert got is not None
+    assert (got.resource_pool, got.priority, got.description, got.seed) == ("default", 42, "", 0)
+
+
+async def test_update(store: Store, user: User, make_experiment: Any) -> None:
+    exp = await make_experiment(user.id)
+    ended = dt.datetime(2026, 1, 2, 12, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    updated = await store.update_experiment(
+        exp.id,
+        state=ExperimentState.COMPLETED,
+        progress=1.0,
+        archived=True,
+        ended_at=ended,
+        searcher_state={"trials": {"1": {"rung": 2}}},
+        name="renamed",
+        priority=5,
+        labels=["a", "b"],
+    )
+    assert updated.state == "COMPLETED"
+    assert updated.ended_at == ended
+    assert updated.ended_at is not None and updated.ended_at.utcoffset() == dt.timedelta(0)
+    got = await store.get_experiment(exp.id)
+    assert got is not None
+    assert (got.state, got.progress, got.archived, got.name, got.priority) == (
+        "COMPLETED",
+        1.0,
+        True,
+        "renamed",
+        5,
+    )
+    assert got.ended_at == ended
+    assert got.ended_at is not None and got.ended_at.tzinfo is not None
+    assert got.ended_at.utcoffset() == dt.timedelta(0)
+    assert got.searcher_state == {"trials": {"1": {"rung": 2}}}
+    assert got.labels == ["a", "b"]
+
+    with pytest.raises(NotFound):
+        await store.update_experiment(9999, state="PAUSED")
+    with pytest.raises(ValueError, match="no column"):
+        await store.update_experiment(exp.id, colour="red")
+    with pytest.raises(ValueError, match="primary key"):
+        await store.update_experiment(exp.id, id=5)
+
+
+async def test_create_with_missing_owner_is_not_found(store: Store, make_experiment: Any) -> None:
+    with pytest.raises(NotFound):
+        await make_experiment(9999)
+    assert await store.list_experiments() == ([], 0)
+
+
+async def test_list_filters_pagination_and_total(
+    store: Store, user: User, make_experiment: Any
+) -> None:
+    bob = await store.create_user("bob")
+    ids = []
+    for i in range(7):
+        exp = await make_experiment(
+            user.id if i % 2 == 0 else bob.id,
+            name=f"e{i}",
+            state="ACTIVE" if i < 4 else "COMPLETED",
+        )
+        ids.append(exp.id)
+    await store.update_experiment(ids[1], archived=True)
+    await store.update_experiment(ids[5], archived=True)
+    newest_first = ids[::-1]
+
+    page, total = await store.list_experiments(limit=3)
+    assert total == 7
+    assert [e.id for e in page] == newest_first[:3]
+    page, total = await store.list_experiments(limit=3, offset=3)
+    assert (total, [e.id for e in page]) == (7, newest_first[3:6])
+    page, total = await store.list_experiments(limit=3, offset=6)
+    assert (total, [e.id for e in page]) == (7, newest_first[6:])
+    page, total = await store.list_experiments(offset=10)
+    assert (page, total) == ([], 7)
+
+    page, total = await store.list_experiments(states=["COMPLETED"])
+    assert (total, [e.id for e in page]) == (3, [ids[6], ids[5], ids[4]])
+    page, total = await store.list_experiments(states=[ExperimentState.ACTIVE, "COMPLETED"])
+    assert total == 7
+    page, total = await store.list_experiments(states=[])
+    assert (page, total) == ([], 0)
+
+    page, total = await store.list_experiments(archived=True)
+    assert (total, [e.id for e in page]) == (2, [ids[5], ids[1]])
+    page, total = await store.list_experiments(archived=False)
+    assert total == 5 and ids[1] not in [e.id for e in page]
+
+    page, total = await store.list_experiments(owner_id=bob.id)
+    assert (total, [e.id for e in page]) == (3, [ids[5], ids[3], ids[1]])
+    page, total = await store.list_experiments(
+        owner_id=bob.id, states=["ACTIVE"], archived=False, limit=1
+    )
+    assert (total, [e.id for e in page]) == (1, [ids[3]])
+
+    recovering = await store.list_experiments_in_states(["ACTIVE", "PAUSED"])
+    assert [e.id for e in recovering] == ids[:4]
+
+
+async def test_context_round_trip_and_not_loaded_by_list(
+    store: Store, user: User, make_experiment: Any
+) -> None:
+    blob = os.urandom(5 * 1024 * 1024)
+    exp = await make_experiment(user.id, context=blob)
+    bare = await make_experiment(user.id)
+    assert await store.get_experiment_context(exp.id) == blob
+    assert await store.get_experiment_context(bare.id) is None
+    assert await store.get_experiment_context(9999) is None
+
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    engine = store._engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        page, total = await store.list_experiments()
+        got = await store.get_experiment(exp.id)
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
+    assert total == 2 and got is not None
+    assert statements, "no SQL captured"
+    assert not any(re.search(r"experiment_contexts|\barchive\b", s) for s in statements)
+    assert "archive" not in vars(got)
+
+
+async def test_returned_objects_are_usable_after_the_call(
+    store: Store, user: User, make_experiment: Any
+) -> None:
+    exp = await make_experiment(user.id)
+    page, _ = await store.list_experiments()
+    await store.update_experiment(exp.id, name="changed")
+    # Detached, fully loaded snapshots: reading attributes needs no session.
+    assert page[0].name == "mnist"
+    assert page[0].config["searcher"]["name"] == "single"
+    assert abs(utcnow() - page[0].created_at) < dt.timedelta(minutes=1)

@@ -1,0 +1,151 @@
+"""Metrics: batch inserts, ordering, filters and downsampling in the database."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pytest
+from sqlalchemy import text
+
+from det_hub.store import NotFound, Store, Trial
+
+
+def _rows(steps: range, **extra: float) -> list[dict]:
+    return [{"steps_completed": s, "metrics": {"loss": 1.0 / (s + 1), **extra}} for s in steps]
+
+
+def _expected_downsample(steps: list[int], max_points: int) -> list[int]:
+    """What downsampling keeps of one group's ordered steps: every k-th row and the last."""
+    n = len(steps)
+    if n <= max_points:
+        return steps
+    k = math.ceil(n / max_points)
+    return [s for i, s in enumerate(steps) if i % k == 0 or i == n - 1]
+
+
+async def test_insert_ten_thousand_and_downsample(store: Store, trial: Trial) -> None:
+    assert await store.add_metrics(trial.id, "training", _rows(range(10_000))) == 10_000
+
+    every = await store.get_metrics(trial.id)
+    assert len(every) == 10_000
+    assert [m.steps_completed for m in every] == list(range(10_000))
+    assert every[5].metrics == {"loss": 1.0 / 6}
+    assert (every[5].group, every[5].trial_id) == ("training", trial.id)
+    assert every[5].report_time.utcoffset() == dt.timedelta(0)
+
+    sampled = await store.get_metrics(trial.id, max_points=100)
+    steps = [m.steps_completed for m in sampled]
+    # k = 100: rows 0, 100, ..., 9900, and the last row kept as well.
+    assert len(sampled) == 101
+    assert steps == [*range(0, 10_000, 100), 9_999]
+    assert steps[0] == 0 and steps[-1] == 9_999
+    assert steps == sorted(steps)
+    assert sampled[-1].metrics == {"loss": 1.0 / 10_000}
+
+    after = await store.get_metrics(trial.id, after=9_000)
+    assert [m.steps_completed for m in after] == list(range(9_001, 10_000))
+    after_sampled = await store.get_metrics(trial.id, after=9_000, max_points=10)
+    assert [m.steps_completed for m in after_sampled] == _expected_downsample(
+        list(range(9_001, 10_000)), 10
+    )
+
+
+@pytest.mark.parametrize(
+    "n,max_points", [(1, 1), (5, 1), (10, 3), (99, 10), (100, 10), (101, 10), (7, 100)]
+)
+async def test_downsample_matches_reference(
+    store: Store, trial: Trial, n: int, max_points: int
+) -> None:
+    await store.add_metrics(trial.id, "training", _rows(range(n)))
+    got = await store.get_metrics(trial.id, max_points=max_points)
+    assert [m.steps_completed for m in got] == _expected_downsample(list(range(n)), max_points)
+    assert len(got) <= max_points + 1
+
+
+async def test_groups_are_downsampled_separately(store: Store, trial: Trial) -> None:
+    await store.add_metrics(trial.id, "training", _rows(range(0, 1_000)))
+    await store.add_metrics(trial.id, "validation", _rows(range(0, 1_000, 100)))
+
+    both = await store.get_metrics(trial.id, max_points=50)
+    training = [m.steps_completed for m in both if m.group == "training"]
+    validation = [m.steps_completed for m in both if m.group == "validation"]
+    assert training == _expected_downsample(list(range(1_000)), 50)
+    assert validation == list(range(0, 1_000, 100))  # 10 rows: under the limit, all kept
+    assert [(m.steps_completed, m.id) for m in both] == sorted(
+        (m.steps_completed, m.id) for m in both
+    )
+
+    only_val = await store.get_metrics(trial.id, group="validation")
+    assert [m.steps_completed for m in only_val] == list(range(0, 1_000, 100))
+    assert {m.group for m in only_val} == {"validation"}
+    assert await store.get_metrics(trial.id, group="nope", max_points=5) == []
+    with pytest.raises(ValueError):
+        await store.get_metrics(trial.id, max_points=0)
+
+
+async def test_ties_keep_insertion_order_and_latest(store: Store, trial: Trial) -> None:
+    when = dt.datetime(2026, 5, 1, 8, 30, tzinfo=dt.timezone(dt.timedelta(hours=-5)))
+    await store.add_metrics(
+        trial.id,
+        "validation",
+        [
+            {"steps_completed": 10, "metrics": {"v": 1}, "report_time": when},
+            {"steps_completed": 5, "metrics": {"v": 2}},
+            {"steps_completed": 10, "metrics": {"v": 3}},
+        ],
+    )
+    got = await store.get_metrics(trial.id, group="validation")
+    assert [m.metrics["v"] for m in got] == [2, 1, 3]
+    assert got[1].report_time == when
+    assert got[1].report_time.utcoffset() == dt.timedelta(0)
+    latest = await store.latest_metrics(trial.id, "validation")
+    assert latest is not None and latest.metrics == {"v": 3}
+    assert await store.latest_metrics(trial.id, "training") is None
+
+
+async def test_add_metrics_edge_cases(store: Store, trial: Trial) -> None:
+    assert await store.add_metrics(trial.id, "training", []) == 0
+    with pytest.raises(NotFound):
+        await store.add_metrics(9999, "training", _rows(range(3)))
+    assert await store.get_metrics(trial.id) == []
+
+
+async def _fill_million(store: Store, trial_id: int, n: int) -> None:
+    """Generate the rows inside the database: a million inserts from Python would dominate."""
+    if store.dialect == "postgresql":
+        sql = text(
+            "INSERT INTO metrics (trial_id, group_name, steps_completed, report_time, metrics) "
+            "SELECT :trial, 'training', g, now(), jsonb_build_object('loss', 1.0 / g) "
+            "FROM generate_series(1, :n) AS g"
+        )
+    else:
+        sql = text(
+            "WITH RECURSIVE s(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM s WHERE x < :n) "
+            "INSERT INTO metrics (trial_id, group_name, steps_completed, report_time, metrics) "
+            "SELECT :trial, 'training', x, '2026-01-01 00:00:00.000000', "
+            "json_object('loss', 1.0 / x) FROM s"
+        )
+    async with store._engine.begin() as conn:
+        await conn.execute(sql, {"trial": trial_id, "n": n})
+
+
+@pytest.mark.slow
+async def test_million_points_downsample_to_a_thousand(store: Store, trial: Trial) -> None:
+    n = 1_000_000
+    await _fill_million(store, trial.id, n)
+    await store.add_metrics(trial.id, "validation", _rows(range(0, n, 10_000)))
+
+    got = await store.get_metrics(trial.id, group="training", max_points=1_000)
+    steps = [m.steps_completed for m in got]
+    assert len(got) == 1_001  # k = 1000: 1000 evenly spaced rows and the last
+    assert steps[0] == 1 and steps[-1] == n
+    assert steps[:3] == [1, 1_001, 2_001]
+    assert steps == sorted(steps)
+    assert got[-1].metrics["loss"] == pytest.approx(1.0 / n)
+    assert got[-1].report_time.tzinfo is not None
+
+    latest = await store.latest_metrics(trial.id, "training")
+    assert latest is not None and latest.steps_completed == n
+    tail = await store.get_metrics(trial.id, group="training", after=n - 5)
+    assert [m.steps_completed for m in tail] == list(range(n - 4, n + 1))
