@@ -1,0 +1,17 @@
+"""Building the SDK client from the CLI's global options."""
+
+from __future__ import annotations
+
+import argparse
+
+from det_hub.client import Client
+
+
+def client_from_args(args: argparse.Namespace) -> Client:
+    """A client for the master named by ``-m/--master`` and ``--token`` (or their env vars)."""
+    return Client(getattr(args, "master", None), getattr(args, "token", None))
+
+
+class UserError(Exception):
+    """A mistake in what the user asked for (a missing file, a bad option); shown without a
+    traceback."""

@@ -1,0 +1,275 @@
+"""``det-hub experiment``: create, list, describe and control experiments."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from det_hub.client import Client, Experiment, Trial
+
+from . import _render as r
+from ._connect import UserError, client_from_args
+from .trial import format_log_line
+
+#: Seconds between checks while waiting for an experiment's first trial.
+TRIAL_POLL_SECONDS = 1.0
+
+
+def read_config(path: str) -> str:
+    """Reads an experiment config file, turning file errors into a :class:`UserError`."""
+    config_path = Path(path)
+    try:
+        return config_path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"config file {path} not found") from None
+    except IsADirectoryError:
+        raise UserError(f"config file {path} is a directory, not a YAML file") from None
+    except UnicodeDecodeError:
+        raise UserError(f"config file {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise UserError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+
+
+class _UploadBar:
+    """Shows the upload of an experiment's body as a tqdm bar on stderr."""
+
+    def __init__(self) -> None:
+        self._bar: tqdm[Any] | None = None
+
+    def __call__(self, sent: int, total: int) -> None:
+        if self._bar is None:
+            self._bar = tqdm(
+                total=total, unit="B", unit_scale=True, unit_divisor=1024,
+                desc="Uploading", file=sys.stderr, leave=False,
+            )
+        self._bar.update(sent - self._bar.n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _create(args: argparse.Namespace) -> int:
+    config_text = read_config(args.config)
+    client = client_from_args(args)
+    bar = _UploadBar()
+    try:
+        experiment = client.create_experiment(
+            config_text, args.context, activate=not args.paused, name=args.name, progress=bar
+        )
+    finally:
+        bar.close()
+    print(f"Created experiment {experiment.id}")
+    if args.follow:
+        return follow_experiment(client, experiment.id)
+    return 0
+
+
+def _wait_first_trial(client: Client, experiment_id: int) -> Trial | None:
+    """The experiment's first trial once it exists; ``None`` if the experiment ends without one."""
+    while True:
+        trials = client.list_trials(experiment_id)
+        if trials:
+            return min(trials, key=lambda t: t.id)
+        if client.get_experiment(experiment_id).is_terminal:
+            return None
+        time.sleep(TRIAL_POLL_SECONDS)
+
+
+def follow_experiment(client: Client, experiment_id: int) -> int:
+    """Prints the first trial's logs, then waits for the experiment to end.
+
+    Returns:
+        0 if the experiment COMPLETED, 1 if it ended otherwise, 130 if the user pressed Ctrl-C
+        (which stops following only; the experiment goes on).
+    """
+    try:
+        trial = _wait_first_trial(client, experiment_id)
+        if trial is not None:
+            print(f"Following trial {trial.id} of experiment {experiment_id}", file=sys.stderr)
+            for line in client.trial_logs(trial.id, follow=True):
+                print(format_log_line(line), flush=True)
+        experiment = client.wait_for_experiment(experiment_id)
+    except KeyboardInterrupt:
+        print(
+            f"\nStopped following experiment {experiment_id}; it keeps running. "
+            f"To stop it: det-hub experiment kill {experiment_id}",
+            file=sys.stderr,
+        )
+        return 130
+    print(f"Experiment {experiment_id} ended: {experiment.state}")
+    return 0 if experiment.state == "COMPLETED" else 1
+
+
+def _experiment_row(e: Experiment, show_archived: bool) -> list[Any]:
+    row: list[Any] = [
+        e.id, e.owner or r.NONE, e.name or r.NONE, e.state, r.fmt_percent(e.progress), e.num_trials,
+        e.resource_pool or r.NONE, r.fmt_time(e.created_at), r.fmt_duration(e.created_at, e.ended_at),
+    ]
+    if show_archived:
+        row.append(r.fmt_bool(e.archived))
+    return row
+
+
+def _list(args: argparse.Namespace) -> int:
+    client = client_from_args(args)
+    # Like Determined's `det e list`: your own unarchived experiments unless asked otherwise.
+    owner = None if args.all else client.me().username
+    archived = None if args.archived else False
+    experiments = client.list_experiments(
+        archived=archived, owner=owner, state=args.state, limit=args.limit, offset=args.offset
+    )
+    if args.json:
+        r.print_json(experiments.raw)
+        return 0
+    headers = ["ID", "Owner", "Name", "State", "Progress", "Trials", "Pool", "Started", "Duration"]
+    if args.archived:
+        headers.append("Archived")
+    r.print_table(headers, (_experiment_row(e, args.archived) for e in experiments))
+    if experiments.total > args.offset + len(experiments):
+        print(
+            f"Showing {len(experiments)} of {experiments.total}; see more with --offset "
+            f"{args.offset + len(experiments)} or a larger --limit",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def trial_rows(trials: list[Trial]) -> tuple[list[str], list[list[Any]]]:
+    """Headers and rows of a trials table (shared by ``describe`` and ``list-trials``)."""
+    headers = ["ID", "State", "Run state", "Steps", "Progress", "Restarts", "Metric", "Hyperparameters", "Checkpoint"]
+    rows = [
+        [
+            t.id, t.state, r.or_none(t.run_state), t.steps_completed, r.fmt_percent(t.progress),
+            t.restarts, r.fmt_value(t.searcher_metric_value), r.fmt_mapping(t.hparams),
+            t.latest_checkpoint or r.NONE,
+        ]
+        for t in sorted(trials, key=lambda t: t.id)
+    ]
+    return headers, rows
+
+
+def best_trial(experiment: Experiment, trials: list[Trial]) -> Trial | None:
+    """The trial with the best searcher metric, honouring ``smaller_is_better``."""
+    scored = [t for t in trials if t.searcher_metric_value is not None]
+    if not scored:
+        return None
+    pick = min if experiment.smaller_is_better else max
+    return pick(scored, key=lambda t: float(t.searcher_metric_value or 0.0))
+
+
+def _describe(args: argparse.Namespace) -> int:
+    client = client_from_args(args)
+    experiment = client.get_experiment(args.id)
+    trials = client.list_trials(args.id)
+    if args.json:
+        r.print_json({"experiment": experiment.raw, "trials": trials.raw.get("trials", [])})
+        return 0
+    searcher = experiment.config.get("searcher")
+    searcher_name = searcher.get("name") if isinstance(searcher, dict) else None
+    metric = experiment.searcher_metric
+    direction = "smaller is better" if experiment.smaller_is_better else "larger is better"
+    r.print_fields([
+        ("ID", experiment.id),
+        ("Name", r.or_none(experiment.name)),
+        ("Description", r.or_none(experiment.description)),
+        ("Owner", r.or_none(experiment.owner)),
+        ("State", experiment.state),
+        ("Progress", r.fmt_percent(experiment.progress)),
+        ("Archived", r.fmt_bool(experiment.archived)),
+        ("Searcher", r.or_none(searcher_name)),
+        ("Metric", f"{metric} ({direction})" if metric else r.NONE),
+        ("Resource pool", r.or_none(experiment.resource_pool)),
+        ("Priority", r.or_none(experiment.priority)),
+        ("Trials", len(trials)),
+        ("Started", r.fmt_time(experiment.created_at)),
+        ("Ended", r.fmt_time(experiment.ended_at)),
+        ("Duration", r.fmt_duration(experiment.created_at, experiment.ended_at)),
+    ])
+    print()
+    print("Trials:")
+    r.print_table(*trial_rows(list(trials)))
+    best = best_trial(experiment, list(trials))
+    if best is not None:
+        print()
+        print(
+            f"Best {metric or 'metric'}: {r.fmt_value(best.searcher_metric_value)} "
+            f"(trial {best.id}, {r.fmt_mapping(best.hparams)})"
+        )
+    return 0
+
+
+def _list_trials(args: argparse.Namespace) -> int:
+    trials = client_from_args(args).list_trials(args.id)
+    if args.json:
+        r.print_json(trials.raw)
+        return 0
+    r.print_table(*trial_rows(list(trials)))
+    return 0
+
+
+def _action(method: Callable[[Client, int], Experiment]) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        experiment = method(client_from_args(args), args.id)
+        if args.json:
+            r.print_json({"experiment": experiment.raw})
+        else:
+            archived = " (archived)" if experiment.archived else ""
+            print(f"Experiment {experiment.id}: {experiment.state}{archived}")
+        return 0
+
+    return run
+
+
+_ACTIONS: dict[str, tuple[Callable[[Client, int], Experiment], str]] = {
+    "pause": (Client.pause_experiment, "pause an active experiment"),
+    "activate": (Client.activate_experiment, "activate a paused experiment"),
+    "kill": (Client.kill_experiment, "stop an experiment's trials now; it ends CANCELED"),
+    "archive": (Client.archive_experiment, "hide a finished experiment from lists"),
+    "unarchive": (Client.unarchive_experiment, "show an archived experiment again"),
+}
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], json_parent: argparse.ArgumentParser) -> None:
+    """Adds ``experiment`` (alias ``e``) and its verbs."""
+    noun = subparsers.add_parser("experiment", aliases=["e"], help="manage experiments")
+    verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    create = verbs.add_parser("create", help="submit an experiment")
+    create.add_argument("config", metavar="CONFIG", help="experiment config file (YAML)")
+    create.add_argument("context", metavar="CONTEXT", help="model definition directory")
+    create.add_argument("-f", "--follow", action="store_true",
+                        help="print the first trial's logs and wait for the experiment to end; "
+                        "exit 0 if it completes, 1 otherwise")
+    create.add_argument("--paused", action="store_true", help="create it paused")
+    create.add_argument("--name", help="experiment name (replaces the config's)")
+    create.set_defaults(func=_create)
+
+    listing = verbs.add_parser("list", parents=[json_parent], help="list your experiments")
+    listing.add_argument("--all", "-a", action="store_true", help="every user's experiments")
+    listing.add_argument("--archived", action="store_true", help="include archived experiments")
+    listing.add_argument("--state", help="only experiments in this state (e.g. ACTIVE)")
+    listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    listing.add_argument("--offset", type=int, default=0, help="skip this many")
+    listing.set_defaults(func=_list)
+
+    describe = verbs.add_parser("describe", parents=[json_parent],
+                                help="show an experiment, its trials and its best metric")
+    describe.add_argument("id", metavar="ID", type=int)
+    describe.set_defaults(func=_describe)
+
+    list_trials = verbs.add_parser("list-trials", aliases=["lt"], parents=[json_parent],
+                                   help="list an experiment's trials")
+    list_trials.add_argument("id", metavar="ID", type=int)
+    list_trials.set_defaults(func=_list_trials)
+
+    for verb, (method, text) in _ACTIONS.items():
+        action = verbs.add_parser(verb, parents=[json_parent], help=text)
+        action.add_argument("id", metavar="ID", type=int)
+        action.set_defaults(func=_action(method))

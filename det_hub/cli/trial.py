@@ -1,0 +1,106 @@
+"""``det-hub trial``: describe a trial, show its logs and metrics."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from . import _render as r
+from ._connect import client_from_args
+
+
+def format_log_line(line: dict[str, Any]) -> str:
+    """A log row as ``[timestamp] [rank=0] message``; the rank part is left out when unknown."""
+    message = str(line.get("message", "")).rstrip("\n")
+    parts = []
+    if line.get("timestamp"):
+        parts.append(f"[{line['timestamp']}]")
+    if line.get("rank") is not None:
+        parts.append(f"[rank={line['rank']}]")
+    parts.append(message)
+    return " ".join(parts)
+
+
+def _describe(args: argparse.Namespace) -> int:
+    trial = client_from_args(args).get_trial(args.id)
+    if args.json:
+        r.print_json({"trial": trial.raw})
+        return 0
+    best = trial.best_validation or {}
+    r.print_fields([
+        ("ID", trial.id),
+        ("Experiment", trial.experiment_id),
+        ("State", trial.state),
+        ("Run state", r.or_none(trial.run_state)),
+        ("Steps completed", trial.steps_completed),
+        ("Progress", r.fmt_percent(trial.progress)),
+        ("Restarts", trial.restarts),
+        ("Seed", r.or_none(trial.seed)),
+        ("Hyperparameters", r.fmt_mapping(trial.hparams)),
+        ("Searcher metric", r.fmt_value(trial.searcher_metric_value)),
+        ("Best validation",
+         f"{r.fmt_mapping(best.get('metrics'))} at step {best.get('steps_completed')}" if best else r.NONE),
+        ("Latest checkpoint", r.or_none(trial.latest_checkpoint)),
+        ("Started", r.fmt_time(trial.created_at)),
+        ("Ended", r.fmt_time(trial.ended_at)),
+        ("Duration", r.fmt_duration(trial.created_at, trial.ended_at)),
+    ])
+    return 0
+
+
+def _logs(args: argparse.Namespace) -> int:
+    client = client_from_args(args)
+    try:
+        for line in client.trial_logs(args.id, follow=args.follow, after_id=args.after_id):
+            # One JSON object per line (NDJSON, as the master streams it), so it pipes into jq.
+            text = json.dumps(line) if args.json else format_log_line(line)
+            print(text, flush=args.follow)
+    except KeyboardInterrupt:
+        if args.follow:
+            print(f"\nStopped following trial {args.id}; it keeps running.", file=sys.stderr)
+            return 130
+        raise
+    return 0
+
+
+def _metrics(args: argparse.Namespace) -> int:
+    reports = client_from_args(args).trial_metrics(args.id, group=args.group, max_points=args.max_points)
+    if args.json:
+        r.print_json(reports.raw)
+        return 0
+    names: list[str] = []
+    for report in reports:
+        names.extend(name for name in report.metrics if name not in names)
+    headers = ["Group", "Steps", "Reported", *names]
+    rows = [
+        [report.group, report.steps_completed, r.fmt_time(report.report_time),
+         *(r.fmt_value(report.metrics.get(name)) if name in report.metrics else "" for name in names)]
+        for report in reports
+    ]
+    r.print_table(headers, rows)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], json_parent: argparse.ArgumentParser) -> None:
+    """Adds ``trial`` (alias ``t``) and its verbs."""
+    noun = subparsers.add_parser("trial", aliases=["t"], help="inspect trials")
+    verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+    describe = verbs.add_parser("describe", parents=[json_parent], help="show a trial")
+    describe.add_argument("id", metavar="ID", type=int)
+    describe.set_defaults(func=_describe)
+
+    logs = verbs.add_parser("logs", parents=[json_parent],
+                            help="print a trial's logs (--json: one JSON object per line)")
+    logs.add_argument("id", metavar="ID", type=int)
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the trial ends")
+    logs.add_argument("--after-id", type=int, default=0, help="only lines after this log id")
+    logs.set_defaults(func=_logs)
+
+    metrics = verbs.add_parser("metrics", parents=[json_parent], help="print a trial's metrics")
+    metrics.add_argument("id", metavar="ID", type=int)
+    metrics.add_argument("--group", choices=["training", "validation"], help="only this group")
+    metrics.add_argument("--max-points", type=int, help="downsample to about this many reports")
+    metrics.set_defaults(func=_metrics)

@@ -1,0 +1,627 @@
+"""The REST client: one :class:`Client` per master, holding its own HTTP session."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any, NoReturn
+
+import requests
+import yaml
+
+from ._context import pack_context
+from ._errors import DetHubError, MasterError, MasterUnreachable
+from ._objects import (
+    Agent,
+    Checkpoint,
+    Experiment,
+    Job,
+    Listing,
+    MetricReport,
+    NewUser,
+    ResourcePool,
+    Trial,
+    User,
+)
+from ._settings import resolve_master, resolve_token
+
+ProgressCallback = Callable[[int, int], None]
+
+API_PREFIX = "/api/v1"
+_UPLOAD_CHUNK = 256 * 1024
+# A followed log stream may be quiet for long stretches; after this long without a byte the
+# client reconnects (from the last id seen), which also notices half-open connections.
+_FOLLOW_READ_TIMEOUT = 60.0
+_CREATE_READ_TIMEOUT = 120.0
+# Answers a proxy gives while the master behind it restarts: worth retrying while following.
+_RETRYABLE_STATUSES = frozenset({502, 503, 504})
+
+
+class _UploadBody:
+    """A request body sent in chunks, reporting how much has gone out.
+
+    ``__len__`` lets requests send a Content-Length instead of chunked encoding, which every
+    server and proxy on the way accepts.
+    """
+
+    def __init__(self, payload: bytes, progress: ProgressCallback | None) -> None:
+        self._payload = payload
+        self._progress = progress
+
+    def __len__(self) -> int:
+        return len(self._payload)
+
+    def __iter__(self) -> Iterator[bytes]:
+        total = len(self._payload)
+        view = memoryview(self._payload)
+        sent = 0
+        if self._progress is not None:
+            self._progress(0, total)
+        while sent < total:
+            chunk = bytes(view[sent : sent + _UPLOAD_CHUNK])
+            yield chunk
+            sent += len(chunk)
+            if self._progress is not None:
+                self._progress(sent, total)
+
+
+class _StreamBroken(Exception):
+    """A streamed answer ended without its proper end (connection dropped or timed out)."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.timed_out = "timed out" in str(cause).lower() or isinstance(cause, requests.Timeout)
+
+
+def _short_reason(exc: BaseException) -> str:
+    """The useful part of a requests connection error, e.g. ``[Errno 111] Connection refused``."""
+    if isinstance(exc, requests.Timeout):
+        return "timed out"
+    text = str(exc)
+    match = re.search(r"\[Errno -?\d+\][^'\")]*", text)
+    if match:
+        return match.group(0).strip()
+    return type(exc).__name__
+
+
+def _bool_param(value: bool) -> str:
+    return "true" if value else "false"
+
+
+def _error_from_response(response: requests.Response) -> MasterError:
+    message = ""
+    details: list[Any] = []
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        message = str(body.get("error") or body.get("message") or "")
+        raw_details = body.get("details")
+        if isinstance(raw_details, list):
+            details = raw_details
+        elif raw_details:
+            details = [raw_details]
+    if not message:
+        message = f"the master answered {response.status_code} {response.reason or ''}".strip()
+    return MasterError(response.status_code, message, details)
+
+
+class Client:
+    """A client of one det_hub master's REST API.
+
+    Args:
+        master: The master's URL. Default: ``DET_HUB_MASTER``, else ``http://127.0.0.1:8080``.
+            Behind JupyterHub, give the service URL (``https://hub/services/det-hub``).
+        token: The user token. Default: ``DET_HUB_TOKEN``, else, for a master on this machine,
+            the ``admin-token`` file in the data directory (``DET_HUB_DATA_DIR``, default
+            ``~/.det_hub``) that ``det-hub master`` writes.
+        timeout: Seconds to wait for the master to connect and for each answer.
+        session: A :class:`requests.Session` to use (a new one by default).
+
+    Every method raises :class:`MasterError` when the master answers with an error and
+    :class:`MasterUnreachable` when it cannot be reached.
+    """
+
+    def __init__(
+        self,
+        master: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float = 30,
+        session: requests.Session | None = None,
+    ) -> None:
+        self.master = resolve_master(master)
+        self.token = resolve_token(token, self.master)
+        self.timeout = timeout
+        self._session = session if session is not None else requests.Session()
+
+    def __repr__(self) -> str:
+        return f"Client(master={self.master!r})"
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the client's HTTP connections."""
+        self._session.close()
+
+    @property
+    def api_url(self) -> str:
+        """The base URL of the REST API, e.g. ``http://127.0.0.1:8080/api/v1``."""
+        return self.master + API_PREFIX
+
+    # -- plumbing ---------------------------------------------------------------------------
+
+    def _headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        if extra:
+            headers.update(extra)
+        return headers
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+        data: Any = None,
+        headers: Mapping[str, str] | None = None,
+        stream: bool = False,
+        timeout: float | tuple[float, float] | None = None,
+    ) -> requests.Response:
+        """Sends one request; raises :class:`MasterError` on an error status."""
+        clean_params = {}
+        for key, value in (params or {}).items():
+            if value is None:
+                continue
+            clean_params[key] = _bool_param(value) if isinstance(value, bool) else value
+        try:
+            response = self._session.request(
+                method,
+                self.api_url + path,
+                params=clean_params or None,
+                json=json_body,
+                data=data,
+                headers=self._headers(headers),
+                stream=stream,
+                timeout=timeout if timeout is not None else self.timeout,
+            )
+        except (requests.ConnectionError, requests.Timeout) as exc:
+            raise MasterUnreachable(self.master, _short_reason(exc)) from exc
+        if response.status_code >= 400:
+            error = _error_from_response(response)
+            response.close()
+            raise error
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        response = self._request(method, path, **kwargs)
+        try:
+            body = response.json()
+        except ValueError:
+            raise MasterError(
+                response.status_code,
+                f"the answer from {self.master} to {method} {path} is not JSON; "
+                "is the URL that of a det_hub master?",
+            ) from None
+        if not isinstance(body, dict):
+            raise MasterError(response.status_code, f"unexpected answer to {method} {path}")
+        return body
+
+    def _get(self, path: str, params: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        return self._json("GET", path, params=params)
+
+    def _post(self, path: str, body: Any = None) -> dict[str, Any]:
+        return self._json("POST", path, json_body=body if body is not None else {})
+
+    @staticmethod
+    def _items(body: dict[str, Any], key: str) -> list[dict[str, Any]]:
+        items = body.get(key)
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    # -- cluster ----------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any]:
+        """Returns the master's health, ``{"status": "ok", "version": ...}``; needs no token."""
+        return self._get("/health")
+
+    def openapi(self) -> dict[str, Any]:
+        """Returns the master's OpenAPI 3 document."""
+        return self._get("/openapi.json")
+
+    def me(self) -> User:
+        """Returns the user that the client's token belongs to."""
+        body = self._get("/me")
+        user = body.get("user")
+        return User.from_json(user if isinstance(user, dict) else {})
+
+    def list_agents(self) -> Listing[Agent]:
+        """Returns the agents and their slots."""
+        body = self._get("/agents")
+        return Listing([Agent.from_json(a) for a in self._items(body, "agents")], body)
+
+    def list_resource_pools(self) -> Listing[ResourcePool]:
+        """Returns the resource pools with their slot usage."""
+        body = self._get("/resource_pools")
+        return Listing(
+            [ResourcePool.from_json(p) for p in self._items(body, "resource_pools")], body
+        )
+
+    def list_jobs(self) -> Listing[Job]:
+        """Returns the scheduler's queue: queued and running allocations."""
+        body = self._get("/jobs")
+        return Listing([Job.from_json(j) for j in self._items(body, "jobs")], body)
+
+    def list_users(self) -> Listing[User]:
+        """Returns the master's users."""
+        body = self._get("/users")
+        return Listing([User.from_json(u) for u in self._items(body, "users")], body)
+
+    def create_user(self, username: str, admin: bool = False) -> NewUser:
+        """Creates a user (admins only) and returns it with its token, which is not shown again."""
+        body = self._json("POST", "/users", json_body={"username": username, "admin": admin})
+        return NewUser.from_json(body)
+
+    # -- experiments ------------------------------------------------------------------------
+
+    def create_experiment(
+        self,
+        config_text: str | Mapping[str, Any],
+        context_dir: str | Path | None,
+        *,
+        activate: bool = True,
+        name: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Experiment:
+        """Submits an experiment.
+
+        Args:
+            config_text: The experiment config as YAML text (or as a mapping).
+            context_dir: The model-definition directory, packed with :func:`pack_context`;
+                ``None`` sends no context.
+            activate: Whether the experiment starts at once (else it is created PAUSED).
+            name: A name that replaces the config's ``name``.
+            progress: Called as ``progress(bytes_sent, bytes_total)`` while the body uploads.
+
+        Returns:
+            The created experiment.
+
+        Raises:
+            ContextError: The context cannot be packed (see :func:`pack_context`); nothing was
+                sent.
+            ContextTooLarge: The context is over the limit; nothing was sent.
+            MasterError: The master refused the experiment (400 for a bad config, with one
+                detail per wrong key).
+        """
+        if not isinstance(config_text, str):
+            config_text = yaml.safe_dump(dict(config_text), sort_keys=False)
+        if name is not None:
+            config_text = _with_name(config_text, name)
+        context = pack_context(context_dir) if context_dir is not None else None
+        payload = json.dumps(
+            {
+                "config": config_text,
+                "context": base64.b64encode(context).decode("ascii") if context is not None else None,
+                "activate": activate,
+            }
+        ).encode("utf-8")
+        body = self._json(
+            "POST",
+            "/experiments",
+            data=_UploadBody(payload, progress),
+            headers={"Content-Type": "application/json"},
+            # The master unpacks and validates before it answers; allow it more than a plain GET.
+            timeout=(self.timeout, max(self.timeout, _CREATE_READ_TIMEOUT)),
+        )
+        return Experiment.from_json(_object(body, "experiment"))
+
+    def list_experiments(
+        self,
+        state: str | None = None,
+        archived: bool | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> Listing[Experiment]:
+        """Returns one page of experiments, newest first.
+
+        Args:
+            state: Only experiments in this state (``ACTIVE``, ``COMPLETED``, ...).
+            archived: Only archived (``True``) or only unarchived (``False``) ones; ``None``
+                for both.
+            owner: Only this user's experiments.
+            limit: Page size (the master allows at most 1000).
+            offset: How many to skip.
+
+        Returns:
+            The experiments; ``.pagination["total"]`` tells how many match in all.
+        """
+        body = self._get(
+            "/experiments",
+            {"state": state, "archived": archived, "owner": owner, "limit": limit, "offset": offset},
+        )
+        pagination = body.get("pagination")
+        return Listing(
+            [Experiment.from_json(e) for e in self._items(body, "experiments")],
+            body,
+            pagination if isinstance(pagination, dict) else None,
+        )
+
+    def get_experiment(self, experiment_id: int) -> Experiment:
+        """Returns one experiment."""
+        return Experiment.from_json(_object(self._get(f"/experiments/{int(experiment_id)}"), "experiment"))
+
+    def _experiment_action(self, experiment_id: int, action: str) -> Experiment:
+        body = self._post(f"/experiments/{int(experiment_id)}/{action}")
+        return Experiment.from_json(_object(body, "experiment"))
+
+    def pause_experiment(self, experiment_id: int) -> Experiment:
+        """Pauses an active experiment; its trials stop and keep their checkpoints."""
+        return self._experiment_action(experiment_id, "pause")
+
+    def activate_experiment(self, experiment_id: int) -> Experiment:
+        """Activates a paused experiment."""
+        return self._experiment_action(experiment_id, "activate")
+
+    def kill_experiment(self, experiment_id: int) -> Experiment:
+        """Kills an experiment: its trials stop at once and it ends CANCELED."""
+        return self._experiment_action(experiment_id, "kill")
+
+    def archive_experiment(self, experiment_id: int) -> Experiment:
+        """Archives a finished experiment, hiding it from default lists."""
+        return self._experiment_action(experiment_id, "archive")
+
+    def unarchive_experiment(self, experiment_id: int) -> Experiment:
+        """Unarchives an experiment."""
+        return self._experiment_action(experiment_id, "unarchive")
+
+    def get_searcher_state(self, experiment_id: int) -> dict[str, Any]:
+        """Returns the searcher's own state for an experiment (its shape depends on the searcher)."""
+        return _object(self._get(f"/experiments/{int(experiment_id)}/searcher_state"), "searcher")
+
+    def wait_for_experiment(
+        self, experiment_id: int, poll: float = 1.0, timeout: float | None = None
+    ) -> Experiment:
+        """Waits until an experiment is COMPLETED, CANCELED or ERROR, and returns it.
+
+        Args:
+            experiment_id: The experiment.
+            poll: Seconds between checks.
+            timeout: Give up after this many seconds (``None``: wait as long as it takes).
+
+        Raises:
+            TimeoutError: ``timeout`` passed first.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            experiment = self.get_experiment(experiment_id)
+            if experiment.is_terminal:
+                return experiment
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"experiment {experiment_id} is still {experiment.state} after {timeout} s"
+                )
+            time.sleep(poll)
+
+    # -- trials -----------------------------------------------------------------------------
+
+    def list_trials(self, experiment_id: int) -> Listing[Trial]:
+        """Returns an experiment's trials."""
+        body = self._get(f"/experiments/{int(experiment_id)}/trials")
+        return Listing([Trial.from_json(t) for t in self._items(body, "trials")], body)
+
+    def get_trial(self, trial_id: int) -> Trial:
+        """Returns one trial."""
+        return Trial.from_json(_object(self._get(f"/trials/{int(trial_id)}"), "trial"))
+
+    def trial_metrics(
+        self,
+        trial_id: int,
+        group: str | None = None,
+        max_points: int | None = None,
+        after: int | None = None,
+    ) -> Listing[MetricReport]:
+        """Returns a trial's metric reports in ascending order of steps.
+
+        Args:
+            trial_id: The trial.
+            group: ``training`` or ``validation`` (default: both).
+            max_points: Let the master downsample to about this many reports.
+            after: Only reports after this many completed steps.
+        """
+        body = self._get(
+            f"/trials/{int(trial_id)}/metrics",
+            {"group": group, "max_points": max_points, "after": after},
+        )
+        return Listing([MetricReport.from_json(m) for m in self._items(body, "metrics")], body)
+
+    def trial_logs(
+        self,
+        trial_id: int,
+        follow: bool = False,
+        after_id: int = 0,
+        *,
+        limit: int | None = None,
+        max_reconnects: int = 10,
+    ) -> Iterator[dict[str, Any]]:
+        """Yields a trial's log lines, ``{"id", "trial_id", "allocation_id", "timestamp", "rank",
+        "stdtype", "message"}``, oldest first.
+
+        When following, the iterator ends once the trial has ended and every line has been
+        yielded. A dropped connection is taken up again from the last id seen, so no line is
+        yielded twice or skipped.
+
+        Args:
+            trial_id: The trial.
+            follow: Keep the stream open for new lines until the trial ends.
+            after_id: Only lines with a greater id.
+            limit: At most this many lines (without ``follow`` only).
+            max_reconnects: When following, give up after this many failed connection attempts
+                in a row (with a growing wait between them).
+
+        Raises:
+            MasterUnreachable: The master could not be reached (again) while following.
+        """
+        last_id = after_id
+        failures = 0  # connection attempts in a row that brought nothing
+        while True:
+            yielded = False
+            try:
+                for row in self._log_rows(trial_id, follow, last_id, limit):
+                    line_id = row.get("id")
+                    if isinstance(line_id, int):
+                        if line_id <= last_id:
+                            continue  # already yielded before a reconnect
+                        last_id = line_id
+                    yielded = True
+                    yield row
+            except (_StreamBroken, MasterUnreachable, _RetryableStatus) as exc:
+                if not follow:
+                    _reraise_public(exc, self.master)
+                if yielded or _quiet(exc):
+                    # Progress was made, or the trial was merely quiet: take up again at once.
+                    failures = 0
+                    continue
+                failures += 1
+                if failures > max_reconnects:
+                    _reraise_public(exc, self.master)
+                time.sleep(min(0.5 * 2 ** (failures - 1), 5.0))
+                continue
+            if not follow:
+                return
+            # The master ends a followed stream only once the trial has ended, but a proxy on
+            # the way may also close it cleanly; ask the trial to tell the two apart.
+            if self.get_trial(trial_id).is_terminal:
+                # Lines written between such a cut and the end are fetched without follow.
+                for row in self._log_rows(trial_id, False, last_id, None):
+                    line_id = row.get("id")
+                    if isinstance(line_id, int):
+                        if line_id <= last_id:
+                            continue
+                        last_id = line_id
+                    yield row
+                return
+            if yielded:
+                failures = 0
+            else:
+                failures += 1
+                time.sleep(min(0.5 * 2 ** (failures - 1), 5.0))
+
+    def _log_rows(
+        self, trial_id: int, follow: bool, after_id: int, limit: int | None
+    ) -> Iterator[dict[str, Any]]:
+        """One request's worth of log rows; raises :class:`_StreamBroken` if it is cut off."""
+        timeout: float | tuple[float, float] = (
+            (self.timeout, _FOLLOW_READ_TIMEOUT) if follow else self.timeout
+        )
+        try:
+            response = self._request(
+                "GET",
+                f"/trials/{int(trial_id)}/logs",
+                params={"follow": follow, "after_id": after_id, "limit": limit if not follow else None},
+                headers={"Accept": "application/x-ndjson, application/json"},
+                stream=True,
+                timeout=timeout,
+            )
+        except MasterError as error:
+            if follow and error.status in _RETRYABLE_STATUSES:
+                raise _RetryableStatus(error) from None
+            raise
+        with response:
+            pending = b""
+            try:
+                for chunk in response.iter_content(chunk_size=None):
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        row = _parse_log_line(line)
+                        if row is not None:
+                            yield row
+            except requests.RequestException as exc:
+                # The unfinished last line is dropped here; it is sent again after a reconnect.
+                raise _StreamBroken(exc) from exc
+            row = _parse_log_line(pending)
+            if row is not None:
+                yield row
+
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def list_checkpoints(self, experiment_id: int) -> Listing[Checkpoint]:
+        """Returns an experiment's checkpoints, newest first."""
+        body = self._get(f"/experiments/{int(experiment_id)}/checkpoints")
+        return Listing([Checkpoint.from_json(c) for c in self._items(body, "checkpoints")], body)
+
+    def get_checkpoint(self, uuid: str) -> Checkpoint:
+        """Returns one checkpoint."""
+        return Checkpoint.from_json(_object(self._get(f"/checkpoints/{uuid}"), "checkpoint"))
+
+
+class _RetryableStatus(Exception):
+    """An error status that a proxy gives while the master restarts."""
+
+    def __init__(self, error: MasterError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _quiet(exc: Exception) -> bool:
+    """Whether a followed stream failed only because no line came for a while (a quiet trial, or
+    a master that sends headers with the first line), which is no sign of trouble."""
+    if isinstance(exc, _StreamBroken):
+        return exc.timed_out
+    return isinstance(exc, MasterUnreachable) and isinstance(exc.__cause__, requests.ReadTimeout)
+
+
+def _reraise_public(exc: Exception, master: str) -> NoReturn:
+    """Raises the SDK's public error for an internal streaming failure."""
+    if isinstance(exc, _RetryableStatus):
+        raise exc.error from None
+    if isinstance(exc, _StreamBroken):
+        raise MasterUnreachable(master, "the log stream was cut off") from exc
+    raise exc
+
+
+def _parse_log_line(line: bytes) -> dict[str, Any] | None:
+    text = line.strip()
+    if not text:
+        return None
+    try:
+        row = json.loads(text)
+    except ValueError:
+        # Shown rather than dropped: a line the master could not encode is still output.
+        return {"message": text.decode("utf-8", "replace")}
+    return row if isinstance(row, dict) else {"message": str(row)}
+
+
+def _object(body: dict[str, Any], key: str) -> dict[str, Any]:
+    value = body.get(key)
+    if not isinstance(value, dict):
+        raise DetHubError(f"the master's answer has no {key!r} object")
+    return value
+
+
+def _with_name(config_text: str, name: str) -> str:
+    """The config with its ``name`` replaced; left as is if it is not a YAML mapping, since the
+    master's validation then explains what is wrong with it."""
+    try:
+        config = yaml.safe_load(config_text)
+    except yaml.YAMLError:
+        return config_text
+    if not isinstance(config, dict):
+        return config_text
+    config["name"] = name
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+__all__ = ["Client", "ProgressCallback"]

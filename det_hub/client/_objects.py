@@ -1,0 +1,391 @@
+"""Typed views of the master's JSON objects.
+
+Each class is a frozen dataclass built by ``from_json`` from one object of the REST API
+(docs/rest-api.md). Fields the SDK's users commonly need are typed attributes; the whole JSON
+object stays available as ``.raw``, so nothing the master sends is lost, including fields added
+after this SDK was written. Missing fields take neutral defaults rather than failing, so that a
+newer or older master still reads.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from det_hub.states import TERMINAL_EXPERIMENT_STATES, TERMINAL_TRIAL_STATES
+
+T = TypeVar("T")
+
+_TERMINAL_EXPERIMENT = frozenset(s.value for s in TERMINAL_EXPERIMENT_STATES)
+_TERMINAL_TRIAL = frozenset(s.value for s in TERMINAL_TRIAL_STATES)
+
+
+def parse_time(value: Any) -> dt.datetime | None:
+    """Parses an ISO 8601 time from the API into an aware datetime; ``None`` if absent or bad."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = value.strip()
+    # Python 3.10's fromisoformat does not take the "Z" suffix.
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        parsed = dt.datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    return parsed
+
+
+def _int(value: Any, default: int = 0) -> int:
+    return int(value) if isinstance(value, (int, float)) else default
+
+
+def _opt_float(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+class Listing(list[T], Generic[T]):
+    """A list answer of the API: the typed items, plus the whole JSON answer.
+
+    Attributes:
+        raw: The JSON answer exactly as the master sent it.
+        pagination: ``{"offset", "limit", "total"}`` for paginated lists, else ``None``.
+    """
+
+    def __init__(
+        self, items: list[T], raw: dict[str, Any], pagination: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(items)
+        self.raw = raw
+        self.pagination = pagination
+
+    @property
+    def total(self) -> int:
+        """The number of items on the master (all pages), or this page's length if unpaginated."""
+        if self.pagination and isinstance(self.pagination.get("total"), int):
+            return int(self.pagination["total"])
+        return len(self)
+
+
+@dataclass(frozen=True)
+class User:
+    """A user of the master."""
+
+    id: int
+    username: str
+    admin: bool
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> User:
+        """Builds a :class:`User` from the API's user object."""
+        return cls(
+            id=_int(data.get("id")),
+            username=str(data.get("username", "")),
+            admin=bool(data.get("admin", False)),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class NewUser:
+    """The answer to creating a user: the user and its token, which is shown only this once."""
+
+    user: User
+    token: str
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> NewUser:
+        """Builds a :class:`NewUser` from the ``POST /users`` answer."""
+        return cls(user=User.from_json(_dict(data.get("user"))), token=str(data.get("token", "")), raw=data)
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """An experiment: one config, one searcher, one or more trials."""
+
+    id: int
+    name: str
+    state: str
+    owner: str = ""
+    description: str = ""
+    archived: bool = False
+    progress: float | None = None
+    created_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    config: dict[str, Any] = field(default_factory=dict, repr=False)
+    searcher_metric: str | None = None
+    smaller_is_better: bool = True
+    num_trials: int = 0
+    resource_pool: str = ""
+    priority: int | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the experiment has reached COMPLETED, CANCELED or ERROR."""
+        return self.state in _TERMINAL_EXPERIMENT
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Experiment:
+        """Builds an :class:`Experiment` from the API's experiment object."""
+        priority = data.get("priority")
+        metric = data.get("searcher_metric")
+        return cls(
+            id=_int(data.get("id")),
+            name=str(data.get("name") or ""),
+            state=str(data.get("state", "")),
+            owner=str(data.get("owner") or ""),
+            description=str(data.get("description") or ""),
+            archived=bool(data.get("archived", False)),
+            progress=_opt_float(data.get("progress")),
+            created_at=parse_time(data.get("created_at")),
+            ended_at=parse_time(data.get("ended_at")),
+            config=_dict(data.get("config")),
+            searcher_metric=str(metric) if metric is not None else None,
+            smaller_is_better=bool(data.get("smaller_is_better", True)),
+            num_trials=_int(data.get("num_trials")),
+            resource_pool=str(data.get("resource_pool") or ""),
+            priority=int(priority) if isinstance(priority, int) else None,
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial of an experiment: one hyperparameter setting trained by one process group."""
+
+    id: int
+    experiment_id: int
+    state: str
+    run_state: str | None = None
+    request_id: str = ""
+    hparams: dict[str, Any] = field(default_factory=dict)
+    seed: int | None = None
+    restarts: int = 0
+    created_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    steps_completed: int = 0
+    progress: float | None = None
+    latest_checkpoint: str | None = None
+    best_validation: dict[str, Any] | None = None
+    searcher_metric_value: float | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the trial has reached COMPLETED, CANCELED or ERROR."""
+        return self.state in _TERMINAL_TRIAL
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trial:
+        """Builds a :class:`Trial` from the API's trial object."""
+        seed = data.get("seed")
+        best = data.get("best_validation")
+        checkpoint = data.get("latest_checkpoint")
+        run_state = data.get("run_state")
+        return cls(
+            id=_int(data.get("id")),
+            experiment_id=_int(data.get("experiment_id")),
+            state=str(data.get("state", "")),
+            run_state=str(run_state) if run_state is not None else None,
+            request_id=str(data.get("request_id") or ""),
+            hparams=_dict(data.get("hparams")),
+            seed=int(seed) if isinstance(seed, int) else None,
+            restarts=_int(data.get("restarts")),
+            created_at=parse_time(data.get("created_at")),
+            ended_at=parse_time(data.get("ended_at")),
+            steps_completed=_int(data.get("steps_completed")),
+            progress=_opt_float(data.get("progress")),
+            latest_checkpoint=str(checkpoint) if checkpoint else None,
+            best_validation=dict(best) if isinstance(best, dict) else None,
+            searcher_metric_value=_opt_float(data.get("searcher_metric_value")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class MetricReport:
+    """One report of metrics by a trial at a number of completed steps."""
+
+    group: str
+    steps_completed: int
+    report_time: dt.datetime | None
+    metrics: dict[str, Any]
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> MetricReport:
+        """Builds a :class:`MetricReport` from one item of ``GET /trials/{id}/metrics``."""
+        return cls(
+            group=str(data.get("group", "")),
+            steps_completed=_int(data.get("steps_completed")),
+            report_time=parse_time(data.get("report_time")),
+            metrics=_dict(data.get("metrics")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint written by a trial."""
+
+    uuid: str
+    trial_id: int
+    experiment_id: int
+    state: str
+    steps_completed: int = 0
+    allocation_id: str = ""
+    report_time: dt.datetime | None = None
+    resources: dict[str, int] = field(default_factory=dict, repr=False)
+    metadata: dict[str, Any] = field(default_factory=dict, repr=False)
+    size: int = 0
+    storage: dict[str, Any] = field(default_factory=dict, repr=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Checkpoint:
+        """Builds a :class:`Checkpoint` from the API's checkpoint object."""
+        return cls(
+            uuid=str(data.get("uuid", "")),
+            trial_id=_int(data.get("trial_id")),
+            experiment_id=_int(data.get("experiment_id")),
+            state=str(data.get("state", "")),
+            steps_completed=_int(data.get("steps_completed")),
+            allocation_id=str(data.get("allocation_id") or ""),
+            report_time=parse_time(data.get("report_time")),
+            resources={str(k): _int(v) for k, v in _dict(data.get("resources")).items()},
+            metadata=_dict(data.get("metadata")),
+            size=_int(data.get("size")),
+            storage=_dict(data.get("storage")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One slot of an agent: a GPU, or a group of CPUs."""
+
+    id: str
+    type: str
+    device: str = ""
+    allocation_id: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Slot:
+        """Builds a :class:`Slot` from one item of an agent's ``slots``."""
+        allocation = data.get("allocation_id")
+        device = data.get("device")
+        return cls(
+            id=str(data.get("id", "")),
+            type=str(data.get("type", "")),
+            device=str(device) if device is not None else "",
+            allocation_id=str(allocation) if allocation else None,
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Agent:
+    """A host (or local process runner) that runs trials on its slots."""
+
+    id: str
+    type: str
+    enabled: bool
+    slots: list[Slot] = field(default_factory=list)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Agent:
+        """Builds an :class:`Agent` from the API's agent object."""
+        slots = data.get("slots") if isinstance(data.get("slots"), list) else []
+        return cls(
+            id=str(data.get("id", "")),
+            type=str(data.get("type", "")),
+            enabled=bool(data.get("enabled", True)),
+            slots=[Slot.from_json(s) for s in slots or [] if isinstance(s, dict)],
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class ResourcePool:
+    """A named group of agents that the scheduler fills."""
+
+    name: str
+    type: str
+    agents: int
+    slots_total: int
+    slots_used: int
+    raw: dict[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ResourcePool:
+        """Builds a :class:`ResourcePool` from the API's resource pool object."""
+        agents = data.get("agents")
+        return cls(
+            name=str(data.get("name", "")),
+            type=str(data.get("type", "")),
+            # Counted here whether the master sends a number or the agents' ids.
+            agents=len(agents) if isinstance(agents, list) else _int(agents),
+            slots_total=_int(data.get("slots_total")),
+            slots_used=_int(data.get("slots_used")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Job:
+    """An allocation waiting in, or running from, the scheduler's queue."""
+
+    allocation_id: str
+    state: str
+    trial_id: int | None = None
+    experiment_id: int | None = None
+    owner: str = ""
+    slots: int = 0
+    priority: int | None = None
+    queued_at: dt.datetime | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Job:
+        """Builds a :class:`Job` from the API's job object."""
+        trial_id = data.get("trial_id")
+        experiment_id = data.get("experiment_id")
+        priority = data.get("priority")
+        return cls(
+            allocation_id=str(data.get("allocation_id", "")),
+            state=str(data.get("state", "")),
+            trial_id=int(trial_id) if isinstance(trial_id, int) else None,
+            experiment_id=int(experiment_id) if isinstance(experiment_id, int) else None,
+            owner=str(data.get("owner") or ""),
+            slots=_int(data.get("slots")),
+            priority=int(priority) if isinstance(priority, int) else None,
+            queued_at=parse_time(data.get("queued_at")),
+            raw=data,
+        )
+
+
+__all__ = [
+    "Agent",
+    "Checkpoint",
+    "Experiment",
+    "Job",
+    "Listing",
+    "MetricReport",
+    "NewUser",
+    "ResourcePool",
+    "Slot",
+    "Trial",
+    "User",
+    "parse_time",
+]

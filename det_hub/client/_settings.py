@@ -1,0 +1,77 @@
+"""Where the SDK finds the master and the token when the caller names neither."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+DEFAULT_MASTER = "http://127.0.0.1:8080"
+ADMIN_TOKEN_FILE = "admin-token"
+_LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
+
+
+def resolve_master(master: str | None = None, env: Mapping[str, str] | None = None) -> str:
+    """Returns the master's base URL, without a trailing slash.
+
+    Order: the ``master`` argument, then ``DET_HUB_MASTER``, then ``http://127.0.0.1:8080``. A
+    bare ``host:port`` gets ``http://``; a trailing ``/api/v1`` is dropped, since the SDK adds it.
+
+    Args:
+        master: The URL given by the caller, if any.
+        env: The environment to read (``os.environ`` by default).
+    """
+    env = os.environ if env is None else env
+    url = (master or env.get("DET_HUB_MASTER") or DEFAULT_MASTER).strip()
+    if "://" not in url:
+        url = "http://" + url
+    url = url.rstrip("/")
+    if url.endswith("/api/v1"):
+        url = url[: -len("/api/v1")]
+    return url
+
+
+def data_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Returns the det_hub data directory: ``DET_HUB_DATA_DIR``, else ``~/.det_hub``."""
+    env = os.environ if env is None else env
+    configured = env.get("DET_HUB_DATA_DIR")
+    return Path(configured).expanduser() if configured else Path.home() / ".det_hub"
+
+
+def is_local_master(master_url: str) -> bool:
+    """Whether the URL names a master on this machine (where its admin-token file can be read)."""
+    host = urlsplit(master_url).hostname or ""
+    return host in _LOCAL_HOSTS
+
+
+def resolve_token(
+    token: str | None, master_url: str, env: Mapping[str, str] | None = None
+) -> str | None:
+    """Returns the token to send, or ``None`` when none is known.
+
+    Order: the ``token`` argument, then ``DET_HUB_TOKEN``, then, for a master on this machine
+    only, the ``admin-token`` file that ``det-hub master`` writes into the data directory. A
+    remote master's token is never taken from a local file, so it is not sent to the wrong host.
+
+    Args:
+        token: The token given by the caller, if any.
+        master_url: The resolved master URL.
+        env: The environment to read (``os.environ`` by default).
+    """
+    env = os.environ if env is None else env
+    if token:
+        return token
+    if env.get("DET_HUB_TOKEN"):
+        return env["DET_HUB_TOKEN"]
+    if is_local_master(master_url):
+        path = data_dir(env) / ADMIN_TOKEN_FILE
+        try:
+            text = path.read_text(encoding="utf-8").strip()
+        except OSError:
+            return None
+        return text or None
+    return None
+
+
+__all__ = ["DEFAULT_MASTER", "data_dir", "is_local_master", "resolve_master", "resolve_token"]

@@ -1,0 +1,468 @@
+from __future__ import annotations
+
+import json
+import sys
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from api_data import (
+    AGENTS,
+    CHECKPOINT,
+    EXPERIMENT,
+    EXPERIMENT_DONE,
+    JOBS,
+    ME,
+    METRICS,
+    POOLS,
+    TRIALS,
+    USERS,
+)
+from cli_result import Result
+from fake_master import FakeMaster, Reply, Request, closed_port, log_row, ndjson
+
+from det_hub.cli import experiment as experiment_cli
+from det_hub.cli._render import fmt_time
+from det_hub.cli.main import main
+from det_hub.client import MAX_CONTEXT_BYTES
+
+Det = Callable[..., Result]
+LIST = {"experiments": [EXPERIMENT, EXPERIMENT_DONE], "pagination": {"offset": 0, "limit": 100, "total": 2}}
+
+
+def _table_lines(out: str) -> list[list[str]]:
+    """A tabulate 'simple' table as rows of cells split on runs of 2+ spaces."""
+    import re
+
+    return [re.split(r"\s{2,}", line.strip()) for line in out.strip().splitlines()
+            if line.strip() and not set(line.strip()) <= {"-", " "}]
+
+
+def test_help_lists_verbs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for verb in ("experiment", "trial", "checkpoint", "agent", "slot", "job", "resource-pool",
+                 "user", "master", "up"):
+        assert verb in out
+    assert main(["experiment", "--help"]) == 0
+    out = capsys.readouterr().out
+    for verb in ("create", "list", "describe", "list-trials", "pause", "activate", "kill",
+                 "archive", "unarchive"):
+        assert verb in out
+
+
+def test_usage_error_exit_code(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["experiment", "describe", "not-a-number"]) == 2
+    assert "invalid int value" in capsys.readouterr().err
+
+
+# -- experiments -----------------------------------------------------------------------------
+
+
+def test_experiment_list_json_is_the_answer(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/me", ME)
+    fake_master.json("GET", "/experiments", LIST)
+
+    result = det("experiment", "list", "--json")
+
+    assert result.code == 0 and json.loads(result.out) == LIST
+    # Default: my own experiments, without archived ones.
+    query = fake_master.calls("GET", "/experiments")[0].query
+    assert query["owner"] == "admin" and query["archived"] == "false"
+
+
+def test_experiment_list_all_and_archived(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments", LIST)
+
+    result = det("e", "list", "--all", "--archived")
+
+    assert result.code == 0
+    query = fake_master.calls("GET", "/experiments")[0].query
+    assert "owner" not in query and "archived" not in query
+    assert fake_master.calls("GET", "/me") == []
+    rows = _table_lines(result.out)
+    assert rows[0] == ["ID", "Owner", "Name", "State", "Progress", "Trials", "Pool", "Started",
+                       "Duration", "Archived"]
+    assert rows[1][:7] == ["3", "admin", "mnist-const", "ACTIVE", "25%", "2", "default"]
+    assert rows[2][:7] == ["2", "ann", "mnist-old", "COMPLETED", "100%", "2", "default"]
+    assert rows[2][7] == fmt_time("2026-11-22T10:00:00Z") and rows[2][8:] == ["1h 02m", "yes"]
+
+
+def test_experiment_list_says_when_there_is_more(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments", {**LIST, "pagination": {"offset": 0, "limit": 2, "total": 5}})
+    result = det("e", "list", "--all", "--limit", "2")
+    assert "Showing 2 of 5" in result.err and "--offset 2" in result.err
+
+
+def test_experiment_describe(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments/3", {"experiment": EXPERIMENT})
+    fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+
+    result = det("experiment", "describe", "3")
+
+    assert result.code == 0
+    assert "mnist-const" in result.out and "validation_loss (smaller is better)" in result.out
+    assert "Searcher:" in result.out and "single" in result.out
+    trials_part = result.out.split("Trials:\n")[1].split("\n\n")[0]
+    rows = _table_lines(trials_part)
+    assert rows[0] == ["ID", "State", "Run state", "Steps", "Progress", "Restarts", "Metric",
+                       "Hyperparameters", "Checkpoint"]
+    assert rows[1] == ["7", "ACTIVE", "RUNNING", "500", "50%", "0", "0.1", "lr=0.1",
+                       "5b0d6c1e-aaaa-bbbb-cccc-000000000001"]
+    assert rows[2] == ["8", "COMPLETED", "-", "1000", "100%", "1", "0.05", "lr=0.01", "-"]
+    assert "Best validation_loss: 0.05 (trial 8, lr=0.01)" in result.out
+
+
+def test_experiment_describe_json(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments/3", {"experiment": EXPERIMENT})
+    fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+    result = det("experiment", "describe", "3", "--json")
+    assert json.loads(result.out) == {"experiment": EXPERIMENT, "trials": TRIALS}
+
+
+def test_best_metric_larger_is_better(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments/3", {"experiment": {**EXPERIMENT, "smaller_is_better": False}})
+    fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+    assert "Best validation_loss: 0.1 (trial 7" in det("e", "describe", "3").out
+
+
+def test_list_trials(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+    assert json.loads(det("e", "list-trials", "3", "--json").out) == {"trials": TRIALS}
+    rows = _table_lines(det("e", "list-trials", "3").out)
+    assert [row[0] for row in rows] == ["ID", "7", "8"]
+
+
+@pytest.mark.parametrize("action", ["pause", "activate", "kill", "archive", "unarchive"])
+def test_experiment_actions(fake_master: FakeMaster, det: Det, action: str) -> None:
+    answer = {"experiment": {**EXPERIMENT, "state": "PAUSED"}}
+    fake_master.json("POST", f"/experiments/3/{action}", answer)
+
+    result = det("experiment", action, "3")
+
+    assert result.code == 0 and result.out.strip() == "Experiment 3: PAUSED"
+    assert len(fake_master.calls("POST", f"/experiments/3/{action}")) == 1
+    assert json.loads(det("experiment", action, "3", "--json").out) == answer
+
+
+# -- create and follow ----------------------------------------------------------------------
+
+
+def _context(tmp_path: Path) -> tuple[Path, Path]:
+    config = tmp_path / "const.yaml"
+    config.write_text("name: mnist-const\nentrypoint: model_def:MNistTrial\n")
+    context = tmp_path / "model_def"
+    context.mkdir()
+    (context / "model_def.py").write_text("class MNistTrial: ...\n")
+    return config, context
+
+
+def test_experiment_create(fake_master: FakeMaster, det: Det, tmp_path: Path) -> None:
+    fake_master.json("POST", "/experiments", {"experiment": EXPERIMENT}, 201)
+    config, context = _context(tmp_path)
+
+    result = det("experiment", "create", str(config), str(context), "--paused", "--name", "renamed")
+
+    assert result.code == 0 and result.out.strip() == "Created experiment 3"
+    body = fake_master.calls("POST", "/experiments")[0].json()
+    assert body["activate"] is False
+    assert "name: renamed" in body["config"] and "entrypoint: model_def:MNistTrial" in body["config"]
+    assert body["context"]
+    assert "Uploading" in result.err  # the tqdm bar goes to stderr
+
+
+def _follow_routes(fake_master: FakeMaster, final_state: str) -> list[dict[str, Any]]:
+    fake_master.json("POST", "/experiments", {"experiment": EXPERIMENT}, 201)
+    # The trial appears on the second look, as when the searcher has not created it yet.
+    fake_master.sequence("GET", "/experiments/3/trials", [{"trials": []}, {"trials": TRIALS}])
+    fake_master.sequence("GET", "/experiments/3", [
+        {"experiment": EXPERIMENT},
+        {"experiment": {**EXPERIMENT, "state": final_state}},
+    ])
+    fake_master.json("GET", "/trials/7", {"trial": {**TRIALS[0], "state": "COMPLETED"}})
+    rows = [log_row(1, "starting"), log_row(2, "step 100 loss 0.5", rank=1), log_row(3, "done", rank=None)]
+
+    def logs(request: Request) -> Reply:
+        after = int(request.query["after_id"])
+        return Reply(200, chunks=[ndjson([r for r in rows if r["id"] > after])],
+                     content_type="application/x-ndjson")
+
+    fake_master.route("GET", "/trials/7/logs", logs)
+    return rows
+
+
+@pytest.mark.parametrize(("final_state", "code"), [("COMPLETED", 0), ("ERROR", 1), ("CANCELED", 1)])
+def test_experiment_create_follow(
+    fake_master: FakeMaster, det: Det, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    final_state: str, code: int,
+) -> None:
+    monkeypatch.setattr(experiment_cli, "TRIAL_POLL_SECONDS", 0.01)
+    _follow_routes(fake_master, final_state)
+    config, context = _context(tmp_path)
+
+    result = det("experiment", "create", str(config), str(context), "-f")
+
+    assert result.code == code
+    assert result.out.splitlines() == [
+        "Created experiment 3",
+        "[2026-11-22T10:00:01.000000Z] [rank=0] starting",
+        "[2026-11-22T10:00:02.000000Z] [rank=1] step 100 loss 0.5",
+        "[2026-11-22T10:00:03.000000Z] done",
+        f"Experiment 3 ended: {final_state}",
+    ]
+    assert "Following trial 7" in result.err
+
+
+def test_follow_ctrl_c_does_not_kill(
+    fake_master: FakeMaster, det: Det, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_master.json("POST", "/experiments", {"experiment": EXPERIMENT}, 201)
+    fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+
+    def interrupted(*_args: Any, **_kwargs: Any) -> Any:
+        raise KeyboardInterrupt  # what Ctrl-C raises in the reading thread
+
+    monkeypatch.setattr("det_hub.client.Client.trial_logs", interrupted)
+    config, context = _context(tmp_path)
+
+    result = det("e", "create", str(config), str(context), "--follow")
+
+    assert result.code == 130
+    assert "keeps running" in result.err and "det-hub experiment kill 3" in result.err
+    assert fake_master.calls("POST", "/experiments/3/kill") == []
+
+
+# -- trials ---------------------------------------------------------------------------------
+
+
+def test_trial_describe(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/trials/7", {"trial": TRIALS[0]})
+    assert json.loads(det("trial", "describe", "7", "--json").out) == {"trial": TRIALS[0]}
+    out = det("t", "describe", "7").out
+    assert "lr=0.1" in out and "validation_loss=0.1 at step 400" in out and "RUNNING" in out
+
+
+def test_trial_logs(fake_master: FakeMaster, det: Det) -> None:
+    rows = [log_row(1, "hello"), log_row(2, "world", rank=3)]
+    fake_master.route("GET", "/trials/7/logs", lambda _r: Reply(200, ndjson(rows), "application/x-ndjson"))
+
+    text = det("trial", "logs", "7")
+    as_json = det("trial", "logs", "7", "--json")
+
+    assert text.out.splitlines() == [
+        "[2026-11-22T10:00:01.000000Z] [rank=0] hello",
+        "[2026-11-22T10:00:02.000000Z] [rank=3] world",
+    ]
+    assert [json.loads(line) for line in as_json.out.splitlines()] == rows
+
+
+def test_trial_logs_follow_across_a_drop(fake_master: FakeMaster, det: Det) -> None:
+    rows = [log_row(i, f"line {i}") for i in range(1, 7)]
+    calls: list[int] = []
+
+    def logs(request: Request) -> Reply:
+        after = int(request.query["after_id"])
+        calls.append(after)
+        if len(calls) == 1:
+            return Reply(200, chunks=[ndjson(rows[:3]) + b'{"id": 4, "tri'], drop=True)
+        return Reply(200, chunks=[ndjson([r for r in rows if r["id"] > after])])
+
+    fake_master.route("GET", "/trials/7/logs", logs)
+    fake_master.json("GET", "/trials/7", {"trial": {**TRIALS[0], "state": "COMPLETED"}})
+
+    result = det("t", "logs", "7", "-f")
+
+    assert result.code == 0
+    assert [line.split("] ")[-1] for line in result.out.splitlines()] == [f"line {i}" for i in range(1, 7)]
+    assert calls == [0, 3, 6]  # the last is the final catch-up read without follow
+
+
+def test_trial_metrics(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/trials/7/metrics", METRICS)
+
+    assert json.loads(det("trial", "metrics", "7", "--json").out) == METRICS
+    result = det("trial", "metrics", "7", "--group", "validation")
+
+    assert fake_master.calls("GET", "/trials/7/metrics")[-1].query == {"group": "validation"}
+    rows = _table_lines(result.out)
+    assert rows[0] == ["Group", "Steps", "Reported", "loss", "validation_loss", "accuracy"]
+    assert rows[2] == ["validation", "100", fmt_time("2026-11-22T10:01:05Z"), "0.8", "0.712346"]
+
+
+# -- checkpoints, cluster, users ------------------------------------------------------------
+
+
+def test_checkpoints(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments/3/checkpoints", {"checkpoints": [CHECKPOINT]})
+    fake_master.json("GET", f"/checkpoints/{CHECKPOINT['uuid']}", {"checkpoint": CHECKPOINT})
+
+    assert json.loads(det("checkpoint", "list", "3", "--json").out) == {"checkpoints": [CHECKPOINT]}
+    assert json.loads(det("checkpoint", "describe", CHECKPOINT["uuid"], "--json").out) == {"checkpoint": CHECKPOINT}
+    rows = _table_lines(det("checkpoint", "list", "3").out)
+    assert rows[0] == ["UUID", "Trial", "Steps", "State", "Size", "Files", "Reported"]
+    assert rows[1][:6] == [CHECKPOINT["uuid"], "7", "500", "COMPLETED", "3.2 KiB", "2"]
+    described = det("c", "describe", CHECKPOINT["uuid"]).out
+    assert "shared_fs /root/.det_hub/checkpoints" in described and "optimizer.pt" in described
+
+
+@pytest.mark.parametrize(
+    ("argv", "path", "answer"),
+    [
+        (("agent", "list"), "/agents", AGENTS),
+        (("resource-pool", "list"), "/resource_pools", POOLS),
+        (("job", "list"), "/jobs", JOBS),
+        (("user", "list"), "/users", USERS),
+        (("user", "whoami"), "/me", ME),
+    ],
+)
+def test_json_is_the_answer(fake_master: FakeMaster, det: Det, argv: tuple[str, ...], path: str, answer: Any) -> None:
+    fake_master.json("GET", path, answer)
+    result = det(*argv, "--json")
+    assert result.code == 0 and json.loads(result.out) == answer
+
+
+def test_cluster_tables(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/agents", AGENTS)
+    fake_master.json("GET", "/resource_pools", POOLS)
+    fake_master.json("GET", "/jobs", JOBS)
+
+    assert _table_lines(det("agent", "list").out)[1] == ["local", "local", "yes", "2", "1", "cpu"]
+    slots = _table_lines(det("slot", "list").out)
+    assert slots[0] == ["Agent", "Slot", "Type", "Device", "Enabled", "Allocation"]
+    assert slots[1:] == [["local", "0", "cpu", "cpu0-3", "yes", "7.0"], ["local", "1", "cpu", "cpu4-7", "yes", "-"]]
+    slot_json = json.loads(det("slot", "list", "--json").out)
+    assert slot_json["slots"][0] == {"agent_id": "local", **AGENTS["agents"][0]["slots"][0]}
+    assert _table_lines(det("rp", "list").out)[1] == ["default", "local", "1", "1", "2"]
+    jobs = _table_lines(det("job", "list").out)
+    assert jobs[0][:7] == ["Allocation", "Experiment", "Trial", "Owner", "State", "Slots", "Priority"]
+    assert jobs[1][:7] == ["7.0", "3", "7", "admin", "RUNNING", "1", "42"]
+    assert jobs[2][:7] == ["9.0", "4", "9", "ann", "QUEUED", "2", "50"]
+
+
+def test_users(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/users", USERS)
+    fake_master.json("GET", "/me", ME)
+    fake_master.json("POST", "/users", {"user": {"id": 3, "username": "bob", "admin": True}, "token": "secret-tok"}, 201)
+
+    assert _table_lines(det("user", "list").out)[1:] == [["1", "admin", "yes"], ["2", "ann", "no"]]
+    created = det("user", "create", "bob", "--admin")
+    assert created.code == 0 and "Token: secret-tok" in created.out and "only this once" in created.err
+    assert fake_master.calls("POST", "/users")[0].json() == {"username": "bob", "admin": True}
+    assert det("user", "whoami").out.startswith("You are admin (admin)")
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def test_master_error_message_and_details(fake_master: FakeMaster, det: Det, tmp_path: Path) -> None:
+    fake_master.json("POST", "/experiments", {
+        "error": "invalid experiment config",
+        "details": [{"path": "searcher.max_trials", "message": "must be >= 1"},
+                    {"path": "searcher.metrc", "message": "unknown key; did you mean metric?"}],
+    }, 400)
+    config, context = _context(tmp_path)
+
+    result = det("experiment", "create", str(config), str(context))
+
+    assert result.code == 1 and result.out == ""
+    assert result.err.splitlines()[-3:] == [
+        "Error: invalid experiment config",
+        "  searcher.max_trials: must be >= 1",
+        "  searcher.metrc: unknown key; did you mean metric?",
+    ]
+    assert "Traceback" not in result.err
+
+
+def test_not_found(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/trials/99", {"error": "trial 99 not found", "details": []}, 404)
+    result = det("trial", "describe", "99")
+    assert result.code == 1 and result.err.strip() == "Error: trial 99 not found"
+
+
+def test_unauthorised_hint(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/users", {"error": "no or bad token", "details": []}, 401)
+    result = det("user", "list")
+    assert result.code == 1 and "Error: no or bad token" in result.err and "DET_HUB_TOKEN" in result.err
+
+
+def test_unreachable(capsys: pytest.CaptureFixture[str]) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    code = main(["-m", url, "experiment", "list", "--all"])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.splitlines()[0] == f"Error: cannot reach the master at {url} (is det-hub master running?)"
+
+
+def test_master_from_env(
+    fake_master: FakeMaster, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fake_master.json("GET", "/me", ME)
+    monkeypatch.setenv("DET_HUB_MASTER", fake_master.url)
+    monkeypatch.setenv("DET_HUB_TOKEN", "from-env")
+    assert main(["user", "whoami"]) == 0
+    assert fake_master.requests[0].headers["authorization"] == "Bearer from-env"
+    assert fake_master.url in capsys.readouterr().out
+
+
+def test_config_file_missing(fake_master: FakeMaster, det: Det, tmp_path: Path) -> None:
+    result = det("experiment", "create", str(tmp_path / "nope.yaml"), str(tmp_path))
+    assert result.code == 1 and result.err.strip() == f"Error: config file {tmp_path / 'nope.yaml'} not found"
+    result = det("experiment", "create", str(tmp_path), str(tmp_path))
+    assert result.code == 1 and "is a directory" in result.err
+    assert fake_master.requests == []
+
+
+def test_context_too_large(fake_master: FakeMaster, det: Det, tmp_path: Path) -> None:
+    config, context = _context(tmp_path)
+    with (context / "data.bin").open("wb") as handle:
+        handle.truncate(MAX_CONTEXT_BYTES + 1)
+
+    result = det("experiment", "create", str(config), str(context))
+
+    assert result.code == 1 and "over the limit of 96.0 MiB" in result.err and ".detignore" in result.err
+    assert fake_master.requests == []
+
+
+def test_context_missing(fake_master: FakeMaster, det: Det, tmp_path: Path) -> None:
+    config, _ = _context(tmp_path)
+    result = det("experiment", "create", str(config), str(tmp_path / "nowhere"))
+    assert result.code == 1 and "does not exist" in result.err
+
+
+# -- master / up ----------------------------------------------------------------------------
+
+
+def test_master_and_up_pass_argv_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[str, list[str]]] = []
+
+    def fake_main(argv: list[str]) -> int:
+        seen.append(("main", argv))
+        return 0
+
+    def fake_main_up(argv: list[str]) -> int:
+        seen.append(("main_up", argv))
+        return 3
+
+    app = types.ModuleType("det_hub.service.app")
+    app.main = fake_main  # type: ignore[attr-defined]
+    app.main_up = fake_main_up  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "det_hub.service.app", app)
+
+    assert main(["master", "--data-dir", "/d", "--db", "sqlite:///x", "--port", "8081", "--help"]) == 0
+    assert main(["-m", "http://x", "up", "--host", "0.0.0.0"]) == 3
+    assert main(["master"]) == 0
+
+    assert seen == [
+        ("main", ["--data-dir", "/d", "--db", "sqlite:///x", "--port", "8081", "--help"]),
+        ("main_up", ["--host", "0.0.0.0"]),
+        ("main", []),
+    ]
+
+
+def test_master_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setitem(sys.modules, "det_hub.service.app", None)  # import fails
+    assert main(["master", "--port", "1"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Error: `det-hub master` needs the det_hub master") and "Traceback" not in err
