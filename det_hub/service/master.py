@@ -442,10 +442,12 @@ class Master:
             save_trial_best=int(storage_cfg.get("save_trial_best", 1)),
             save_trial_latest=int(storage_cfg.get("save_trial_latest", 1)),
             smaller_is_better=run.row.smaller_is_better)
-        # A trial that can still run needs its latest checkpoint to resume from.
-        live = {t.latest_checkpoint for t in run.trials.values()
-                if not TrialState(t.state).terminal}
-        doomed -= live
+        # A trial that can still run needs its latest checkpoint to resume from; and the
+        # policy sees checkpoints at equal steps as ties, while a trial's latest is the one
+        # it reported last.
+        keep_latest = int(storage_cfg.get("save_trial_latest", 1)) > 0
+        doomed -= {t.latest_checkpoint for t in run.trials.values()
+                   if keep_latest or not TrialState(t.state).terminal}
         if not doomed:
             return
         storage = build_storage(storage_cfg)
