@@ -1,0 +1,141 @@
+"""What a trial process knows about where it runs: the cluster-info file and the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+CLUSTER_INFO_ENV = "DET_HUB_CLUSTER_INFO"
+MASTER_ENV = "DET_HUB_MASTER"
+TOKEN_ENV = "DET_HUB_ALLOCATION_TOKEN"
+ALLOCATION_ID_ENV = "DET_HUB_ALLOCATION_ID"
+TRIAL_ID_ENV = "DET_HUB_TRIAL_ID"
+EXPERIMENT_ID_ENV = "DET_HUB_EXPERIMENT_ID"
+
+
+@dataclass(frozen=True)
+class TrialInfo:
+    """The trial this process trains.
+
+    Attributes:
+        trial_id: The trial's id.
+        experiment_id: The experiment's id.
+        trial_seed: The seed the searcher chose for this trial.
+        hparams: The trial's hyperparameter values.
+        steps_completed: Steps the trial had completed when this allocation started.
+        latest_checkpoint: The uuid of the checkpoint to resume from, or None.
+    """
+
+    trial_id: int
+    experiment_id: int
+    trial_seed: int
+    hparams: dict[str, Any]
+    steps_completed: int = 0
+    latest_checkpoint: str | None = None
+    _config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def user_data(self) -> dict[str, Any]:
+        """The config's free-form ``data`` section, as Determined's ``user_data``."""
+        data = self._config.get("data")
+        return dict(data) if isinstance(data, dict) else {}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> TrialInfo:
+        return cls(
+            trial_id=int(raw["trial_id"]),
+            experiment_id=int(raw["experiment_id"]),
+            trial_seed=int(raw.get("trial_seed") or 0),
+            hparams=dict(raw.get("hparams") or {}),
+            steps_completed=int(raw.get("steps_completed") or 0),
+            latest_checkpoint=raw.get("latest_checkpoint") or None,
+            _config=dict(raw.get("config") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    """Everything the master told this process, read from ``DET_HUB_CLUSTER_INFO``.
+
+    Attributes:
+        master_url: Where the master is (``DET_HUB_MASTER`` wins over the file when set).
+        allocation_id: This allocation's id (``"7.0"``).
+        task_id: The task's id (``"trial-7"``).
+        task_type: ``"TRIAL"`` for trials.
+        cluster_id: The cluster's id.
+        agent_id: The agent the allocation runs on.
+        slot_ids: The slots given to this process.
+        container_addrs: Addresses of the containers of this allocation, chief first.
+        trial: The trial's details, or None for tasks that are not trials.
+        checkpoint_storage: The experiment's ``checkpoint_storage`` config.
+        session_token: The allocation token (``DET_HUB_ALLOCATION_TOKEN``).
+    """
+
+    master_url: str
+    allocation_id: str
+    task_id: str
+    task_type: str = "TRIAL"
+    cluster_id: str = ""
+    agent_id: str = ""
+    slot_ids: list[int] = field(default_factory=list)
+    container_addrs: list[str] = field(default_factory=list)
+    trial: TrialInfo | None = None
+    checkpoint_storage: dict[str, Any] = field(default_factory=dict)
+    session_token: str | None = field(default=None, repr=False)
+
+    @property
+    def latest_checkpoint(self) -> str | None:
+        """The checkpoint to resume from, or None when the trial starts fresh."""
+        return self.trial.latest_checkpoint if self.trial is not None else None
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], env: dict[str, str] | None = None) -> ClusterInfo:
+        """Build from the file's JSON object, with the process environment filling gaps."""
+        env = dict(os.environ) if env is None else env
+        trial_raw = raw.get("trial")
+        return cls(
+            master_url=env.get(MASTER_ENV) or str(raw.get("master_url") or ""),
+            allocation_id=str(raw.get("allocation_id") or env.get(ALLOCATION_ID_ENV) or ""),
+            task_id=str(raw.get("task_id") or ""),
+            task_type=str(raw.get("task_type") or "TRIAL"),
+            cluster_id=str(raw.get("cluster_id") or ""),
+            agent_id=str(raw.get("agent_id") or ""),
+            slot_ids=[int(s) for s in raw.get("slot_ids") or []],
+            container_addrs=[str(a) for a in raw.get("container_addrs") or []],
+            trial=TrialInfo.from_dict(trial_raw) if isinstance(trial_raw, dict) else None,
+            checkpoint_storage=dict(raw.get("checkpoint_storage") or {}),
+            session_token=env.get(TOKEN_ENV),
+        )
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ClusterInfo:
+        """Read a cluster-info file.
+
+        Raises:
+            ValueError: The file is not a JSON object or lacks a required field.
+        """
+        text = Path(path).read_text(encoding="utf-8")
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}: cluster-info file is not valid JSON: {exc}") from exc
+        if not isinstance(raw, dict):
+            raise ValueError(f"{path}: cluster-info file must hold a JSON object")
+        try:
+            return cls.from_dict(raw)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"{path}: bad cluster-info file: {exc!r}") from exc
+
+
+def get_cluster_info() -> ClusterInfo | None:
+    """The cluster info of this process, or None when it does not run on a det_hub cluster.
+
+    Reads the file named by ``DET_HUB_CLUSTER_INFO`` (each call reads it again; it is small).
+    """
+    path = os.environ.get(CLUSTER_INFO_ENV)
+    if not path:
+        return None
+    return ClusterInfo.from_file(path)

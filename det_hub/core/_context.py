@@ -1,0 +1,206 @@
+"""``det_hub.core.init()``: the entry point of the Core API."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from det_hub.core._checkpoint import CheckpointContext
+from det_hub.core._cluster_info import ClusterInfo, get_cluster_info
+from det_hub.core._distributed import DistributedContext
+from det_hub.core._http import MasterSession
+from det_hub.core._metric_sender import MetricSender
+from det_hub.core._preempt import PreemptContext, PreemptMode
+from det_hub.core._searcher import SearcherContext
+from det_hub.core._train import TrainContext
+from det_hub.storage import SharedFSStorage, StorageManager, build_storage
+
+logger = logging.getLogger("det_hub.core")
+
+LOCAL_MAX_LENGTH_ENV = "DET_HUB_LOCAL_MAX_LENGTH"
+DEFAULT_LOCAL_CHECKPOINTS = "checkpoints"
+
+
+class TensorboardMode(enum.Enum):
+    """Accepted for compatibility with Determined; det_hub does not upload TensorBoard files yet."""
+
+    AUTO = "AUTO"
+    MANUAL = "MANUAL"
+
+
+class Context:
+    """What training code uses to talk to det_hub; made by :func:`init`.
+
+    Attributes:
+        train: Metrics, progress and early exits (:class:`TrainContext`).
+        checkpoint: Checkpoint storage (:class:`CheckpointContext`).
+        preempt: Whether to stop (:class:`PreemptContext`).
+        searcher: The searcher's operations (:class:`SearcherContext`).
+        distributed: The ranks and collectives (:class:`DistributedContext`).
+        info: The cluster info, or None outside a cluster.
+    """
+
+    def __init__(
+        self,
+        *,
+        distributed: DistributedContext,
+        train: TrainContext,
+        checkpoint: CheckpointContext,
+        preempt: PreemptContext,
+        searcher: SearcherContext,
+        info: ClusterInfo | None,
+        session: MasterSession | None = None,
+    ) -> None:
+        self.distributed = distributed
+        self.train = train
+        self.checkpoint = checkpoint
+        self.preempt = preempt
+        self.searcher = searcher
+        self.info = info
+        self._session = session
+        self._closed = False
+
+    def close(self, exc: BaseException | None = None) -> None:
+        """Deliver outstanding metrics and stop the background threads.
+
+        Args:
+            exc: The exception the training code is failing with, if any; a delivery error is
+                then logged instead of raised so that it does not hide the first one.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.train.close()
+        except Exception:
+            if exc is None:
+                raise
+            logger.exception("could not deliver metrics while closing")
+        finally:
+            self.preempt.close()
+            if self._session is not None:
+                self._session.close()
+
+    def __enter__(self) -> Context:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(exc)
+
+
+def _local_storage(checkpoint_storage: Any) -> StorageManager:
+    if isinstance(checkpoint_storage, StorageManager):
+        return checkpoint_storage
+    if isinstance(checkpoint_storage, Mapping):
+        return build_storage(checkpoint_storage)
+    if checkpoint_storage is None:
+        checkpoint_storage = DEFAULT_LOCAL_CHECKPOINTS
+    return SharedFSStorage(Path(checkpoint_storage))
+
+
+def _local_max_length() -> int:
+    raw = os.environ.get(LOCAL_MAX_LENGTH_ENV, "1")
+    try:
+        length = int(raw)
+    except ValueError:
+        raise ValueError(f"{LOCAL_MAX_LENGTH_ENV}={raw!r}: must be an integer") from None
+    if length < 0:
+        raise ValueError(f"{LOCAL_MAX_LENGTH_ENV}={raw!r}: must be >= 0")
+    return length
+
+
+def init(
+    *,
+    distributed: DistributedContext | None = None,
+    checkpoint_storage: str | os.PathLike[str] | Mapping[str, Any] | StorageManager | None = None,
+    preempt_mode: PreemptMode = PreemptMode.WorkersAskChief,
+    tensorboard_mode: TensorboardMode = TensorboardMode.AUTO,
+    metric_batch_interval: float = 1.0,
+    retry_deadline: float = 600.0,
+) -> Context:
+    """Start the Core API; use the answer as a context manager.
+
+    Inside a trial (``DET_HUB_CLUSTER_INFO`` set) it talks to the master named there with the
+    allocation token. Outside a cluster it gives a local context: metrics go to the
+    ``det_hub.core`` logger, checkpoints to ``checkpoint_storage`` (default ``./checkpoints``),
+    ``should_preempt()`` is always False and the searcher gives one operation of length
+    ``DET_HUB_LOCAL_MAX_LENGTH`` (default 1).
+
+    Args:
+        distributed: The ranks of a distributed job; a job of one when None.
+        checkpoint_storage: Where checkpoints go: a directory, a ``checkpoint_storage``
+            config dict or a :class:`~det_hub.storage.StorageManager`. Inside a cluster the
+            experiment's storage is used when None.
+        preempt_mode: Which ranks watch for preemption (see :class:`PreemptMode`).
+        tensorboard_mode: Accepted for compatibility; has no effect yet.
+        metric_batch_interval: Seconds a training-metric row may wait to be batched.
+        retry_deadline: Seconds a call to an unreachable master keeps being retried.
+
+    Returns:
+        The :class:`Context`.
+
+    Example:
+        >>> import det_hub.core as core
+        >>> with core.init() as core_context:  # doctest: +SKIP
+        ...     for op in core_context.searcher.operations():
+        ...         ...
+    """
+    del tensorboard_mode
+    dist = distributed or DistributedContext()
+    info = get_cluster_info()
+    if info is None:
+        train = TrainContext(distributed=dist)
+        return Context(
+            distributed=dist,
+            train=train,
+            checkpoint=CheckpointContext(
+                distributed=dist, storage=_local_storage(checkpoint_storage)
+            ),
+            preempt=PreemptContext(distributed=dist, mode=preempt_mode),
+            searcher=SearcherContext(
+                distributed=dist, train=train, local_length=_local_max_length()
+            ),
+            info=None,
+        )
+
+    if not info.master_url:
+        raise ValueError("no master URL: set DET_HUB_MASTER or master_url in the cluster info")
+    if info.trial is None:
+        raise ValueError("the cluster info describes no trial; the Core API runs in trials only")
+    session = MasterSession(info.master_url, info.session_token, retry_deadline=retry_deadline)
+    trial_id = info.trial.trial_id
+    if checkpoint_storage is None:
+        if not info.checkpoint_storage:
+            raise ValueError("the cluster info has no checkpoint_storage")
+        storage = build_storage(info.checkpoint_storage)
+    else:
+        storage = _local_storage(checkpoint_storage)
+    sender = (
+        MetricSender(session, trial_id, batch_interval=metric_batch_interval)
+        if dist.is_chief
+        else None
+    )
+    train = TrainContext(distributed=dist, session=session, trial_id=trial_id, sender=sender)
+    return Context(
+        distributed=dist,
+        train=train,
+        checkpoint=CheckpointContext(
+            distributed=dist, storage=storage, session=session, trial_id=trial_id
+        ),
+        preempt=PreemptContext(
+            distributed=dist, session=session, allocation_id=info.allocation_id, mode=preempt_mode
+        ),
+        searcher=SearcherContext(distributed=dist, train=train, session=session, trial_id=trial_id),
+        info=info,
+        session=session,
+    )

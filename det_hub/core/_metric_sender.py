@@ -1,0 +1,176 @@
+"""Sends reported metrics to the master from a background thread, in batches.
+
+Reporting must never stall training, and the master may be down for a while (it restarts in
+the middle of experiments), so rows are queued here and a single thread posts them in order.
+A batch stays at the head of the queue until the master has acknowledged it: rows are neither
+dropped while the master is away nor sent twice once it answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from det_hub.core._http import MasterError, MasterSession
+
+logger = logging.getLogger("det_hub.core")
+
+
+class MetricSender:
+    """A queue of metric rows and the thread that posts them to ``/trials/{id}/metrics``.
+
+    Args:
+        session: The master session; its ``retry_deadline`` bounds how long one batch is retried.
+        trial_id: The trial the rows belong to.
+        batch_interval: Seconds a row may wait for companions before it is sent.
+        max_batch: The most rows sent in one request.
+    """
+
+    def __init__(
+        self,
+        session: MasterSession,
+        trial_id: int,
+        *,
+        batch_interval: float = 1.0,
+        max_batch: int = 500,
+    ) -> None:
+        self._session = session
+        self._trial_id = trial_id
+        self._batch_interval = batch_interval
+        self._max_batch = max_batch
+        self._cond = threading.Condition()
+        self._rows: deque[tuple[str, dict[str, Any], float]] = deque()
+        self._progress: float | None = None
+        self._queued = 0  # rows ever queued
+        self._done = 0  # rows ever sent (or given up on)
+        self._urgent = False
+        self._closing = False
+        self._error: MasterError | None = None
+        self._thread = threading.Thread(target=self._run, name="det-hub-metrics", daemon=True)
+        self._thread.start()
+
+    def put(self, group: str, row: dict[str, Any], *, urgent: bool = False) -> None:
+        """Queue one row of ``group``; ``urgent`` sends everything queued without waiting."""
+        self.raise_error()
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("metrics reported after the context was closed")
+            self._rows.append((group, row, time.monotonic()))
+            self._queued += 1
+            self._urgent = self._urgent or urgent
+            self._cond.notify_all()
+
+    def set_progress(self, progress: float) -> None:
+        """Queue a progress update; only the latest one is sent."""
+        self.raise_error()
+        with self._cond:
+            self._progress = progress
+            self._urgent = True
+            self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until everything queued so far has been sent.
+
+        Raises:
+            TimeoutError: ``timeout`` seconds passed first.
+            MasterError: A batch was refused by the master or could not be delivered.
+        """
+        end = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            target = self._queued
+            self._urgent = True
+            self._cond.notify_all()
+            while self._done < target or self._progress is not None:
+                if not self._thread.is_alive():
+                    break
+                remaining = None if end is None else end - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise TimeoutError(f"{target - self._done} metric rows not yet sent")
+                self._cond.wait(remaining)
+        self.raise_error()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Send everything still queued, then stop the thread."""
+        try:
+            self.flush(timeout)
+        finally:
+            with self._cond:
+                self._closing = True
+                self._cond.notify_all()
+            self._thread.join(timeout=5)
+
+    def raise_error(self) -> None:
+        """Raise (once) the error that made the thread give up on a batch."""
+        with self._cond:
+            err, self._error = self._error, None
+        if err is not None:
+            raise err
+
+    def _next_work(self) -> tuple[str, list[dict[str, Any]]] | tuple[None, float] | None:
+        """Under the lock: a batch to send, progress to send, or None to stop. Waits as needed."""
+        while True:
+            if self._rows:
+                oldest = self._rows[0][2]
+                wait = oldest + self._batch_interval - time.monotonic()
+                if self._urgent or self._closing or len(self._rows) >= self._max_batch or wait <= 0:
+                    group = self._rows[0][0]
+                    batch: list[dict[str, Any]] = []
+                    for g, row, _ in self._rows:
+                        # One POST carries one group; keep order by stopping at a group change.
+                        if g != group or len(batch) >= self._max_batch:
+                            break
+                        batch.append(row)
+                    return group, batch
+                self._cond.wait(wait)
+                continue
+            if self._progress is not None:
+                return None, self._progress
+            self._urgent = False
+            if self._closing:
+                return None
+            self._cond.wait()
+
+    def _run(self) -> None:
+        path = f"/trials/{self._trial_id}/metrics"
+        while True:
+            with self._cond:
+                work = self._next_work()
+            if work is None:
+                return
+            first, payload = work
+            if first is None:
+                assert isinstance(payload, float)
+                self._send_progress(payload)
+                continue
+            assert isinstance(payload, list)
+            error: MasterError | None = None
+            try:
+                self._session.post(path, {"group": first, "metrics": payload}, retry=True)
+            except MasterError as exc:
+                error = exc
+                logger.error("could not send %d %s metric rows: %s", len(payload), first, exc)
+            except Exception as exc:  # never let the sender thread die silently
+                error = MasterError(0, f"unexpected error sending metrics: {exc!r}")
+                logger.exception("could not send metrics")
+            with self._cond:
+                for _ in payload:
+                    self._rows.popleft()
+                self._done += len(payload)
+                if error is not None and self._error is None:
+                    self._error = error
+                self._cond.notify_all()
+
+    def _send_progress(self, progress: float) -> None:
+        try:
+            self._session.post(
+                f"/trials/{self._trial_id}/progress", {"progress": progress}, retry=True
+            )
+        except Exception as exc:  # progress is advisory: a lost update is replaced by the next
+            logger.warning("could not send progress %.3f: %s", progress, exc)
+        with self._cond:
+            if self._progress == progress:
+                self._progress = None
+            self._cond.notify_all()

@@ -1,0 +1,144 @@
+"""Learning that the master wants this allocation to stop (to pause, or to free its slots)."""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+from collections.abc import Callable
+
+from det_hub.core._distributed import DistributedContext
+from det_hub.core._http import MasterSession
+
+logger = logging.getLogger("det_hub.core")
+
+LONG_POLL_SECONDS = 60
+
+
+class PreemptMode(enum.Enum):
+    """Which workers ask whether to stop.
+
+    ``WorkersAskChief``: the chief watches the master and every rank calls
+    :meth:`PreemptContext.should_preempt` together, getting the chief's answer.
+    ``WorkersAskMaster``: every rank watches the master itself.
+    ``ChiefOnly``: only the chief may call ``should_preempt``.
+    """
+
+    WorkersAskMaster = "WORKERS_ASK_MASTER"
+    WorkersAskChief = "WORKERS_ASK_CHIEF"
+    ChiefOnly = "CHIEF_ONLY"
+
+
+class _PreemptionWatcher:
+    """A thread that long-polls the preemption signal and remembers a True answer."""
+
+    def __init__(
+        self,
+        session: MasterSession,
+        allocation_id: str,
+        *,
+        poll_seconds: int = LONG_POLL_SECONDS,
+        wait: Callable[[float], bool] | None = None,
+    ) -> None:
+        self._session = session
+        self._path = f"/allocations/{allocation_id}/signals/preemption"
+        self._poll_seconds = poll_seconds
+        self._stop = threading.Event()
+        self._wait = wait or self._stop.wait
+        self.preempted = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="det-hub-preempt", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                body = self._session.get(
+                    self._path,
+                    params={"timeout_seconds": self._poll_seconds},
+                    retry=False,
+                    # The master holds the request up to poll_seconds; allow for the network.
+                    timeout=self._poll_seconds + 15,
+                )
+            except Exception as exc:
+                # The master may be restarting: wait (never spin) and ask again.
+                logger.debug("preemption poll failed (%s); again in %.0f s", exc, delay)
+                if self._wait(delay):
+                    return
+                delay = min(delay * 2, 30.0)
+                continue
+            delay = 1.0
+            if isinstance(body, dict) and body.get("preempt"):
+                logger.info("the master asked this allocation to stop")
+                self.preempted.set()
+                return
+
+    def close(self) -> None:
+        # The thread may sit in a long poll; it is a daemon and ends with the process.
+        self._stop.set()
+
+
+class PreemptContext:
+    """Tells training code whether it should checkpoint and exit.
+
+    The chief (or, in ``WorkersAskMaster`` mode, every rank) watches the master in a
+    background thread, so :meth:`should_preempt` is cheap enough to call every batch.
+    """
+
+    def __init__(
+        self,
+        *,
+        distributed: DistributedContext,
+        session: MasterSession | None = None,
+        allocation_id: str | None = None,
+        mode: PreemptMode = PreemptMode.WorkersAskChief,
+    ) -> None:
+        self._dist = distributed
+        self._session = session
+        self._allocation_id = allocation_id
+        self._mode = PreemptMode(mode)
+        self._acked = False
+        self._watcher: _PreemptionWatcher | None = None
+        watches = self._mode is PreemptMode.WorkersAskMaster or self._dist.is_chief
+        if session is not None and allocation_id and watches:
+            self._watcher = _PreemptionWatcher(session, allocation_id)
+
+    def should_preempt(self, auto_ack: bool = True) -> bool:
+        """Whether to checkpoint and exit now. Once True, it stays True.
+
+        In ``WorkersAskChief`` mode every rank must call it at the same point, since the
+        chief's answer is broadcast.
+
+        Args:
+            auto_ack: Acknowledge the request to the master the first time the answer is True,
+                telling it the trial will exit on its own (call :meth:`acknowledge_preemption_signal`
+                yourself when False).
+
+        Raises:
+            RuntimeError: A worker calls it in ``ChiefOnly`` mode.
+        """
+        if self._mode is PreemptMode.ChiefOnly and not self._dist.is_chief:
+            raise RuntimeError("should_preempt() is only for the chief in PreemptMode.ChiefOnly")
+        answer = self._watcher is not None and self._watcher.preempted.is_set()
+        if self._mode is PreemptMode.WorkersAskChief and self._dist.size > 1:
+            answer = bool(self._dist.broadcast(answer))
+        if answer and auto_ack:
+            self.acknowledge_preemption_signal()
+        return answer
+
+    def acknowledge_preemption_signal(self) -> None:
+        """Tell the master the request to stop was seen (once; chief only)."""
+        if self._acked or not self._dist.is_chief or self._session is None:
+            return
+        self._acked = True
+        try:
+            self._session.post(
+                f"/allocations/{self._allocation_id}/signals/ack_preemption", retry=True
+            )
+        except Exception as exc:  # the trial still exits; the master then sees it stop anyway
+            logger.warning("could not acknowledge preemption: %s", exc)
+
+    def close(self) -> None:
+        """Stop watching."""
+        if self._watcher is not None:
+            self._watcher.close()

@@ -1,0 +1,84 @@
+"""Checkpoints in a directory every agent mounts (a local disk on a single host)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+from det_hub.storage._base import StorageManager, check_uuid, directory_resources
+
+
+class SharedFSStorage(StorageManager):
+    """Checkpoints as directories ``host_path/storage_path/<uuid>``.
+
+    Writes go straight into the final directory, and restores read from it, with no copy.
+
+    Args:
+        host_path: The shared directory.
+        storage_path: A sub-directory of ``host_path`` (relative, or absolute inside it).
+
+    Raises:
+        ValueError: ``storage_path`` points outside ``host_path``.
+    """
+
+    def __init__(self, host_path: str | os.PathLike[str], storage_path: str | None = None) -> None:
+        self.host_path = Path(host_path).expanduser().absolute()
+        base = self.host_path
+        if storage_path:
+            base = Path(os.path.normpath(self.host_path / storage_path))
+            if base != self.host_path and self.host_path not in base.parents:
+                raise ValueError(
+                    f"checkpoint_storage.storage_path {storage_path!r} is outside host_path "
+                    f"{str(self.host_path)!r}"
+                )
+        self.base_path = base
+
+    def _dir(self, storage_id: str) -> Path:
+        return self.base_path / check_uuid(storage_id)
+
+    def _existing(self, storage_id: str) -> Path:
+        path = self._dir(storage_id)
+        if not path.is_dir():
+            raise FileNotFoundError(f"checkpoint {storage_id} not found in {self.base_path}")
+        return path
+
+    @contextlib.contextmanager
+    def store_path(self, storage_id: str) -> Iterator[Path]:
+        """The checkpoint's final directory, created for the body to write into.
+
+        If the body raises, a directory created here is removed again so that no half-written
+        checkpoint is left behind. Several workers may share one directory (sharded saves).
+        """
+        path = self._dir(storage_id)
+        created = not path.exists()
+        path.mkdir(parents=True, exist_ok=True)
+        try:
+            yield path
+        except BaseException:
+            if created:
+                shutil.rmtree(path, ignore_errors=True)
+            raise
+
+    def upload(self, src_dir: str | os.PathLike[str], storage_id: str) -> None:
+        dst = self._dir(storage_id)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(src_dir, dst, dirs_exist_ok=True)
+
+    def download(self, storage_id: str, dst_dir: str | os.PathLike[str]) -> None:
+        shutil.copytree(self._existing(storage_id), dst_dir, dirs_exist_ok=True)
+
+    @contextlib.contextmanager
+    def restore_path(self, storage_id: str) -> Iterator[Path]:
+        yield self._existing(storage_id)
+
+    def delete(self, storage_id: str) -> None:
+        shutil.rmtree(self._dir(storage_id), ignore_errors=True)
+
+    def resources(self, storage_id: str) -> dict[str, int]:
+        return directory_resources(self._existing(storage_id))
+
+    def __repr__(self) -> str:
+        return f"SharedFSStorage({str(self.base_path)!r})"

@@ -1,0 +1,58 @@
+"""Searcher operations from the stand-in master."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import TRIAL_ID, FakeMaster
+
+import det_hub.core as core
+
+COMPLETED_PATH = f"/trials/{TRIAL_ID}/searcher/completed_operation"
+
+
+def test_operations_until_completed(in_trial: FakeMaster) -> None:
+    state = in_trial.state
+    state.ops = [100, 200]
+    seen = []
+    with core.init(metric_batch_interval=60.0) as ctx:
+        for op in ctx.searcher.operations():
+            seen.append(op.length)
+            op.report_progress(op.length / 2)
+            ctx.train.report_training_metrics(op.length, {"loss": 1.0})
+            ctx.train.report_validation_metrics(op.length, {"validation_loss": 0.1 * op.length})
+            op.report_completed(0.1 * op.length)
+    assert seen == [100, 200]
+    assert state.completed_ops == [
+        {"length": 100, "searcher_metric": 10.0},
+        {"length": 200, "searcher_metric": 20.0},
+    ]
+    # Each completion reached the master after the validation it is about.
+    paths = state.paths()
+    first_completed = paths.index(f"POST {COMPLETED_PATH}")
+    rows_before = [r for r in state.requests[:first_completed] if r["path"].endswith("/metrics")]
+    groups = [row for r in rows_before for row in r["body"]["metrics"]]
+    assert {"validation_loss": 10.0} in [g["metrics"] for g in groups]
+
+
+def test_null_operation_yields_nothing(in_trial: FakeMaster) -> None:
+    in_trial.state.null_op = True
+    with core.init() as ctx:
+        assert list(ctx.searcher.operations()) == []
+
+
+def test_uncompleted_operation_is_an_error(in_trial: FakeMaster) -> None:
+    in_trial.state.ops = [10]
+    with core.init() as ctx:
+        ops = ctx.searcher.operations()
+        next(ops)
+        with pytest.raises(RuntimeError, match="report_completed"):
+            next(ops)
+
+
+def test_bad_searcher_metric(in_trial: FakeMaster) -> None:
+    in_trial.state.ops = [10]
+    with core.init() as ctx:
+        op = next(iter(ctx.searcher.operations()))
+        with pytest.raises(ValueError, match="finite"):
+            op.report_completed(float("nan"))
+    assert in_trial.state.completed_ops == []
