@@ -61,6 +61,7 @@ class Allocation:
 
 
 ExitCallback = Callable[[Allocation, ExitStatus], Awaitable[None]]
+StateCallback = Callable[[Allocation, str], Awaitable[None]]
 
 
 class Cluster:
@@ -71,6 +72,7 @@ class Cluster:
         store: Store,
         agent: LocalAgent,
         on_exit: ExitCallback,
+        on_state: StateCallback,
         *,
         scheduler: Scheduler | None = None,
         poll_interval: float = 0.2,
@@ -79,6 +81,7 @@ class Cluster:
         self.store = store
         self.agent = agent
         self.on_exit = on_exit
+        self.on_state = on_state
         self.scheduler = scheduler or PriorityScheduler()
         self.poll_interval = poll_interval
         self.kill_grace_seconds = kill_grace_seconds
@@ -230,6 +233,7 @@ class Cluster:
         alloc.state, alloc.slot_ids = STARTING, slot_ids
         await self.store.update_allocation(alloc.id, state=STARTING, slot_ids=list(slot_ids),
                                            agent_id=self.agent.agent_id)
+        await self.on_state(alloc, STARTING)
         info = dict(alloc.spec.cluster_info, allocation_id=alloc.id, slot_ids=list(slot_ids),
                     agent_id=self.agent.agent_id)
         env = dict(alloc.spec.env)
@@ -252,6 +256,7 @@ class Cluster:
         await self.store.update_allocation(
             alloc.id, state=RUNNING, pid=handle.pid, workdir=str(handle.root),
             started_at=utcnow())
+        await self.on_state(alloc, RUNNING)
 
     async def _watch(self) -> None:
         for alloc in list(self.allocations.values()):

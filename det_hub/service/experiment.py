@@ -173,6 +173,13 @@ class ExperimentRun:
         await self._update_progress()
 
     # --- events from the cluster --------------------------------------------------------
+    async def on_run_state(self, trial_id: int, run_state: str) -> None:
+        """The trial's allocation moved on (STARTING, RUNNING)."""
+        trial = self.trials.get(trial_id)
+        if trial is not None and trial.run_state != run_state:
+            trial.run_state = run_state
+            await self.store.update_trial(trial_id, run_state=run_state)
+
     async def on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
         async with self.lock:
             known = self.trials.get(alloc.spec.trial_id)

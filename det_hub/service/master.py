@@ -76,7 +76,7 @@ class Master:
         self.master_url = master_url
         self.data_dir = Path(data_dir)
         self.cluster = Cluster(store, agent, self._on_allocation_exit,
-                               kill_grace_seconds=kill_grace_seconds,
+                               self._on_allocation_state, kill_grace_seconds=kill_grace_seconds,
                                poll_interval=poll_interval)
         self.runs: dict[int, ExperimentRun] = {}
         self._usernames: dict[int, str] = {}
@@ -464,6 +464,11 @@ class Master:
         await run.on_allocation_exit(alloc, status)
         if run.state.terminal:
             self.runs.pop(run.id, None)
+
+    async def _on_allocation_state(self, alloc: Allocation, state: str) -> None:
+        run = self.runs.get(alloc.spec.experiment_id)
+        if run is not None:
+            await run.on_run_state(alloc.spec.trial_id, state)
 
     async def _launch_spec(self, exp: Experiment, trial: Trial) -> LaunchSpec:
         config = parse_experiment_config(exp.config)

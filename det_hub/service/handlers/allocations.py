@@ -10,6 +10,7 @@ ID = r"(?P<allocation_id>[0-9]+\.[0-9a-f]+)"
 
 
 class _AllocationHandler(APIHandler):
+    allow_allocation = True
     def allocation(self, allocation_id: str) -> Allocation:
         alloc = self.master.cluster.allocations.get(allocation_id)
         mine = self.principal.allocation

@@ -21,6 +21,9 @@ class APIHandler(RequestHandler):
 
     #: Answer without a token (health, the OpenAPI document).
     public = False
+    #: Training code's allocation tokens may call this handler (for their own trial only;
+    #: the manager checks that). Everything else is for users.
+    allow_allocation = False
     #: Query parameters per method: {"get": {"name": ("integer", "what it is")}}.
     query: dict[str, dict[str, tuple[str, str]]] = {}
     #: A JSON-schema sketch of the request body per method.
@@ -52,6 +55,8 @@ class APIHandler(RequestHandler):
         principal = await self.master.authenticate(token.strip())
         if principal is None:
             raise Unauthorized("the token is not valid")
+        if principal.allocation is not None and not self.allow_allocation:
+            raise Forbidden("this endpoint is not open to training code's allocation tokens")
         self.principal = principal
 
     @property

@@ -7,6 +7,7 @@ from det_hub.service.serialize import checkpoint_json
 
 
 class CheckpointsHandler(APIHandler):
+    allow_allocation = True
     created = frozenset({"post"})
     body = {"post": {"type": "object", "required": ["uuid", "trial_id"], "properties": {
         "uuid": {"type": "string"}, "trial_id": {"type": "integer"},
@@ -21,6 +22,7 @@ class CheckpointsHandler(APIHandler):
 
 
 class CheckpointHandler(APIHandler):
+    allow_allocation = True
     answers = {"get": "checkpoint"}
 
     async def get(self, uuid: str) -> None:

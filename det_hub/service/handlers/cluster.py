@@ -10,7 +10,6 @@ class AgentsHandler(APIHandler):
 
     async def get(self) -> None:
         """The agents and their slots."""
-        self.user  # noqa: B018 - users only
         self.send({"agents": self.master.cluster.agents_view()})
 
 
@@ -19,7 +18,6 @@ class ResourcePoolsHandler(APIHandler):
 
     async def get(self) -> None:
         """The resource pools."""
-        self.user  # noqa: B018 - users only
         agents = self.master.cluster.agents_view()
         slots = [s for a in agents for s in a["slots"]]
         self.send({"resource_pools": [{
@@ -33,7 +31,6 @@ class JobsHandler(APIHandler):
 
     async def get(self) -> None:
         """The job queue: queued and running allocations."""
-        self.user  # noqa: B018 - users only
         self.send({"jobs": self.master.cluster.jobs_view()})
 
 

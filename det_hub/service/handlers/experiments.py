@@ -83,7 +83,6 @@ class ExperimentActionHandler(APIHandler):
     async def post(self, experiment_id: str) -> None:
         """Pause, activate, kill, archive or unarchive an experiment."""
         eid, who, m = int(experiment_id), self.principal, self.master
-        self.user  # noqa: B018 - refuses allocation tokens
         if self.action == "pause":
             row = await m.pause(who, eid)
         elif self.action == "activate":

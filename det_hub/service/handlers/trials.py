@@ -16,6 +16,7 @@ ID = r"(?P<trial_id>\d+)"
 
 
 class TrialHandler(APIHandler):
+    allow_allocation = True
     answers = {"get": "trial"}
 
     async def get(self, trial_id: str) -> None:
@@ -25,6 +26,7 @@ class TrialHandler(APIHandler):
 
 
 class TrialMetricsHandler(APIHandler):
+    allow_allocation = True
     query = {"get": {
         "group": ("string", "training, validation or another group name (default: all)"),
         "max_points": ("integer", "downsample to about this many points per group"),
@@ -63,6 +65,7 @@ class TrialMetricsHandler(APIHandler):
 
 
 class TrialLogsHandler(APIHandler):
+    allow_allocation = True
     query = {"get": {
         "follow": ("boolean", "keep the stream open until the trial ends"),
         "after_id": ("integer", "only lines after this id"),
@@ -115,6 +118,7 @@ class TrialLogsHandler(APIHandler):
 
 
 class TrialProgressHandler(APIHandler):
+    allow_allocation = True
     body = {"post": {"type": "object", "required": ["progress"],
                      "properties": {"progress": {"type": "number"}}}}
     answers = {"post": "(empty)"}
@@ -129,6 +133,7 @@ class TrialProgressHandler(APIHandler):
 
 
 class TrialEarlyExitHandler(APIHandler):
+    allow_allocation = True
     body = {"post": {"type": "object", "required": ["reason"], "properties": {
         "reason": {"enum": ["INVALID_HP", "USER_REQUESTED_STOP", "ERRORED"]}}}}
     answers = {"post": "(empty)"}
@@ -141,6 +146,7 @@ class TrialEarlyExitHandler(APIHandler):
 
 
 class SearcherOperationHandler(APIHandler):
+    allow_allocation = True
     answers = {"get": "operation"}
 
     async def get(self, trial_id: str) -> None:
@@ -149,6 +155,7 @@ class SearcherOperationHandler(APIHandler):
 
 
 class CompletedOperationHandler(APIHandler):
+    allow_allocation = True
     body = {"post": {"type": "object", "required": ["length", "searcher_metric"], "properties": {
         "length": {"type": "integer"}, "searcher_metric": {"type": "number"}}}}
     answers = {"post": "(empty)"}

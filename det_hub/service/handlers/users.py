@@ -15,7 +15,6 @@ class UsersHandler(APIHandler):
 
     async def get(self) -> None:
         """List users."""
-        self.user  # noqa: B018 - users only
         self.send({"users": [user_json(u) for u in await self.master.store.list_users()]})
 
     async def post(self) -> None:
