@@ -65,7 +65,7 @@ class _PreemptionWatcher:
                 logger.debug("preemption poll failed (%s); again in %.0f s", exc, delay)
                 if self._wait(delay):
                     return
-                delay = min(delay * 2, 30.0)
+                delay = min(delay * 2, 5.0)
                 continue
             delay = 1.0
             if isinstance(body, dict) and body.get("preempt"):

@@ -79,12 +79,16 @@ class MasterApp(Application):
             self.load_config_file(str(config_path))
             # The command line wins over the file.
             self.update_config(self.cli_config)
-        logging.getLogger("det_hub").setLevel(self.log.level)
-        if not logging.getLogger("det_hub").handlers:
-            handler = logging.StreamHandler(sys.stderr)
-            handler.setFormatter(logging.Formatter("[%(levelname)1.1s %(asctime)s %(name)s] "
-                                                   "%(message)s", "%H:%M:%S"))
-            logging.getLogger("det_hub").addHandler(handler)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("[%(levelname)1.1s %(asctime)s %(name)s] "
+                                               "%(message)s", "%H:%M:%S"))
+        for name in ("det_hub", "tornado"):
+            logger = logging.getLogger(name)
+            logger.setLevel(self.log.level)
+            if not logger.handlers:
+                logger.addHandler(handler)
+        # Every request at INFO drowns the useful lines; failures still show.
+        logging.getLogger("tornado.access").setLevel(logging.WARNING)
 
     @property
     def data_path(self) -> Path:
@@ -120,7 +124,11 @@ class MasterApp(Application):
             ready.set()
         await stop.wait()
         self.log.info("stopping; running trials keep running and are adopted at next start")
+        # Refuse new work, then drop kept-alive connections so that no request reaches a
+        # closed store; training code retries until the next master answers.
+        master.stopping = True
         server.stop()
+        await server.close_all_connections()
         await master.stop()
         await store.close()
 

@@ -45,3 +45,7 @@ class Conflict(APIError):
 
 class TooLarge(APIError):
     status = 413
+
+
+class Unavailable(APIError):
+    status = 503

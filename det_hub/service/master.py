@@ -82,6 +82,8 @@ class Master:
         self._usernames: dict[int, str] = {}
         self._token_cache: dict[str, tuple[float, User]] = {}
         self.cluster_id = ""
+        #: Set while the process shuts down: requests are answered 503 so clients retry.
+        self.stopping = False
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:

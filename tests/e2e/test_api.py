@@ -13,8 +13,9 @@ import pytest
 
 from det_hub.service.handlers import api_routes
 from det_hub.service.openapi import handler_methods, openapi_path
+from det_hub.testing import MasterProcess
 
-from .conftest import MasterProcess, steps_config
+from .conftest import steps_config
 
 pytestmark = pytest.mark.slow
 

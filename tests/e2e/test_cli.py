@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from .conftest import REPO, STEPS, MasterProcess, steps_config
+from det_hub.testing import MasterProcess
+
+from .conftest import REPO, STEPS, steps_config
 
 pytestmark = pytest.mark.slow
 

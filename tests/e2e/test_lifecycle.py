@@ -7,7 +7,9 @@ import time
 
 import pytest
 
-from .conftest import MasterProcess, steps_config
+from det_hub.testing import MasterProcess
+
+from .conftest import steps_config
 
 pytestmark = pytest.mark.slow
 

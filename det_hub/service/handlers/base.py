@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from tornado.web import HTTPError, RequestHandler
 
-from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized
+from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized, Unavailable
 
 if TYPE_CHECKING:
     from det_hub.service.master import Master, Principal
@@ -46,6 +46,8 @@ class APIHandler(RequestHandler):
         self.set_header("Cache-Control", "no-store")
 
     async def prepare(self) -> None:
+        if self.master.stopping:
+            raise Unavailable("the master is shutting down; try again shortly")
         if self.public:
             return
         header = self.request.headers.get("Authorization", "")

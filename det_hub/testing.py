@@ -1,0 +1,151 @@
+"""A real ``det-hub master`` process, for tests and benchmarks.
+
+``MasterProcess`` starts the master as users do (the ``det-hub`` console script) on 127.0.0.1
+with its own data directory and database, and offers small helpers to call its API, wait for
+states and run the CLI against it.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+import yaml
+
+DET_HUB = str(Path(sys.executable).parent / "det-hub")
+TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class MasterProcess:
+    """``det-hub master`` on 127.0.0.1 with its own data directory and database.
+
+    Args:
+        data_dir: the master's ``--data-dir``; its log goes to ``data_dir/master.log``.
+        db_url: the master's ``--db``.
+    """
+
+    def __init__(self, data_dir: Path, db_url: str) -> None:
+        self.data_dir = data_dir
+        self.db_url = db_url
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.token = ""
+        self.log_path = data_dir / "master.log"
+        #: The context :meth:`create` sends when given none.
+        self.default_context: Path | None = None
+        #: Where :meth:`cli` runs the command.
+        self.cli_cwd: Path | None = None
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - the process writes to it
+        self.proc = subprocess.Popen(
+            [DET_HUB, "master", "--data-dir", str(self.data_dir), "--db", self.db_url,
+             "--port", str(self.port), "--MasterApp.kill_grace_seconds=3"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log_path.read_text()
+            try:
+                if requests.get(self.url + "/api/v1/health", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        else:
+            raise AssertionError("the master did not come up:\n" + self.log_path.read_text())
+        self.token = (self.data_dir / "admin-token").read_text().strip()
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+        self.proc = None
+
+    # --- HTTP ---------------------------------------------------------------------------
+    def api(self, method: str, path: str, token: str | None = None,
+            **kwargs: Any) -> requests.Response:
+        headers = {"Authorization": f"Bearer {token or self.token}"}
+        return requests.request(method, f"{self.url}/api/v1{path}", headers=headers,
+                                timeout=30, **kwargs)
+
+    def get(self, path: str, **kwargs: Any) -> Any:
+        r = self.api("GET", path, **kwargs)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def create(self, config: dict[str, Any] | str, context: Path | None = None,
+               activate: bool = True) -> requests.Response:
+        """POST an experiment; ``context`` defaults to :attr:`default_context`."""
+        text = config if isinstance(config, str) else yaml.safe_dump(config)
+        context = context or self.default_context
+        return self.api("POST", "/experiments", json={
+            "config": text, "context": pack(context) if context else None,
+            "activate": activate})
+
+    def create_ok(self, config: dict[str, Any], **kwargs: Any) -> int:
+        r = self.create(config, **kwargs)
+        assert r.status_code == 201, r.text
+        return int(r.json()["experiment"]["id"])
+
+    def experiment(self, eid: int) -> dict[str, Any]:
+        return self.get(f"/experiments/{eid}")["experiment"]
+
+    def trials(self, eid: int) -> list[dict[str, Any]]:
+        return self.get(f"/experiments/{eid}/trials")["trials"]
+
+    def logs(self, trial_id: int) -> list[str]:
+        r = self.api("GET", f"/trials/{trial_id}/logs")
+        return [json.loads(line)["message"] for line in r.text.splitlines()]
+
+    def wait(self, what: Callable[[], Any], timeout: float = 60.0, every: float = 0.1) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = what()
+            if value:
+                return value
+            time.sleep(every)
+        raise AssertionError(f"timed out waiting; master log:\n{self.log_path.read_text()[-3000:]}")
+
+    def wait_state(self, eid: int, states: tuple[str, ...] = TERMINAL,
+                   timeout: float = 90.0) -> dict[str, Any]:
+        return self.wait(lambda: (e := self.experiment(eid))["state"] in states and e,
+                         timeout)
+
+    def cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, DET_HUB_MASTER=self.url, DET_HUB_TOKEN=self.token)
+        done = subprocess.run([DET_HUB, *args], capture_output=True, text=True, env=env,
+                              timeout=180, cwd=self.cli_cwd)
+        if check:
+            assert done.returncode == 0, done.stdout + done.stderr
+        return done
+
+
+def pack(directory: Path) -> str:
+    """A directory as the base64 tar.gz the API takes for a context."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            if "__pycache__" not in path.parts:
+                tar.add(path, str(path.relative_to(directory)), recursive=False)
+    return base64.b64encode(buf.getvalue()).decode()
