@@ -44,7 +44,8 @@ system-deps:
 
 # Installs what the tests need, starts PostgreSQL and a Docker engine, runs the whole suite.
 test: system-deps install-test
-	eval "$$(scripts/test-services.sh start)" && \
+	scripts/test-services.sh start > .test-services.env
+	. ./.test-services.env && \
 	  $(VENV)/bin/ruff check det_hub tests bench examples && \
 	  $(VENV)/bin/mypy det_hub && \
 	  $(VENV)/bin/pytest -p no:cacheprovider $(PYTEST_ARGS); \
@@ -59,9 +60,10 @@ lint: install-test
 	$(VENV)/bin/mypy det_hub
 
 bench: install-test
-	eval "$$(scripts/test-services.sh start)" && \
-	  for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	scripts/test-services.sh start > .test-services.env
+	. ./.test-services.env && \
+	  for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
 	scripts/test-services.sh stop || true
-	rm -rf $(VENV) .test-services .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .test-services .test-services.env .pytest_cache .mypy_cache .ruff_cache

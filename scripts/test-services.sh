@@ -2,13 +2,14 @@
 # Starts the real services the test suite talks to: a PostgreSQL cluster and a Docker engine,
 # each private to this checkout (under .test-services/), listening on loopback or a unix socket
 # only. Prints the environment the tests read, as `export` lines:
-#   eval "$(scripts/test-services.sh start)"
+#   scripts/test-services.sh start > .test-services.env && . .test-services.env
 #   scripts/test-services.sh stop
+# Exits non-zero, with the reason on stderr, when a service cannot be started.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 state="$root/.test-services"
-pg_port=${DET_HUB_TEST_PG_PORT:-54329}
+pg_port=${DET_HUB_TEST_PG_PORT:-}
 pg_data="$state/pg"
 docker_root="$state/docker"
 
@@ -28,9 +29,22 @@ as_pg() {
   if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+port_free() {
+  ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
+}
+
 start_pg() {
   local bin; bin=$(pg_bin) || { log "PostgreSQL is not installed"; return 1; }
   mkdir -p "$state"
+  # A running cluster of this checkout keeps its port; a new one takes the first free port
+  # from 54329 up, so that two checkouts on one machine do not collide.
+  if [ -z "$pg_port" ] && as_pg "$bin/pg_ctl" -D "$pg_data" status >/dev/null 2>&1; then
+    pg_port=$(sed -n 4p "$pg_data/postmaster.pid")  # the line PostgreSQL keeps its port on
+  fi
+  if [ -z "$pg_port" ]; then
+    pg_port=54329
+    while ! port_free "$pg_port"; do pg_port=$((pg_port + 1)); done
+  fi
   if [ ! -f "$pg_data/PG_VERSION" ]; then
     mkdir -p "$pg_data"
     [ "$(id -u)" = 0 ] && chown postgres:postgres "$pg_data"
@@ -38,7 +52,8 @@ start_pg() {
   fi
   if ! as_pg "$bin/pg_ctl" -D "$pg_data" status >/dev/null 2>&1; then
     as_pg "$bin/pg_ctl" -D "$pg_data" -l "$pg_data/server.log" -w \
-      -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_data -c fsync=off -c max_connections=200" start >/dev/null
+      -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $pg_data -c fsync=off -c max_connections=200" start >/dev/null ||
+      { log "PostgreSQL did not start:"; tail -5 "$pg_data/server.log" >&2; return 1; }
   fi
   as_pg "$bin/psql" -h 127.0.0.1 -p "$pg_port" -U dethub -d postgres -tAc \
     "SELECT 1 FROM pg_database WHERE datname='dethub_test'" | grep -q 1 ||

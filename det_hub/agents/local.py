@@ -52,6 +52,8 @@ class TaskHandle:
     root: Path
     pid: int
     log_offset: int = 0
+    #: The runner's process object when this agent started it (not after a restart).
+    process: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def workdir(self) -> Path:
@@ -98,6 +100,9 @@ class TaskHandle:
 
     def alive(self) -> bool:
         """Whether the runner process is still there (and is ours, not a reused pid)."""
+        if self.process is not None:
+            # Our own child: ask it, which also covers the moment between fork and exec.
+            return self.process.poll() is None
         try:
             cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
         except OSError:
@@ -188,10 +193,7 @@ class LocalAgent(LoggingConfigurable):
                 cmd, cwd=workdir, env=task_env, start_new_session=True,
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=runner_err,
             )
-        handle.pid = proc.pid
-        # Nobody waits on the runner once the master is gone; reap it here while we can.
-        self._children = getattr(self, "_children", {})
-        self._children[allocation_id] = proc
+        handle.pid, handle.process = proc.pid, proc
         self.log.info("started allocation %s (pid %d): %s", allocation_id, proc.pid, " ".join(argv))
         return handle
 
@@ -205,12 +207,11 @@ class LocalAgent(LoggingConfigurable):
             return handle
         return None
 
-    def reap(self, allocation_id: str) -> None:
-        """Forget a finished task's process so it does not linger as a zombie."""
-        proc = getattr(self, "_children", {}).pop(allocation_id, None)
-        if proc is not None:
+    def reap(self, handle: TaskHandle) -> None:
+        """Collect a finished runner started by this agent, so it does not linger as a zombie."""
+        if handle.process is not None:
             try:
-                proc.wait(timeout=5)
+                handle.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
 

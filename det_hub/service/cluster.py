@@ -298,6 +298,7 @@ class Cluster:
         await self.store.update_allocation(
             alloc.id, state=TERMINATED, ended_at=utcnow(), exit_code=status.exit_code,
             exit_reason=status.reason or (f"signal {status.signal}" if status.signal else None))
-        self.agent.reap(alloc.id)
+        if alloc.handle is not None:
+            self.agent.reap(alloc.handle)
         self._wake.set()
         await self.on_exit(alloc, status)

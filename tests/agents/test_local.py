@@ -75,7 +75,7 @@ def test_runs_the_context_and_captures_both_streams(agent: LocalAgent) -> None:
     assert ("stdout", f"affinity {sorted(first_slot_cpus)}") in messages
     assert (handle.root / "info.json").read_text() == "{}"
     assert handle.read_logs() == []  # the offset moved past everything
-    agent.reap("1.a")
+    agent.reap(handle)
 
 
 def test_exit_codes_and_missing_programs(agent: LocalAgent) -> None:

@@ -1,0 +1,117 @@
+"""The master's manager without HTTP: real store (SQLite and PostgreSQL), real local agent.
+
+Trials here are plain scripts that never call the API, so what is tested is the manager's own
+logic: creating, running, restarting, failing and killing trials, and refusing bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import tarfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from det_hub.agents.local import LocalAgent
+from det_hub.service.errors import BadRequest, Conflict, Forbidden
+from det_hub.service.master import Master, Principal
+from det_hub.store import Store
+
+
+def context(script: str) -> str:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        data = script.encode()
+        info = tarfile.TarInfo("train.py")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def config(**extra: object) -> str:
+    doc = {"name": "t", "entrypoint": "python3 train.py",
+           "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}
+    doc.update(extra)
+    return yaml.safe_dump(doc)
+
+
+@pytest.fixture
+async def master(store: Store, tmp_path: Path) -> AsyncIterator[Master]:
+    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+    m = Master(store, agent, master_url="http://127.0.0.1:9", data_dir=tmp_path,
+               kill_grace_seconds=2, poll_interval=0.05)
+    await m.start()
+    yield m
+    for run in list(m.runs.values()):
+        await run.kill()
+    await m.stop()
+
+
+@pytest.fixture
+async def admin(master: Master, tmp_path: Path) -> Principal:
+    token = await master.ensure_admin_token(tmp_path / "admin-token")
+    who = await master.authenticate(token)
+    assert who is not None and who.is_admin
+    return who
+
+
+async def finished(master: Master, eid: int, timeout: float = 30) -> str:
+    run = master.runs.get(eid)
+    if run is not None:
+        await asyncio.wait_for(run.done.wait(), timeout)
+    return (await master.get_experiment(eid)).state
+
+
+async def test_a_script_runs_and_its_output_is_kept(master: Master, admin: Principal) -> None:
+    row = await master.create_experiment(admin, config(), context("print('hello')\n"))
+    assert await finished(master, row.id) == "COMPLETED"
+    [trial] = await master.store.list_trials(row.id)
+    assert trial.state == "COMPLETED" and trial.restarts == 0
+    logs = await master.store.get_logs(trial.id)
+    assert [(line.stdtype, line.message) for line in logs] == [("stdout", "hello")]
+
+
+async def test_failures_restart_then_error_with_the_reason(
+        master: Master, admin: Principal) -> None:
+    row = await master.create_experiment(
+        admin, config(max_restarts=2), context("import sys; print('try'); sys.exit(5)\n"))
+    assert await finished(master, row.id) == "ERROR"
+    [trial] = await master.store.list_trials(row.id)
+    assert trial.state == "ERROR" and trial.restarts == 2
+    messages = [line.message for line in await master.store.get_logs(trial.id)]
+    assert messages.count("try") == 3
+    assert messages[-1].startswith("the trial's process exited with code 5; the trial has failed")
+
+
+async def test_kill_cancels_and_owner_rules_hold(master: Master, admin: Principal) -> None:
+    row = await master.create_experiment(admin, config(), context("import time\n"
+                                                                  "time.sleep(60)\n"))
+    bob, _ = await master.create_user(admin, "bob", admin=False)
+    with pytest.raises(Forbidden):
+        await master.kill(Principal(user=bob), row.id)
+    assert (await master.pause(admin, row.id)).state == "PAUSED"
+    assert (await master.activate(admin, row.id)).state == "ACTIVE"
+    await master.kill(admin, row.id)
+    with pytest.raises(Conflict, match="only a PAUSED experiment can be activated"):
+        await master.activate(admin, row.id)
+    assert await finished(master, row.id) == "CANCELED"
+    with pytest.raises(Conflict, match="only an ACTIVE experiment can be paused"):
+        await master.pause(admin, row.id)
+
+
+@pytest.mark.parametrize(("text", "path"), [
+    (config(searcher={"name": "random", "metric": "x", "max_trials": 2}), "searcher.name"),
+    (config(entrypoint="model_def:Trial"), "entrypoint"),
+    (config(resources={"slots_per_trial": 99}), "resources.slots_per_trial"),
+    (config(searcher={"name": "single"}), "searcher.metric"),
+])
+async def test_configs_this_master_cannot_run_are_refused(
+        master: Master, admin: Principal, text: str, path: str) -> None:
+    with pytest.raises(BadRequest) as err:
+        await master.create_experiment(admin, text, None)
+    assert path in [d["path"] for d in err.value.details]
+    assert (await master.store.list_experiments())[1] == 0
