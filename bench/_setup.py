@@ -7,15 +7,10 @@ import os
 import statistics
 import sys
 import tempfile
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
-from psycopg import sql
-from sqlalchemy.engine import make_url
-
-from det_hub.testing import MasterProcess
+from det_hub.testing import MasterProcess, postgres_database
 
 
 @contextlib.contextmanager
@@ -28,19 +23,10 @@ def fresh_database(kind: str) -> Iterator[str]:
             return
         base_url = os.environ.get("DET_HUB_TEST_PG_URL")
         if not base_url:
-            sys.exit("DET_HUB_TEST_PG_URL is not set: run `make bench`, or "
-                     "`eval \"$(scripts/test-services.sh start)\"` first")
-        base = make_url(base_url)
-        admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
-        name = f"dethub_bench_{uuid.uuid4().hex[:12]}"
-        with psycopg.connect(admin, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        try:
-            yield base.set(database=name).render_as_string(hide_password=False)
-        finally:
-            with psycopg.connect(admin, autocommit=True) as conn:
-                conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(name)))
+            sys.exit("DET_HUB_TEST_PG_URL is not set: run `make bench`, or start the services "
+                     "with scripts/test-services.sh first")
+        with postgres_database(base_url, prefix="dethub_bench") as url:
+            yield url
 
 
 @contextlib.contextmanager

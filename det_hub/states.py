@@ -10,7 +10,19 @@ from __future__ import annotations
 import enum
 
 
-class ExperimentState(str, enum.Enum):
+class _LifecycleState(str, enum.Enum):
+    """What experiment and trial states have in common: how they end."""
+
+    @property
+    def terminal(self) -> bool:
+        return self.value in ("COMPLETED", "CANCELED", "ERROR")
+
+    @property
+    def stopping(self) -> bool:
+        return self.value.startswith("STOPPING_")
+
+
+class ExperimentState(_LifecycleState):
     ACTIVE = "ACTIVE"
     PAUSED = "PAUSED"
     STOPPING_COMPLETED = "STOPPING_COMPLETED"
@@ -20,16 +32,8 @@ class ExperimentState(str, enum.Enum):
     CANCELED = "CANCELED"
     ERROR = "ERROR"
 
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_EXPERIMENT_STATES
 
-    @property
-    def stopping(self) -> bool:
-        return self.value.startswith("STOPPING_")
-
-
-class TrialState(str, enum.Enum):
+class TrialState(_LifecycleState):
     ACTIVE = "ACTIVE"
     PAUSED = "PAUSED"
     STOPPING_COMPLETED = "STOPPING_COMPLETED"
@@ -38,14 +42,6 @@ class TrialState(str, enum.Enum):
     COMPLETED = "COMPLETED"
     CANCELED = "CANCELED"
     ERROR = "ERROR"
-
-    @property
-    def terminal(self) -> bool:
-        return self in TERMINAL_TRIAL_STATES
-
-    @property
-    def stopping(self) -> bool:
-        return self.value.startswith("STOPPING_")
 
 
 class RunState(str, enum.Enum):

@@ -8,6 +8,7 @@ states and run the CLI against it.
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -17,12 +18,14 @@ import subprocess
 import sys
 import tarfile
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import requests
 import yaml
+from sqlalchemy.engine import make_url
 
 DET_HUB = str(Path(sys.executable).parent / "det-hub")
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
@@ -149,3 +152,26 @@ def pack(directory: Path) -> str:
             if "__pycache__" not in path.parts:
                 tar.add(path, str(path.relative_to(directory)), recursive=False)
     return base64.b64encode(buf.getvalue()).decode()
+
+
+@contextlib.contextmanager
+def postgres_database(server_url: str, prefix: str = "dethub_t") -> Iterator[str]:
+    """A new, empty database on the PostgreSQL server of ``server_url``; dropped afterwards.
+
+    Yields the new database's URL (same user, host and driver as ``server_url``).
+    """
+    import psycopg
+    from psycopg import sql
+
+    base = make_url(server_url)
+    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"{prefix}_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield base.set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            # FORCE: a failed test may leave connections open (PostgreSQL 13+).
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))

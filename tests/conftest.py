@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import os
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
-from sqlalchemy.engine import make_url
 
 from det_hub.store import Store
+from det_hub.testing import postgres_database
 
 # =============================================================================================
 # Databases
@@ -46,19 +43,8 @@ def sqlite_url(tmp_path: Path) -> str:
 @pytest.fixture
 def postgresql_url() -> Iterator[str]:
     """URL of a new, empty PostgreSQL database, dropped after the test."""
-    base = make_url(_pg_base_url())
-    admin = base.set(drivername="postgresql").render_as_string(hide_password=False)
-    name = f"dethub_t_{uuid.uuid4().hex[:16]}"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield base.set(database=name).render_as_string(hide_password=False)
-    finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
-            # FORCE: a failed test may leave connections open (PostgreSQL 13+).
-            conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+    with postgres_database(_pg_base_url()) as url:
+        yield url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

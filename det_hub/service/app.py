@@ -126,8 +126,9 @@ class MasterApp(Application):
         self.log.info("stopping; running trials keep running and are adopted at next start")
         # Refuse new work, then drop kept-alive connections so that no request reaches a
         # closed store; training code retries until the next master answers.
-        master.stopping = True
+        master.begin_shutdown()
         server.stop()
+        await master.drain()
         await server.close_all_connections()
         await master.stop()
         await store.close()

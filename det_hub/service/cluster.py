@@ -144,37 +144,45 @@ class Cluster:
                 return alloc
         return None
 
+    async def dequeue(self, alloc: Allocation) -> bool:
+        """Take an allocation that has not started off the queue.
+
+        Returns False when it has started already; the caller then preempts or kills it.
+        No exit is reported for a dequeued allocation: the caller settles its trial itself.
+        """
+        if alloc.state != QUEUED or self.allocations.pop(alloc.id, None) is None:
+            return False
+        self._forget_token(alloc)
+        alloc.state = TERMINATED
+        alloc.preempt.set()
+        await self.store.update_allocation(alloc.id, state=TERMINATED, ended_at=utcnow(),
+                                           exit_reason="taken off the queue before it started")
+        return True
+
     async def preempt(self, alloc: Allocation) -> None:
         """Ask the allocation's training code to checkpoint and exit (see should_preempt)."""
-        if alloc.state == QUEUED:
-            await self._finish(alloc, ExitStatus(None, reason="dequeued before it started"))
-            return
         if not alloc.preempt_requested:
             alloc.preempt_requested = True
             alloc.preempt.set()
             await self.store.update_allocation(alloc.id, preempt=True)
 
     async def kill(self, alloc: Allocation) -> None:
-        """Stop the allocation now: SIGTERM, then SIGKILL after the grace period."""
+        """Stop a started allocation: SIGTERM, then SIGKILL after the grace period.
+
+        One still starting is signalled as soon as its process exists.
+        """
         alloc.killed = True
-        if alloc.state == QUEUED or alloc.handle is None:
-            await self._finish(alloc, ExitStatus(None, reason="killed before it started"))
-            return
-        self.agent.kill(alloc.handle)
-        handle = alloc.handle
+        if alloc.handle is not None:
+            self._terminate(alloc, alloc.handle)
+
+    def _terminate(self, alloc: Allocation, handle: TaskHandle) -> None:
+        self.agent.kill(handle)
 
         def force() -> None:
             if alloc.id in self.allocations:
                 self.agent.kill(handle, force=True)
 
         asyncio.get_running_loop().call_later(self.kill_grace_seconds, force)
-
-    async def wait_preempt(self, alloc: Allocation, timeout: float) -> bool:
-        try:
-            await asyncio.wait_for(alloc.preempt.wait(), timeout)
-        except asyncio.TimeoutError:
-            pass
-        return alloc.preempt.is_set()
 
     # --- views for the API --------------------------------------------------------------
     def agents_view(self) -> list[dict[str, Any]]:
@@ -253,6 +261,8 @@ class Cluster:
             await self._finish(alloc, ExitStatus(None, reason=f"could not start the task: {e}"))
             return
         alloc.handle, alloc.state = handle, RUNNING
+        if alloc.killed:
+            self._terminate(alloc, handle)
         await self.store.update_allocation(
             alloc.id, state=RUNNING, pid=handle.pid, workdir=str(handle.root),
             started_at=utcnow())
@@ -274,6 +284,11 @@ class Cluster:
                 await self._ship_logs(alloc)
                 await self._finish(alloc, status)
 
+    def _forget_token(self, alloc: Allocation) -> None:
+        for token_hash, a in list(self._by_token.items()):
+            if a is alloc:
+                del self._by_token[token_hash]
+
     async def _ship_logs(self, alloc: Allocation) -> None:
         assert alloc.handle is not None
         lines = alloc.handle.read_logs()
@@ -290,9 +305,7 @@ class Cluster:
     async def _finish(self, alloc: Allocation, status: ExitStatus) -> None:
         if self.allocations.pop(alloc.id, None) is None:
             return
-        for token_hash, a in list(self._by_token.items()):
-            if a is alloc:
-                del self._by_token[token_hash]
+        self._forget_token(alloc)
         alloc.state = TERMINATED
         alloc.preempt.set()  # release any long-poll still waiting (answers true: stop)
         await self.store.update_allocation(

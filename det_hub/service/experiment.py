@@ -116,7 +116,11 @@ class ExperimentRun:
                 if TrialState(trial.state) == T.ACTIVE:
                     await self._set_trial_state(trial, T.PAUSED)
                     alloc = self.cluster.for_trial(trial.id)
-                    if alloc is not None:
+                    if alloc is None:
+                        continue
+                    if await self.cluster.dequeue(alloc):
+                        await self._set_run_state(trial, None)
+                    else:
                         await self.cluster.preempt(alloc)
 
     async def activate(self) -> None:
@@ -141,7 +145,7 @@ class ExperimentRun:
                 if TrialState(trial.state).terminal:
                     continue
                 alloc = self.cluster.for_trial(trial.id)
-                if alloc is None:
+                if alloc is None or await self.cluster.dequeue(alloc):
                     await self._close_trial(trial, T.CANCELED)
                 else:
                     await self._set_trial_state(trial, T.STOPPING_CANCELED)
@@ -176,19 +180,16 @@ class ExperimentRun:
     async def on_run_state(self, trial_id: int, run_state: str) -> None:
         """The trial's allocation moved on (STARTING, RUNNING)."""
         trial = self.trials.get(trial_id)
-        if trial is not None and trial.run_state != run_state:
-            trial.run_state = run_state
-            await self.store.update_trial(trial_id, run_state=run_state)
+        if trial is not None:
+            await self._set_run_state(trial, run_state)
 
     async def on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
         async with self.lock:
-            known = self.trials.get(alloc.spec.trial_id)
-            if known is None:
+            trial = self.trials.get(alloc.spec.trial_id)
+            if trial is None:
                 return
-            trial = await self._refresh(known)
             state = TrialState(trial.state)
-            trial.run_state = None
-            await self.store.update_trial(trial.id, run_state=None)
+            await self._set_run_state(trial, None)
             early = self.early_exits.pop(trial.id, None)
             preempted = alloc.preempt_requested and not alloc.killed
 
@@ -198,13 +199,13 @@ class ExperimentRun:
                 await self._close_trial(trial, T.CANCELED)
             elif state == T.STOPPING_ERROR:
                 await self._close_trial(trial, T.ERROR)
+            elif state == T.STOPPING_COMPLETED:
+                await self._close_trial(trial, T.COMPLETED)
             elif early in ("INVALID_HP", "USER_REQUESTED_STOP") and status.success:
                 await self._system_log(trial, f"the trial stopped early: {early}")
                 await self._close_trial(trial, T.COMPLETED, early_exit=early)
             elif early == "ERRORED" or not status.success:
                 await self._on_failure(trial, status, early)
-            elif state == T.STOPPING_COMPLETED:
-                await self._close_trial(trial, T.COMPLETED)
             elif preempted:
                 # Checkpointed for a pause or a preemption: wait, or go again if activated.
                 if state == T.ACTIVE and self.state == E.ACTIVE:
@@ -261,10 +262,10 @@ class ExperimentRun:
                 if stopping is not None and TrialState(stopping.state) == T.ACTIVE:
                     await self._set_trial_state(stopping, T.STOPPING_COMPLETED)
                     alloc = self.cluster.for_trial(stopping.id)
-                    if alloc is not None:
-                        await self.cluster.preempt(alloc)
-                    else:
+                    if alloc is None or await self.cluster.dequeue(alloc):
                         await self._close_trial(stopping, T.COMPLETED)
+                    else:
+                        await self.cluster.preempt(alloc)
             elif isinstance(action, Shutdown):
                 target = E.STOPPING_ERROR if action.failure else E.STOPPING_COMPLETED
                 if not self.state.terminal and self.state != target \
@@ -274,8 +275,12 @@ class ExperimentRun:
     async def _request(self, trial: Trial) -> None:
         spec = await self._launch_spec(self.row, trial)
         await self.cluster.request(spec)
-        trial.run_state = "QUEUED"
-        await self.store.update_trial(trial.id, run_state="QUEUED")
+        await self._set_run_state(trial, "QUEUED")
+
+    async def _set_run_state(self, trial: Trial, run_state: str | None) -> None:
+        if trial.run_state != run_state:
+            trial.run_state = run_state
+            await self.store.update_trial(trial.id, run_state=run_state)
 
     async def _close_trial(self, trial: Trial, state: TrialState,
                            early_exit: str | None = None) -> None:
@@ -323,14 +328,6 @@ class ExperimentRun:
             return
         trial.state = target.value
         await self.store.update_trial(trial.id, state=target.value)
-
-    async def _refresh(self, trial: Trial) -> Trial:
-        fresh = await self.store.get_trial(trial.id)
-        if fresh is not None:
-            fresh.run_state = trial.run_state
-            self.trials[trial.id] = fresh
-            return fresh
-        return trial
 
     async def _save_searcher(self) -> None:
         state = {"method": self.method.snapshot(), "completed_lengths": self.completed_lengths}

@@ -84,6 +84,9 @@ class Master:
         self.cluster_id = ""
         #: Set while the process shuts down: requests are answered 503 so clients retry.
         self.stopping = False
+        self._shutting_down = asyncio.Event()
+        #: Requests being served (ids of their handlers), drained before the store closes.
+        self.active_requests: set[int] = set()
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
@@ -92,6 +95,28 @@ class Master:
 
     async def stop(self) -> None:
         await self.cluster.stop()
+
+    def begin_shutdown(self) -> None:
+        """Answer new requests with 503 and end long-polls, so in-flight work drains."""
+        self.stopping = True
+        self._shutting_down.set()
+
+    async def drain(self, timeout: float = 10.0) -> None:
+        """Wait (at most ``timeout``) until no request is being served."""
+        deadline = time.monotonic() + timeout
+        while self.active_requests and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+
+    async def wait_preempt(self, alloc: Allocation, timeout: float) -> bool:
+        """The preemption long-poll: True once the allocation should stop; False after
+        ``timeout``, or at once when the master shuts down (the caller asks again)."""
+        waits = [asyncio.ensure_future(alloc.preempt.wait()),
+                 asyncio.ensure_future(self._shutting_down.wait())]
+        _, pending = await asyncio.wait(waits, timeout=timeout,
+                                        return_when=asyncio.FIRST_COMPLETED)
+        for w in pending:
+            w.cancel()
+        return alloc.preempt.is_set()
 
     async def _recover(self) -> None:
         """Adopt tasks that outlived the previous master and resume live experiments."""

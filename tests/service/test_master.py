@@ -115,3 +115,24 @@ async def test_configs_this_master_cannot_run_are_refused(
         await master.create_experiment(admin, text, None)
     assert path in [d["path"] for d in err.value.details]
     assert (await master.store.list_experiments())[1] == 0
+
+
+async def test_pausing_a_queued_trial_costs_no_restart(master: Master, admin: Principal) -> None:
+    sleeper = context("import time\ntime.sleep(60)\n")
+    running = [await master.create_experiment(admin, config(), sleeper)
+               for _ in master.agent.slots]
+    queued = await master.create_experiment(admin, config(), context("print('ran')\n"))
+    [trial] = master.runs[queued.id].trials.values()
+    assert trial.run_state == "QUEUED"
+    await master.pause(admin, queued.id)
+    assert trial.state == "PAUSED" and trial.run_state is None
+    assert master.cluster.jobs_view() and all(
+        j["experiment_id"] != queued.id for j in master.cluster.jobs_view())
+    await master.activate(admin, queued.id)
+    assert trial.run_state == "QUEUED"
+    for row in running:
+        await master.kill(admin, row.id)
+    assert await finished(master, queued.id) == "COMPLETED"
+    [done] = await master.store.list_trials(queued.id)
+    assert done.restarts == 0
+    assert [line.message for line in await master.store.get_logs(done.id)] == ["ran"]

@@ -31,7 +31,7 @@ class PreemptionHandler(_AllocationHandler):
         """Wait until the allocation should stop, or the timeout passes."""
         alloc = self.allocation(allocation_id)
         timeout = self.int_arg("timeout_seconds", 60, 0, 60)
-        self.send({"preempt": await self.master.cluster.wait_preempt(alloc, timeout)})
+        self.send({"preempt": await self.master.wait_preempt(alloc, timeout)})
 
 
 class AckPreemptionHandler(_AllocationHandler):

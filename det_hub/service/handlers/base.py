@@ -48,6 +48,7 @@ class APIHandler(RequestHandler):
     async def prepare(self) -> None:
         if self.master.stopping:
             raise Unavailable("the master is shutting down; try again shortly")
+        self.master.active_requests.add(id(self))
         if self.public:
             return
         header = self.request.headers.get("Authorization", "")
@@ -60,6 +61,12 @@ class APIHandler(RequestHandler):
         if principal.allocation is not None and not self.allow_allocation:
             raise Forbidden("this endpoint is not open to training code's allocation tokens")
         self.principal = principal
+
+    def on_finish(self) -> None:
+        self.master.active_requests.discard(id(self))
+
+    def on_connection_close(self) -> None:
+        self.master.active_requests.discard(id(self))
 
     @property
     def user(self) -> User:

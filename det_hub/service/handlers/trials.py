@@ -100,7 +100,7 @@ class TrialLogsHandler(APIHandler):
                             break
                     if len(rows) == batch:
                         continue
-                if not follow:
+                if not follow or self.master.stopping:
                     break
                 trial = await self.master.get_trial(self.principal, tid)
                 if TrialState(trial.state).terminal and \
