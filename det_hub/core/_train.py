@@ -202,6 +202,16 @@ class TrainContext:
             f"/trials/{self._trial_id}/early_exit", {"reason": why.value}, retry=True
         )
 
+    def get_experiment_best_validation(self) -> float | None:
+        """The best searcher-metric value any trial of this experiment has reported so far,
+        or ``None`` before the first validation (and outside a cluster)."""
+        if self._session is None:
+            return None
+        self.flush()
+        body = self._session.get(f"/trials/{self._trial_id}/experiment_best_validation")
+        value = body.get("best_validation")
+        return None if value is None else float(value)
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every metric reported so far has reached the master."""
         if self._sender is not None:

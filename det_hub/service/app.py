@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import tornado.web
-from traitlets import Float, Integer, Unicode
+from traitlets import Float, Integer, Unicode, default
 from traitlets.config import Application
 
 from det_hub import __version__
@@ -59,6 +59,10 @@ class MasterApp(Application):
     kill_grace_seconds = Float(
         30.0, config=True,
         help="After a kill, how long a trial has to exit on SIGTERM before SIGKILL.")
+
+    @default("log_level")
+    def _default_log_level(self) -> int:
+        return logging.INFO
 
     aliases = {
         "data-dir": "MasterApp.data_dir",

@@ -398,6 +398,17 @@ class Master:
             raise BadRequest(f"reason must be one of {', '.join(EARLY_EXIT_REASONS)}")
         await self._run_for(trial).on_early_exit(trial, reason)
 
+    async def experiment_best_validation(self, who: Principal, trial_id: int) -> float | None:
+        """The best searcher-metric value among the trial's experiment's trials."""
+        trial = await self.get_trial(who, trial_id)
+        run = self.runs.get(trial.experiment_id)
+        exp = run.row if run else await self.get_experiment(trial.experiment_id)
+        trials = run.trials.values() if run else await self.store.list_trials(exp.id)
+        values = [t.searcher_metric_value for t in trials if t.searcher_metric_value is not None]
+        if not values:
+            return None
+        return min(values) if exp.smaller_is_better else max(values)
+
     async def searcher_operation(self, who: Principal, trial_id: int) -> dict[str, Any]:
         trial = await self.get_trial(who, trial_id)
         run = self.runs.get(trial.experiment_id)

@@ -90,6 +90,7 @@ def test_a_trial_token_reaches_only_its_own_trial(master: MasterProcess, tmp_pat
         ("GET", f"/trials/{other}", None),
         ("GET", f"/trials/{other}/metrics", None),
         ("GET", f"/trials/{other}/logs", None),
+        ("GET", f"/trials/{other}/experiment_best_validation", None),
         ("POST", f"/trials/{other}/progress", {"progress": 0.5}),
         ("POST", "/checkpoints", {"uuid": "00000000-0000-4000-8000-000000000000",
                                   "trial_id": other, "steps_completed": 1}),

@@ -24,7 +24,8 @@ def test_a_trial_runs_to_completion_and_reports_everything(master_any_db: Master
     assert trial["best_validation"]["metrics"]["validation_loss"] == pytest.approx(1 / 30)
     training = m.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
     assert [p["steps_completed"] for p in training] == list(range(5, 31, 5))
-    assert "done" in m.logs(trial["id"])
+    logs = m.logs(trial["id"])
+    assert "done" in logs and f"experiment best {1 / 30}" in logs
     # GC (save_trial_best=1, save_trial_latest=1): of 4 checkpoints only the last survives.
     ckpts = m.get(f"/experiments/{eid}/checkpoints")["checkpoints"]
     assert sorted(c["steps_completed"] for c in ckpts) == [10, 20, 30, 30]

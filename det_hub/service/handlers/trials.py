@@ -145,6 +145,16 @@ class TrialEarlyExitHandler(APIHandler):
         self.send({})
 
 
+class ExperimentBestValidationHandler(APIHandler):
+    allow_allocation = True
+    answers = {"get": "best_validation"}
+
+    async def get(self, trial_id: str) -> None:
+        """The best searcher-metric value of the trial's experiment so far."""
+        value = await self.master.experiment_best_validation(self.principal, int(trial_id))
+        self.send({"best_validation": value})
+
+
 class SearcherOperationHandler(APIHandler):
     allow_allocation = True
     answers = {"get": "operation"}
@@ -178,6 +188,7 @@ routes = [
     (rf"/trials/{ID}/logs", TrialLogsHandler),
     (rf"/trials/{ID}/progress", TrialProgressHandler),
     (rf"/trials/{ID}/early_exit", TrialEarlyExitHandler),
+    (rf"/trials/{ID}/experiment_best_validation", ExperimentBestValidationHandler),
     (rf"/trials/{ID}/searcher/operation", SearcherOperationHandler),
     (rf"/trials/{ID}/searcher/completed_operation", CompletedOperationHandler),
 ]

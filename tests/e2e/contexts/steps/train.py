@@ -54,6 +54,7 @@ def main() -> int:
                     return 0
             ctx.train.report_validation_metrics(steps_completed=step,
                                                 metrics={"validation_loss": 1.0 / step})
+            print(f"experiment best {ctx.train.get_experiment_best_validation()}", flush=True)
             save(step)
             op.report_completed(1.0 / step)
     print("done", flush=True)
