@@ -176,6 +176,11 @@ class LocalAgent(LoggingConfigurable):
         # `python3 train.py` in a config must find the Python that has det_hub installed.
         bindir = os.path.dirname(self.python)
         task_env["PATH"] = bindir + os.pathsep + task_env.get("PATH", os.defpath)
+        # Determined's import names resolve to det_hub's modules inside tasks.
+        site_dir = Path(__file__).resolve().parent.parent / "compat" / "site"
+        if site_dir.is_dir():
+            task_env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(site_dir), task_env.get("PYTHONPATH", "")) if p)
         cpus: list[int] = sorted({c for s in slots for c in s.cpus})
         if slots and all(s.kind == "cuda" for s in slots):
             task_env["CUDA_VISIBLE_DEVICES"] = ",".join(s.device for s in slots)

@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import json
 import logging
+import re
 import secrets
 import signal
 import time
@@ -26,6 +27,7 @@ from det_hub.store import Store, hash_token, utcnow
 log = logging.getLogger("det_hub.cluster")
 
 QUEUED, STARTING, RUNNING, TERMINATED = "QUEUED", "STARTING", "RUNNING", "TERMINATED"
+_RANK_PREFIX = re.compile(r"^\[rank=(\d+)\] ?(.*)$", re.DOTALL)
 
 
 @dataclasses.dataclass
@@ -294,11 +296,16 @@ class Cluster:
         lines = alloc.handle.read_logs()
         if not lines:
             return
-        rows = [{
-            "trial_id": alloc.spec.trial_id, "allocation_id": alloc.id,
-            "timestamp": datetime.fromtimestamp(line.timestamp or time.time(), timezone.utc),
-            "rank": None, "stdtype": line.stdtype, "message": line.message,
-        } for line in lines]
+        rows = []
+        for line in lines:
+            # Distributed launchers prefix each worker's lines with its rank.
+            ranked = _RANK_PREFIX.match(line.message)
+            rows.append({
+                "trial_id": alloc.spec.trial_id, "allocation_id": alloc.id,
+                "timestamp": datetime.fromtimestamp(line.timestamp or time.time(), timezone.utc),
+                "rank": int(ranked.group(1)) if ranked else None, "stdtype": line.stdtype,
+                "message": ranked.group(2) if ranked else line.message,
+            })
         await self.store.add_logs(rows)
         await self.store.update_allocation(alloc.id, log_offset=alloc.handle.log_offset)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
+import importlib.util
 import logging
 import math
 import os
@@ -257,7 +258,8 @@ class Master:
             problems.append({"path": "searcher.name", "message": (
                 f"{config.searcher.name!r} is not available on this master yet "
                 f"(available: {', '.join(sorted(SEARCH_METHODS))})")})
-        if config.entrypoint_kind != "script":
+        if config.entrypoint_kind != "script" and \
+                importlib.util.find_spec("det_hub.exec.harness") is None:
             problems.append({"path": "entrypoint", "message": (
                 "trial-class entrypoints (module:Class) need the PyTorch training harness; "
                 "use a script entrypoint such as 'python3 train.py'")})
@@ -510,10 +512,15 @@ class Master:
 
     async def _launch_spec(self, exp: Experiment, trial: Trial) -> LaunchSpec:
         config = parse_experiment_config(exp.config)
-        argv = config.entrypoint_argv() or []
-        if argv and argv[0] in ("python", "python3"):
-            argv = [sys.executable, *argv[1:]]
         slots = config.resources.slots_per_trial
+        argv = config.entrypoint_argv()
+        if argv is None:
+            # A trial class runs in the harness, one process per slot.
+            argv = [sys.executable, "-m", "det_hub.exec.harness", str(config.entrypoint)]
+            if slots > 1:
+                argv = [sys.executable, "-m", "det_hub.launch.torch_distributed", "--", *argv]
+        elif argv[0] in ("python", "python3"):
+            argv = [sys.executable, *argv[1:]]
         kinds = {s.kind for s in self.agent.slots}
         env = config.environment.variables_for("cuda" if "cuda" in kinds else "cpu")
         env.update({
