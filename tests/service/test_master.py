@@ -105,7 +105,6 @@ async def test_kill_cancels_and_owner_rules_hold(master: Master, admin: Principa
 
 @pytest.mark.parametrize(("text", "path"), [
     (config(searcher={"name": "random", "metric": "x", "max_trials": 2}), "searcher.name"),
-    (config(entrypoint="model_def:Trial"), "entrypoint"),
     (config(resources={"slots_per_trial": 99}), "resources.slots_per_trial"),
     (config(searcher={"name": "single"}), "searcher.metric"),
 ])

@@ -1,0 +1,1 @@
+"""Entry points the master runs inside trial processes."""

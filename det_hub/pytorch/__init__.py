@@ -1,0 +1,42 @@
+"""Training PyTorch models on det_hub, with the names of Determined's ``determined.pytorch``.
+
+A Determined trial runs after changing its import::
+
+    from det_hub import pytorch
+
+    class MyTrial(pytorch.PyTorchTrial):
+        ...
+
+    with pytorch.init(hparams={"global_batch_size": 32, "lr": 0.1}) as context:
+        trial = MyTrial(context)
+        pytorch.Trainer(trial, context).fit(max_length=pytorch.Epoch(1))
+"""
+
+from det_hub.pytorch._callback import PyTorchCallback
+from det_hub.pytorch._checkpoint_state import STATE_FILE
+from det_hub.pytorch._context import PyTorchTrialContext
+from det_hub.pytorch._data import DataLoader, ShardedBatchSampler, TorchData
+from det_hub.pytorch._init import init
+from det_hub.pytorch._lr_scheduler import LRScheduler
+from det_hub.pytorch._reducer import MetricReducer, Reducer
+from det_hub.pytorch._trainer import Trainer
+from det_hub.pytorch._trial import PyTorchTrial
+from det_hub.pytorch._units import Batch, Epoch, TrainUnit
+
+__all__ = [
+    "STATE_FILE",
+    "Batch",
+    "DataLoader",
+    "Epoch",
+    "LRScheduler",
+    "MetricReducer",
+    "PyTorchCallback",
+    "PyTorchTrial",
+    "PyTorchTrialContext",
+    "Reducer",
+    "ShardedBatchSampler",
+    "TorchData",
+    "TrainUnit",
+    "Trainer",
+    "init",
+]
