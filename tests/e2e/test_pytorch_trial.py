@@ -55,3 +55,14 @@ def test_a_trial_class_trains_validates_and_checkpoints(
                for line in lines)
     # Two slots run two ranks: the chief reports, and both ranks' lines are told apart.
     assert {line["rank"] for line in lines} >= ({0, 1} if slots == 2 else {None})
+
+
+def test_mnist_const_reaches_98_percent_in_one_epoch(master: MasterProcess) -> None:
+    """Determined's quickstart, unchanged: real MNIST, one epoch, through the CLI."""
+    done = master.cli("experiment", "create", "examples/mnist_pytorch/const.yaml",
+                      "examples/mnist_pytorch", "-f")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [trial] = master.trials(1)
+    validation = master.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]
+    assert validation[-1]["steps_completed"] == 938  # 60,000 records / batches of 64
+    assert validation[-1]["metrics"]["accuracy"] >= 0.98
