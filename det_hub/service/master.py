@@ -19,6 +19,7 @@ import secrets
 import sys
 import time
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +30,10 @@ from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
 from det_hub.service.experiment import EARLY_EXIT_REASONS, ExperimentRun
+from det_hub.service.serialize import experiment_json
 from det_hub.states import CheckpointState, ExperimentState, TrialState
 from det_hub.storage import build_storage
-from det_hub.storage.gc import checkpoints_to_delete
+from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete
 from det_hub.store import Store, StoreConflict, hash_token, utcnow
 
 if TYPE_CHECKING:
@@ -280,8 +282,6 @@ class Master:
         return row
 
     async def experiment_json(self, rows: Iterable[Experiment]) -> list[dict[str, Any]]:
-        from det_hub.service.serialize import experiment_json
-
         rows = list(rows)
         counts = await self.store.count_trials([r.id for r in rows])
         return [experiment_json(r, await self.username(r.owner_id), counts.get(r.id, 0))
@@ -567,8 +567,6 @@ def _metric_row(index: int, row: Any) -> dict[str, Any]:
             raise BadRequest(f"metrics[{index}].metrics.{name}: must be a finite number")
     out: dict[str, Any] = {"steps_completed": steps, "metrics": metrics}
     if row.get("report_time"):
-        from datetime import datetime
-
         try:
             out["report_time"] = datetime.fromisoformat(str(row["report_time"]).replace(
                 "Z", "+00:00"))
@@ -577,8 +575,6 @@ def _metric_row(index: int, row: Any) -> dict[str, Any]:
     return out
 
 
-def _gc_record(c: Checkpoint, value: float | None) -> Any:
-    from det_hub.storage.gc import CheckpointRecord
-
+def _gc_record(c: Checkpoint, value: float | None) -> CheckpointRecord:
     return CheckpointRecord(uuid=c.uuid, trial_id=c.trial_id, steps_completed=c.steps_completed,
                             searcher_metric=value)
