@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 
 WHEEL_CACHE ?= $(or $(DET_HUB_WHEEL_CACHE),$(HOME)/.cache/det_hub/wheels)
 
-.PHONY: up master install install-test mnist-wheel system-deps test test-fast lint bench clean
+.PHONY: up master install install-test mnist-wheel horovod system-deps test test-fast lint bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
@@ -35,10 +35,15 @@ up: install
 master: up
 
 $(VENV)/.installed-test: $(VENV)/.installed
-	$(PIP) install -q -c constraints.txt -e '.[pytorch,test]'
+	DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[pytorch,test,deepspeed]'
 	touch $@
 
-install-test: $(VENV)/.installed-test mnist-wheel
+install-test: $(VENV)/.installed-test mnist-wheel horovod
+
+# Horovod with PyTorch and Gloo, built from source once (PyPI has no wheel that fits torch 2.x)
+# and kept in the wheel cache. `make test` needs it; `make up` does not.
+horovod: $(VENV)/.installed
+	VENV=$(VENV) DET_HUB_WHEEL_CACHE=$(WHEEL_CACHE) scripts/build-horovod.sh
 
 # Debian packages the suite needs: PostgreSQL and a Docker engine (installed when missing).
 system-deps:

@@ -19,7 +19,7 @@ import sys
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +43,13 @@ class MasterProcess:
     Args:
         data_dir: the master's ``--data-dir``; its log goes to ``data_dir/master.log``.
         db_url: the master's ``--db``.
+        extra_args: more ``det-hub master`` arguments, e.g. ``["--cpu-slot-cores=2"]``.
     """
 
-    def __init__(self, data_dir: Path, db_url: str) -> None:
+    def __init__(self, data_dir: Path, db_url: str, extra_args: Sequence[str] = ()) -> None:
         self.data_dir = data_dir
         self.db_url = db_url
+        self.extra_args = list(extra_args)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -63,7 +65,7 @@ class MasterProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - the process writes to it
         self.proc = subprocess.Popen(
             [DET_HUB, "master", "--data-dir", str(self.data_dir), "--db", self.db_url,
-             "--port", str(self.port), "--MasterApp.kill_grace_seconds=3"],
+             "--port", str(self.port), "--MasterApp.kill_grace_seconds=3", *self.extra_args],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
         deadline = time.monotonic() + 60
