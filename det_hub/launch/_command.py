@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from det_hub.core import ClusterInfo
@@ -205,3 +205,28 @@ def threads_per_worker(nproc: int, env: Mapping[str, str] | None = None) -> str 
             os.cpu_count() or 1
         )
     return str(max(1, total // nproc))
+
+
+def launcher_main(
+    prog: str,
+    argv: Sequence[str] | None,
+    start: Callable[[LaunchOptions], int],
+    *,
+    allow_passthrough: bool = False,
+) -> int:
+    """What every launcher's ``main`` does: parse the command line, then ``start`` the workers.
+
+    ``--help`` prints the usage and gives 0; a :class:`LaunchError` (bad usage, a missing
+    program) prints ``PROG: message`` on stderr and gives its exit code.
+    """
+    try:
+        options = parse_launch_args(
+            prog, sys.argv[1:] if argv is None else argv, allow_passthrough=allow_passthrough
+        )
+        return start(options)
+    except HelpRequested as exc:
+        print(exc)
+        return 0
+    except LaunchError as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return exc.exit_code

@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from det_hub.launch._command import HelpRequested, LaunchError, parse_launch_args, slot_count
+from det_hub.launch._command import LaunchError, LaunchOptions, launcher_main, slot_count
 from det_hub.launch.torch_distributed import run_workers
 
 PROG = "det_hub.launch.deepspeed"
@@ -55,17 +55,13 @@ def check_installed() -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the launcher with ``argv`` (``sys.argv[1:]`` when None); return its exit code."""
-    try:
-        options = parse_launch_args(PROG, sys.argv[1:] if argv is None else argv)
+
+    def start(options: LaunchOptions) -> int:
         check_installed()
         nproc = slot_count(options)
         return run_workers(options.command, nproc, env=deepspeed_env(os.environ, nproc))
-    except HelpRequested as exc:
-        print(exc)
-        return 0
-    except LaunchError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return exc.exit_code
+
+    return launcher_main(PROG, argv, start)
 
 
 if __name__ == "__main__":

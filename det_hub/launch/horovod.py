@@ -19,10 +19,9 @@ import sys
 from collections.abc import Mapping, Sequence
 
 from det_hub.launch._command import (
-    HelpRequested,
     LaunchError,
     LaunchOptions,
-    parse_launch_args,
+    launcher_main,
     slot_count,
     threads_per_worker,
 )
@@ -85,27 +84,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns only on an error (its exit code): on success this process becomes
     ``horovodrun``, which then receives the task's signals itself.
     """
-    try:
-        options = parse_launch_args(
-            PROG, sys.argv[1:] if argv is None else argv, allow_passthrough=True
-        )
+
+    def start(options: LaunchOptions) -> int:
         nproc = slot_count(options)
         command = horovodrun_command(options, nproc, find_horovodrun())
         env = horovod_env(os.environ, nproc)
-    except HelpRequested as exc:
-        print(exc)
-        return 0
-    except LaunchError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return exc.exit_code
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:
-        os.execve(command[0], command, env)
-    except OSError as exc:
-        print(f"{PROG}: cannot run {command[0]}: {exc}", file=sys.stderr)
-        return 126
-    return 0  # not reached: execve returns only by raising
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            os.execve(command[0], command, env)
+        except OSError as exc:
+            print(f"{PROG}: cannot run {command[0]}: {exc}", file=sys.stderr)
+            return 126
+        return 0  # not reached: execve returns only by raising
+
+    return launcher_main(PROG, argv, start, allow_passthrough=True)
 
 
 if __name__ == "__main__":

@@ -35,9 +35,8 @@ from types import FrameType
 from typing import IO, Any
 
 from det_hub.launch._command import (
-    HelpRequested,
     LaunchError,
-    parse_launch_args,
+    launcher_main,
     slot_count,
     threads_per_worker,
 )
@@ -309,15 +308,8 @@ def run_workers(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the launcher with ``argv`` (``sys.argv[1:]`` when None); return its exit code."""
-    try:
-        options = parse_launch_args(PROG, sys.argv[1:] if argv is None else argv)
-        return run_workers(options.command, slot_count(options))
-    except HelpRequested as exc:
-        print(exc)
-        return 0
-    except LaunchError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return exc.exit_code
+    return launcher_main(
+        PROG, argv, lambda options: run_workers(options.command, slot_count(options)))
 
 
 if __name__ == "__main__":
