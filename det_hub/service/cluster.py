@@ -237,7 +237,10 @@ class Cluster:
                             str(a.spec.experiment_id)) for a in pending]
         decision = self.scheduler.schedule([agent], requests)
         for assignment in decision.assignments:
-            await self._launch(self.allocations[assignment.allocation_id], assignment.slot_ids)
+            # A pause or kill may take an allocation off the queue while an earlier one starts.
+            alloc = self.allocations.get(assignment.allocation_id)
+            if alloc is not None and alloc.state == QUEUED:
+                await self._launch(alloc, assignment.slot_ids)
 
     async def _launch(self, alloc: Allocation, slot_ids: tuple[int, ...]) -> None:
         alloc.state, alloc.slot_ids = STARTING, slot_ids
