@@ -44,10 +44,9 @@ class IntHP(ConfigModel):
         return []
 
 
-class DoubleHP(ConfigModel):
-    """A float between ``minval`` and ``maxval``; ``count`` points for grid search."""
+class _FloatRange(ConfigModel):
+    """What ``double`` and ``log`` share: a float range and a grid ``count``."""
 
-    type: Literal["double"] = "double"
     minval: float
     maxval: float
     count: int | None = Field(default=None, ge=1)
@@ -58,19 +57,17 @@ class DoubleHP(ConfigModel):
         return []
 
 
-class LogHP(ConfigModel):
+class DoubleHP(_FloatRange):
+    """A float between ``minval`` and ``maxval``; ``count`` points for grid search."""
+
+    type: Literal["double"] = "double"
+
+
+class LogHP(_FloatRange):
     """``base ** x`` for an exponent ``x`` between ``minval`` and ``maxval``."""
 
     type: Literal["log"] = "log"
     base: float = Field(default=10.0, gt=0)
-    minval: float
-    maxval: float
-    count: int | None = Field(default=None, ge=1)
-
-    def _semantic_problems(self) -> list[Problem]:
-        if self.maxval <= self.minval:
-            return [Problem("maxval", f"must be greater than minval ({self.minval})")]
-        return []
 
 
 class CategoricalHP(ConfigModel):
