@@ -365,8 +365,7 @@ class Master:
         if last["steps_completed"] > (trial.steps_completed or 0):
             fields["steps_completed"] = last["steps_completed"]
         if group == "validation":
-            run = self.runs.get(trial.experiment_id)
-            row = run.row if run else await self.get_experiment(trial.experiment_id)
+            row = await self.get_experiment(trial.experiment_id)
             metric, smaller = row.searcher_metric, row.smaller_is_better
             fields["latest_validation"] = {"steps_completed": last["steps_completed"],
                                            "metrics": last["metrics"]}
