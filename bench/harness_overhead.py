@@ -22,7 +22,13 @@ the master's own ``ended_at - created_at`` of the experiment.
 Runs alternate raw and harness so that drift in the machine's speed hits both alike; medians
 are reported.
 
-    python bench/harness_overhead.py [--runs 3] [--batches 6000] [--threads 2]
+Where the host has cores beyond the trial's, the master (and the agent inside it) is pinned to
+those, so that the figure is the harness's own cost rather than the master's polling competing
+for the trial's cores; on a host with no spare core they share, as on a small embedded cluster.
+With ``--device cuda`` both sides train on the first GPU (the trial on a GPU slot), which is
+where a per-batch host-device sync would show.
+
+    python bench/harness_overhead.py [--runs 3] [--batches 6000] [--threads 2] [--device cpu]
 """
 
 from __future__ import annotations
@@ -82,10 +88,11 @@ def make_optimizer(model):
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 
-def raw_main(batches, threads):
+def raw_main(batches, threads, device):
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = make_model()
+    device = torch.device(device)
+    model = make_model().to(device)
     optimizer = make_optimizer(model)
     loss_fn = nn.CrossEntropyLoss()
     loader = torch.utils.data.DataLoader(
@@ -96,6 +103,8 @@ def raw_main(batches, threads):
     t0 = time.perf_counter()
     while done < batches:
         for x, y in loader:
+            x = x.to(device, non_blocking=True)
+            y = y.to(device, non_blocking=True)
             loss = loss_fn(model(x), y)
             loss.backward()
             optimizer.step()
@@ -103,11 +112,13 @@ def raw_main(batches, threads):
             done += 1
             if done == batches:
                 break
+    if device.type == "cuda":
+        torch.cuda.synchronize()
     print(MARKER, f"{{time.perf_counter() - t0:.6f}}", done, flush=True)
 
 
 if __name__ == "__main__":
-    raw_main(int(sys.argv[1]), int(sys.argv[2]))
+    raw_main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
 '''
 
 # The trial: the same model, data and optimizer through det_hub.pytorch.
@@ -133,6 +144,8 @@ class TrainTimer(pytorch.PyTorchCallback):
 
     def on_training_workload_end(self, avg_metrics, batch_metrics):
         if avg_metrics["batches"] >= self.target:
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
             elapsed = time.perf_counter() - self.t0
             print(MARKER, f"{{elapsed:.6f}}", avg_metrics["batches"], flush=True)
 
@@ -177,11 +190,11 @@ def parse_marker(lines: list[str], where: str) -> float:
     raise RuntimeError(f"no {MARKER} line in {where}:\n" + "\n".join(lines[-30:]))
 
 
-def run_raw(context: Path, batches: int, threads: int, cpus: list[int]) -> float:
+def run_raw(context: Path, batches: int, threads: int, cpus: list[int], device: str) -> float:
     """One raw run in a fresh process, pinned and threaded as the agent does for a trial."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONUNBUFFERED="1")
     done = subprocess.run(
-        [sys.executable, f"{MODEL_MODULE}.py", str(batches), str(threads)],
+        [sys.executable, f"{MODEL_MODULE}.py", str(batches), str(threads), device],
         cwd=context, env=env, capture_output=True, text=True, check=False,
         preexec_fn=lambda: os.sched_setaffinity(0, cpus),
     )
@@ -202,6 +215,15 @@ def experiment_config(batches: int, threads: int) -> dict[str, object]:
         "min_checkpoint_period": {"batches": batches},
         "reproducibility": {"experiment_seed": 0},
     }
+
+
+def pin_process(pid: int, cpus: list[int]) -> None:
+    """Pin every thread of ``pid``; threads it starts later inherit the mask."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except ProcessLookupError:  # the thread ended meanwhile
+            pass
 
 
 def _when(stamp: str) -> datetime.datetime:
@@ -230,14 +252,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs of each side")
     parser.add_argument("--batches", type=int, default=6000, help="training batches per run")
-    parser.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)),
-                        help="torch threads, and the cores of the trial's one slot")
+    cores = len(os.sched_getaffinity(0))
+    parser.add_argument("--threads", type=int, default=max(1, min(2, cores - 1)),
+                        help="torch threads, and the cores of the trial's one slot (default: "
+                             "2, leaving at least one core for the master)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="train on the CPU slot, or on the first GPU (a GPU slot)")
     args = parser.parse_args()
     # Other load on the cores skews one side or the other; printed so that a reader can judge.
     load_before = os.getloadavg()[0]
-    cpus = sorted(os.sched_getaffinity(0))[: args.threads]
+    all_cpus = sorted(os.sched_getaffinity(0))
+    cpus, spare = all_cpus[: args.threads], all_cpus[args.threads:]
     if len(cpus) < args.threads:
         sys.exit(f"--threads {args.threads}: only {len(cpus)} cores here")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            sys.exit("--device cuda: torch sees no GPU here")
 
     raw: list[float] = []
     harness: list[float] = []
@@ -247,14 +279,21 @@ def main() -> None:
         context.mkdir()
         (context / f"{MODEL_MODULE}.py").write_text(MODEL_SOURCE)
         (context / f"{TRIAL_MODULE}.py").write_text(TRIAL_SOURCE)
-        # One slot of `threads` cores, so the trial is pinned to the same cores the raw loop
-        # uses and gets OMP_NUM_THREADS to match.
-        master = MasterProcess(Path(tmp) / "data", url,
-                               extra_args=[f"--cpu-slot-cores={args.threads}"])
+        # On the CPU, one slot of `threads` cores: the trial is pinned to the same cores the
+        # raw loop uses and gets OMP_NUM_THREADS to match. With --device cuda, GPU slots.
+        extra = [f"--cpu-slot-cores={args.threads}"]
+        if args.device == "cpu":
+            extra.append("--LocalAgent.use_gpus=False")
+        master = MasterProcess(Path(tmp) / "data", url, extra_args=extra)
         master.start()
+        if spare and master.proc is not None:
+            pin_process(master.proc.pid, spare)
+            print(f"trial on cores {cpus}, master on cores {spare[0]}-{spare[-1]}", flush=True)
+        else:
+            print(f"trial on cores {cpus}, master on the same cores (no spare core)", flush=True)
         try:
             for run in range(args.runs):
-                raw.append(run_raw(context, args.batches, args.threads, cpus))
+                raw.append(run_raw(context, args.batches, args.threads, cpus, args.device))
                 train, total = run_harness(master, context, args.batches, args.threads)
                 harness.append(train)
                 end_to_end.append(total)
@@ -266,7 +305,7 @@ def main() -> None:
     n = args.batches
     raw_s, harness_s = statistics.median(raw), statistics.median(harness)
     e2e_s = statistics.median(end_to_end)
-    print(f"{n} batches, {args.threads} threads, median of {args.runs} runs each side; "
+    print(f"{n} batches on {args.device}, {args.threads} threads, median of {args.runs} runs each side; "
           f"1-min load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"raw loop:      {raw_s / n * 1000:.3f} ms/batch ({raw_s:.2f} s)")
     print(f"PyTorchTrial:  {harness_s / n * 1000:.3f} ms/batch ({harness_s:.2f} s)")

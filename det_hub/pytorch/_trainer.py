@@ -62,6 +62,46 @@ def _metrics_of(output: Any, where: str) -> dict[str, float]:
     return {str(k): _scalar(str(k), v) for k, v in output.items()}
 
 
+def _deferred_metrics(output: Any, where: str) -> dict[str, Any]:
+    """A training batch's metrics, tensors kept (detached) where they are.
+
+    Reading a CUDA tensor's value waits for every kernel queued before it, so doing that per
+    batch would stall the GPU pipeline; :func:`_materialize` reads a whole period's tensors
+    with one transfer per device instead.
+    """
+    if isinstance(output, torch.Tensor):
+        output = {"loss": output}
+    elif not isinstance(output, Mapping):
+        raise TypeError(f"{where} must return a dict of metrics or a loss tensor, not {output!r}")
+    metrics: dict[str, Any] = {}
+    for key, value in output.items():
+        name = str(key)
+        if isinstance(value, torch.Tensor):
+            if value.numel() != 1:
+                raise TypeError(
+                    f"metric {name!r} is a tensor of {value.numel()} values, not a scalar"
+                )
+            # A copy: the caller may update the tensor in place or hold a large storage.
+            metrics[name] = value.detach().reshape(()).to(torch.float64, copy=True)
+        else:
+            metrics[name] = _scalar(name, value)
+    return metrics
+
+
+def _materialize(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
+    """``batches`` with every tensor replaced by its float, one device transfer per device."""
+    by_device: dict[torch.device, list[tuple[dict[str, Any], str]]] = {}
+    for metrics in batches:
+        for name, value in metrics.items():
+            if isinstance(value, torch.Tensor):
+                by_device.setdefault(value.device, []).append((metrics, name))
+    for places in by_device.values():
+        stacked = torch.stack([m[name] for m, name in places])
+        for (metrics, name), number in zip(places, stacked.tolist(), strict=True):
+            metrics[name] = float(number)
+    return batches
+
+
 def _format_metrics(metrics: Mapping[str, Any]) -> str:
     """``loss=0.1234 accuracy=0.98`` for the trial log; progress counters left out."""
     skip = ("batches", "records", "epochs")
@@ -138,7 +178,8 @@ class Trainer:
         self._last_validation: tuple[int, dict[str, Any]] | None = None
         self._last_checkpoint_step: int | None = None
         self._last_checkpoint_uuid: str | None = None
-        self._period_metrics: list[dict[str, float]] = []
+        # Tensors until the period is reported (see _deferred_metrics).
+        self._period_metrics: list[dict[str, Any]] = []
         self._epoch_len = 1
         self._global_batch = 0
         self._searcher_metric: str | None = None
@@ -369,7 +410,8 @@ class Trainer:
             self._records += pending
 
     def _report_training(self) -> None:
-        batch_metrics, self._period_metrics = self._period_metrics, []
+        batch_metrics = _materialize(self._period_metrics)
+        self._period_metrics = []
         local = _mean_weighted([(m, 1) for m in batch_metrics])
         pending, self._pending_records = self._pending_records, 0
         reducers = self._context._reducers_for(training=True)
@@ -622,7 +664,7 @@ class _Loop:
             batch = ctx.to_device(next(self._batches))
             out = t._trial.train_batch(batch, epoch_idx, batch_idx)
             ctx._update_scalers()
-            t._period_metrics.append(_metrics_of(out, "train_batch()"))
+            t._period_metrics.append(_deferred_metrics(out, "train_batch()"))
             t._pending_records += t._trial.get_batch_length(batch)
             t._batches += 1
             done = t._batches

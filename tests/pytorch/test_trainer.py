@@ -276,3 +276,23 @@ def test_local_fit_needs_a_length(tmp_path: Path) -> None:
         trial = RegressionTrial(ctx)
         with pytest.raises(ValueError, match="needs max_length"):
             pytorch.Trainer(trial, ctx).fit()
+
+
+def test_training_metrics_are_read_once_per_period_and_copied() -> None:
+    """Batch metrics stay tensors until the report (one device read per period), yet each is
+    a copy: a tensor the trial updates in place later does not change earlier batches."""
+    from det_hub.pytorch._trainer import _deferred_metrics, _materialize
+
+    running = torch.zeros(())
+    batches = []
+    for value in (1.0, 2.0, 3.0):
+        running += value
+        batches.append(_deferred_metrics({"total": running, "lr": 0.5}, "train_batch()"))
+    assert isinstance(batches[0]["total"], torch.Tensor)
+    assert _materialize(batches) == [
+        {"total": 1.0, "lr": 0.5}, {"total": 3.0, "lr": 0.5}, {"total": 6.0, "lr": 0.5}]
+    assert _deferred_metrics(torch.tensor(0.25), "train_batch()")["loss"].item() == 0.25
+    with pytest.raises(TypeError, match="tensor of 2 values"):
+        _deferred_metrics({"loss": torch.ones(2)}, "train_batch()")
+    with pytest.raises(TypeError, match="must return a dict"):
+        _deferred_metrics([1.0], "train_batch()")
