@@ -168,8 +168,10 @@ def _describe(args: argparse.Namespace) -> int:
     client = client_from_args(args)
     experiment = client.get_experiment(args.id)
     trials = client.list_trials(args.id)
+    search = client.get_searcher(args.id)
     if args.json:
-        r.print_json({"experiment": experiment.raw, "trials": trials.raw.get("trials", [])})
+        r.print_json({"experiment": experiment.raw, "trials": trials.raw.get("trials", []),
+                      "searcher": search})
         return 0
     searcher = experiment.config.get("searcher")
     searcher_name = searcher.get("name") if isinstance(searcher, dict) else None
@@ -202,7 +204,29 @@ def _describe(args: argparse.Namespace) -> int:
             f"Best {metric or 'metric'}: {r.fmt_value(best.searcher_metric_value)} "
             f"(trial {best.id}, {r.fmt_mapping(best.hparams)})"
         )
+    if search.get("rungs"):
+        print()
+        print("Rungs:")
+        r.print_table(*rung_rows(search["rungs"]))
     return 0
+
+
+def rung_rows(table: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
+    """One row per rung of each ASHA bracket: its length, results, best value, promotions."""
+    carried = "continued" if table.get("stop_once", True) else "promoted"
+    headers = ["Bracket", "Rung", "Length", "Reported", "Best", carried.capitalize(),
+               "Training", "Trials (best first)"]
+    rows = []
+    for bracket in table.get("brackets", []):
+        for rung in bracket.get("rungs", []):
+            rows.append([
+                bracket.get("index"), rung.get("index"), rung.get("length"),
+                rung.get("reported"), r.fmt_value(rung.get("best_metric")),
+                rung.get("promoted"), len(rung.get("training", [])),
+                r.or_none(", ".join(str(t) for t in rung.get("trial_ids", [])[:8])
+                          + (" ..." if len(rung.get("trial_ids", [])) > 8 else "")),
+            ])
+    return headers, rows
 
 
 def _list_trials(args: argparse.Namespace) -> int:

@@ -386,6 +386,11 @@ class Client:
         """Unarchives an experiment."""
         return self._experiment_action(experiment_id, "unarchive")
 
+    def get_searcher(self, experiment_id: int) -> dict[str, Any]:
+        """Returns the search at a glance: method, metric, progress, trials created, waiting
+        trials and, for the ASHA methods, the rung table (``rungs``) keyed by trial ids."""
+        return _object(self._get(f"/experiments/{int(experiment_id)}/searcher"), "searcher")
+
     def get_searcher_state(self, experiment_id: int) -> dict[str, Any]:
         """Returns the searcher's own state for an experiment (its shape depends on the searcher)."""
         return _object(self._get(f"/experiments/{int(experiment_id)}/searcher_state"), "searcher")

@@ -12,6 +12,7 @@ from det_hub.config._model import ConfigModel, choice
 
 SEARCHER_NAMES = ("single", "random", "grid", "adaptive_asha", "async_halving", "custom")
 ASHA_MODES = ("aggressive", "standard", "conservative")
+SAMPLER_NAMES = ("random", "tpe")
 
 SearcherName = Literal["single", "random", "grid", "adaptive_asha", "async_halving", "custom"]
 
@@ -45,6 +46,9 @@ class SearcherConfig(ConfigModel):
     )
     bracket_rungs: list[Annotated[int, Field(ge=1)]] | None = None
     stop_once: bool = True
+    #: How new hyperparameters are drawn: ``random`` from the space, or ``tpe`` (optuna's
+    #: TPESampler, fed the results of finished trials or rungs). A det_hub extension.
+    sampler: Annotated[Literal["random", "tpe"], choice(*SAMPLER_NAMES)] = "random"
 
     @property
     def length_unit(self) -> LengthUnit | str | None:
@@ -64,6 +68,10 @@ class SearcherConfig(ConfigModel):
         problems = []
         if self.name in _NEED_MAX_TRIALS and self.max_trials is None:
             problems.append(Problem("max_trials", f"required by the {self.name} searcher"))
+        if self.name == "grid" and self.sampler != "random":
+            problems.append(
+                Problem("sampler", "the grid searcher tries every grid point; it takes no sampler")
+            )
         if self.name == "async_halving" and self.num_rungs is None:
             problems.append(Problem("num_rungs", "required by the async_halving searcher"))
         if self.time_metric is not None and self.max_time is None:

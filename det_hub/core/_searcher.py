@@ -27,11 +27,21 @@ class SearcherOperation:
 
     Attributes:
         length: The total length to have trained when the operation is done (not an increment).
+        validate_at: Shorter lengths where a validation lets the searcher decide early (ASHA's
+            rungs); validating there is optional, and PyTorchTrial's Trainer does.
     """
 
-    def __init__(self, context: SearcherContext, length: int, *, is_chief: bool) -> None:
+    def __init__(
+        self,
+        context: SearcherContext,
+        length: int,
+        *,
+        is_chief: bool,
+        validate_at: tuple[int, ...] = (),
+    ) -> None:
         self._context = context
         self.length = length
+        self.validate_at = validate_at
         self._is_chief = is_chief
         self._completed = False
 
@@ -118,12 +128,14 @@ class SearcherContext:
             raise RuntimeError("operations() is only for the chief in SearcherMode.ChiefOnly")
         share = mode is SearcherMode.WorkersAskChief and self._dist.size > 1
         while True:
-            length = self._next_length() if self._dist.is_chief else None
+            nxt = self._next_operation() if self._dist.is_chief else None
             if share:
-                length = self._dist.broadcast(length)
-            if length is None:
+                nxt = self._dist.broadcast(nxt)
+            if nxt is None:
                 return
-            op = SearcherOperation(self, int(length), is_chief=self._dist.is_chief)
+            length, validate_at = nxt
+            op = SearcherOperation(
+                self, length, is_chief=self._dist.is_chief, validate_at=validate_at)
             yield op
             if self._dist.is_chief and not op.completed:
                 raise RuntimeError(
@@ -133,14 +145,14 @@ class SearcherContext:
             if self._session is None:
                 return
 
-    def _next_length(self) -> int | None:
+    def _next_operation(self) -> tuple[int, tuple[int, ...]] | None:
         if self._session is None:
-            return self._local_length
+            return None if self._local_length is None else (int(self._local_length), ())
         body = self._session.get(f"/trials/{self._trial_id}/searcher/operation")
         op = body.get("operation")
         if body.get("completed") or not op:
             return None
-        return int(op["length"])
+        return int(op["length"]), tuple(int(n) for n in op.get("validate_at") or ())
 
     def _report_progress(self, op: SearcherOperation, length: float) -> None:
         fraction = min(max(length / op.length, 0.0), 1.0) if op.length > 0 else 1.0

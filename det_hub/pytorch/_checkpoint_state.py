@@ -113,8 +113,13 @@ def apply_state(
     context: PyTorchTrialContext,
     callbacks: dict[str, PyTorchCallback],
     state: dict[str, Any],
+    *,
+    warm_start: bool = False,
 ) -> None:
     """Load weights, optimizer, scheduler, scaler and callback states and this rank's RNGs.
+
+    With ``warm_start`` (a checkpoint of another trial) the RNG states are left alone: the
+    trial keeps the randomness of its own seed.
 
     Raises:
         ValueError: The trial wrapped a different number of objects than the checkpoint holds.
@@ -140,6 +145,8 @@ def apply_state(
             cb.load_state_dict(saved_callbacks[name])
         else:
             logger.warning("callback %r has no state in the checkpoint", name)
+    if warm_start:
+        return
     rng_states = state.get("rng_state") or []
     rank = context.distributed.rank
     if rank < len(rng_states):

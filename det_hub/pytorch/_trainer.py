@@ -380,6 +380,14 @@ class Trainer:
         unit = self._searcher_unit()
         for op in self._core.searcher.operations():
             target = self._config_length_to_batches(unit, op.length)
+            # Validating at the searcher's rungs on the way lets ASHA stop a trial early.
+            for length in op.validate_at:
+                rung = self._config_length_to_batches(unit, length)
+                if self._batches < rung < target:
+                    outcome = loop.train_to(rung, op, op_target=target)
+                    if outcome is not _Outcome.DONE:
+                        return outcome
+                    self._ensure_validation()
             outcome = loop.train_to(target, op)
             if outcome is not _Outcome.DONE:
                 return outcome
@@ -566,6 +574,7 @@ class Trainer:
     # --- checkpoints -------------------------------------------------------------------
     def _trainer_state(self) -> dict[str, Any]:
         return {
+            "trial_id": self._context.get_trial_id(),
             "batches_trained": self._batches,
             "records_trained": self._records,
             "epoch_len": self._epoch_len,
@@ -605,8 +614,17 @@ class Trainer:
             state = load_state(path)
         for cb in self._callbacks.values():
             cb.on_checkpoint_load_start(state)
-        apply_state(self._context, self._callbacks, state)
         trainer_state = state.get("trainer_state", {})
+        source_trial = trainer_state.get("trial_id")
+        mine = self._context.get_trial_id()
+        if source_trial and mine and source_trial != mine:
+            # A warm start (searcher.source_trial_id / source_checkpoint_uuid): the weights,
+            # optimizer and schedules carry over; this trial's own position, data order and
+            # randomness start afresh, as they do in Determined.
+            apply_state(self._context, self._callbacks, state, warm_start=True)
+            logger.info("warm-started from checkpoint %s of trial %s", storage_id, source_trial)
+            return
+        apply_state(self._context, self._callbacks, state)
         self._batches = int(trainer_state.get("batches_trained", 0))
         self._records = int(trainer_state.get("records_trained", 0))
         self._best = trainer_state.get("best_searcher_metric")
@@ -649,8 +667,14 @@ class _Loop:
         self._scheduling_unit = scheduling_unit
 
     def train_to(
-        self, target: int, op: SearcherOperation | None, *, check_signals: bool = True
+        self,
+        target: int,
+        op: SearcherOperation | None,
+        *,
+        check_signals: bool = True,
+        op_target: int | None = None,
     ) -> _Outcome:
+        """Train until ``target`` batches; ``op_target`` is where ``op`` ends, when later."""
         t = self._t
         ctx = t._context
         epoch_len = t._epoch_len
@@ -690,8 +714,9 @@ class _Loop:
             if self._checkpoint_every and done % self._checkpoint_every == 0:
                 t._checkpoint()
             if check_signals and (done % self._scheduling_unit == 0 or done == target):
-                if op is not None and t._dist.is_chief and target > 0:
-                    op.report_progress(min(done / target, 1.0) * op.length)
+                end = op_target or target
+                if op is not None and t._dist.is_chief and end > 0:
+                    op.report_progress(min(done / end, 1.0) * op.length)
                 if t._core.preempt.should_preempt():
                     t._checkpoint()
                     return _Outcome.PREEMPTED

@@ -8,11 +8,30 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from det_hub.searcher._base import Action, Create, SearchMethod, Shutdown, Stop
+from det_hub.config import SearcherConfig
+from det_hub.config._model import validate_section
+from det_hub.searcher._base import (
+    ERRORED,
+    EXIT_REASONS,
+    INVALID_HP,
+    USER_REQUESTED_STOP,
+    Action,
+    Create,
+    SearchMethod,
+    Shutdown,
+    Stop,
+    ValidateAfter,
+)
+from det_hub.searcher.adaptive_asha import AdaptiveAshaSearch
+from det_hub.searcher.asha import AsyncHalvingSearch
+from det_hub.searcher.grid import GridSearch
+from det_hub.searcher.random import RandomSearch
+from det_hub.searcher.samplers import SamplerUnavailable
 from det_hub.searcher.single import SingleSearch
 
 SEARCH_METHODS: dict[str, type[SearchMethod]] = {
-    SingleSearch.name: SingleSearch,
+    cls.name: cls
+    for cls in (SingleSearch, RandomSearch, GridSearch, AsyncHalvingSearch, AdaptiveAshaSearch)
 }
 
 
@@ -21,27 +40,53 @@ class UnsupportedSearcher(ValueError):
 
 
 def build_search_method(
-    name: str, space: Mapping[str, Any], seed: int, max_length: int | None
+    searcher: Mapping[str, Any] | SearcherConfig, space: Mapping[str, Any], seed: int
 ) -> SearchMethod:
-    """Make the search method ``name`` for an experiment."""
+    """Make the search method for an experiment.
+
+    Args:
+        searcher: the config's ``searcher`` section, as a :class:`SearcherConfig` or as the
+            plain dict ``ExperimentConfig.to_dict()["searcher"]`` gives.
+        space: the ``hyperparameters`` section.
+        seed: the experiment seed.
+
+    Raises:
+        UnsupportedSearcher: For a searcher this master does not run (``custom``).
+        det_hub.config.ConfigError: When ``searcher`` is not a valid searcher section.
+        SamplerUnavailable: When ``sampler: tpe`` is asked for and optuna is not installed.
+    """
+    if isinstance(searcher, SearcherConfig):
+        config = searcher
+    else:
+        config = validate_section(SearcherConfig, searcher)
     try:
-        cls = SEARCH_METHODS[name]
+        cls = SEARCH_METHODS[config.name]
     except KeyError:
         known = ", ".join(sorted(SEARCH_METHODS))
         raise UnsupportedSearcher(
-            f"searcher.name: {name!r} is not available on this master (available: {known})"
+            f"searcher.name: {config.name!r} is not available on this master (available: {known})"
         ) from None
-    return cls(space, seed, max_length)
+    return cls(config, space, seed)
 
 
 __all__ = [
-    "Action",
-    "Create",
+    "ERRORED",
+    "EXIT_REASONS",
+    "INVALID_HP",
     "SEARCH_METHODS",
+    "USER_REQUESTED_STOP",
+    "Action",
+    "AdaptiveAshaSearch",
+    "AsyncHalvingSearch",
+    "Create",
+    "GridSearch",
+    "RandomSearch",
+    "SamplerUnavailable",
     "SearchMethod",
     "Shutdown",
     "SingleSearch",
     "Stop",
     "UnsupportedSearcher",
+    "ValidateAfter",
     "build_search_method",
 ]

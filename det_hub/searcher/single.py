@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from det_hub.config import sample_hparams
-from det_hub.searcher._base import Action, Create, SearchMethod
+from det_hub.config import SearcherConfig
+from det_hub.searcher._base import ERRORED, Action, SearchMethod
+from det_hub.searcher.samplers import build_sampler
 
 
 class SingleSearch(SearchMethod):
@@ -15,14 +16,15 @@ class SingleSearch(SearchMethod):
 
     name = "single"
 
-    def __init__(self, space: Mapping[str, Any], seed: int, max_length: int | None) -> None:
-        super().__init__(space, seed, max_length)
+    def __init__(self, config: SearcherConfig, space: Mapping[str, Any], seed: int) -> None:
+        super().__init__(config, space, seed)
+        self.sampler = build_sampler(config.sampler, space, config.smaller_is_better)
         self.request_id: str | None = None
 
     def initial_actions(self) -> list[Action]:
-        self.request_id = self._new_request_id()
-        self.trials_created = 1
-        return [Create(self.request_id, sample_hparams(dict(self.space), self.rng))]
+        hparams = self.sampler.sample(self.rng)
+        self.request_id, actions = self._create(hparams, self.max_length)
+        return actions
 
     def on_trial_closed(self, request_id: str) -> list[Action]:
         self.trials_closed.add(request_id)
@@ -30,7 +32,7 @@ class SingleSearch(SearchMethod):
 
     def on_trial_exited_early(self, request_id: str, reason: str) -> list[Action]:
         self.trials_closed.add(request_id)
-        return self._shutdown(failure=reason == "ERRORED")
+        return self._shutdown(failure=reason == ERRORED)
 
     def progress(self, lengths_done: Mapping[str, int]) -> float:
         if self.shutdown:

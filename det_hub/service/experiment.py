@@ -15,7 +15,15 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from det_hub.agents.local import ExitStatus
-from det_hub.searcher import Action, Create, SearchMethod, Shutdown, Stop, build_search_method
+from det_hub.searcher import (
+    Action,
+    Create,
+    SearchMethod,
+    Shutdown,
+    Stop,
+    ValidateAfter,
+    build_search_method,
+)
 from det_hub.states import (
     ExperimentState,
     TrialState,
@@ -34,6 +42,10 @@ E, T = ExperimentState, TrialState
 
 #: Reasons training code may give for leaving early (Core API ``report_early_exit``).
 EARLY_EXIT_REASONS = ("ERRORED", "INVALID_HP", "USER_REQUESTED_STOP")
+
+#: ``run_state`` of a trial that reached its rung and waits, checkpointed and without a slot,
+#: for the searcher to promote or stop it (ASHA with ``stop_once: false``).
+WAITING = "WAITING"
 
 
 class ExperimentRun:
@@ -57,14 +69,19 @@ class ExperimentRun:
         self.trials: dict[int, Trial] = {t.id: t for t in trials}
         self.early_exits: dict[int, str] = {}
         self.done = asyncio.Event()
+        # Trials told "completed" while waiting at a rung; their exit is not their end.
+        self.told_to_wait: set[int] = set()
         config = row.config
         searcher = config["searcher"]
         max_length = searcher.get("max_length")
-        self.max_length: int | None = next(iter(max_length.values())) if max_length else None
-        self.length_unit: str | None = next(iter(max_length)) if max_length else None
+        self.max_length: int | None = (
+            next(iter(max_length.values())) if max_length else searcher.get("max_time"))
+        #: What searcher lengths count: batches, records or epochs, or the 0.38 time metric.
+        self.length_unit: str | None = (
+            next(iter(max_length)) if max_length else searcher.get("time_metric"))
         self.max_restarts: int = int(config.get("max_restarts", 5))
         self.method: SearchMethod = build_search_method(
-            searcher["name"], config.get("hyperparameters") or {}, row.seed, self.max_length)
+            searcher, config.get("hyperparameters") or {}, row.seed)
         state = row.searcher_state or {}
         self.completed_lengths: dict[str, int] = dict(state.get("completed_lengths", {}))
         if "method" in state:
@@ -101,7 +118,7 @@ class ExperimentRun:
                 if self.cluster.for_trial(trial.id) is not None:
                     continue
                 if state == T.ACTIVE and self.state == E.ACTIVE:
-                    await self._request(trial)
+                    await self._run_or_wait(trial)
                 elif state.stopping:
                     await self._close_trial(trial, _stopped_state(state))
                 elif state == T.ACTIVE and self.state == E.PAUSED:
@@ -131,7 +148,7 @@ class ExperimentRun:
                     await self._set_trial_state(trial, T.ACTIVE)
                     # A trial still checkpointing from the pause is requeued when it exits.
                     if self.cluster.for_trial(trial.id) is None:
-                        await self._request(trial)
+                        await self._run_or_wait(trial)
             if not self.trials and not self.method.shutdown:
                 await self._apply(self.method.initial_actions())
                 await self._save_searcher()
@@ -154,19 +171,44 @@ class ExperimentRun:
 
     # --- events from training code ------------------------------------------------------
     async def on_validation(self, trial: Trial, length: int, metric: float) -> None:
-        """The trial finished the searcher's operation of ``length`` with ``metric``."""
+        """The trial reported the searcher metric after ``length`` units of training.
+
+        Both a validation report and the completion of a searcher operation arrive here; the
+        second report of the same length is dropped, so the searcher sees each result once.
+        """
         async with self.lock:
-            self.completed_lengths[trial.request_id] = max(
-                length, self.completed_lengths.get(trial.request_id, 0))
+            if length <= self.completed_lengths.get(trial.request_id, -1):
+                return
+            if TrialState(trial.state).terminal:
+                return
+            self.completed_lengths[trial.request_id] = length
             await self._apply(self.method.on_validation(trial.request_id, metric, length))
             await self._save_searcher()
+
+    def validation_length(self, steps_completed: int, metrics: dict[str, Any]) -> int | None:
+        """How many searcher units a validation reported at ``steps_completed`` batches stands
+        for: the time metric's value (0.38 configs), or batches, records or epochs trained."""
+        unit = self.length_unit
+        if unit is None:
+            return None
+        value = metrics.get(unit)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return int(value)  # a fraction of an epoch does not reach the next whole one
+        return steps_completed if unit == "batches" else None
 
     def operation(self, trial: Trial) -> dict[str, Any]:
         target = self.method.target_length(trial.request_id)
         if target is None:
             return {"operation": None, "completed": False}
         done = self.completed_lengths.get(trial.request_id, 0) >= target
-        return {"operation": None if done else {"length": target}, "completed": done}
+        if done and self.method.is_waiting(trial.request_id):
+            self.told_to_wait.add(trial.id)
+        if done:
+            return {"operation": None, "completed": True}
+        completed = self.completed_lengths.get(trial.request_id, 0)
+        validate_at = [n for n in self.method.validation_lengths(trial.request_id)
+                       if n > completed]
+        return {"operation": {"length": target, "validate_at": validate_at}, "completed": False}
 
     async def on_early_exit(self, trial: Trial, reason: str) -> None:
         self.early_exits[trial.id] = reason
@@ -212,6 +254,10 @@ class ExperimentRun:
                     await self._request(trial)
             elif state == T.PAUSED:
                 pass  # finished before it saw the pause; activate will run it to the end
+            elif trial.id in self.told_to_wait or self.method.is_waiting(trial.request_id):
+                self.told_to_wait.discard(trial.id)
+                # Waiting at its rung, or promoted while it was on its way out.
+                await self._run_or_wait(trial)
             else:
                 await self._close_trial(trial, T.COMPLETED)
             await self._maybe_finish()
@@ -257,6 +303,13 @@ class ExperimentRun:
                     await self._request(trial)
                 else:
                     await self._set_trial_state(trial, T.PAUSED)
+            elif isinstance(action, ValidateAfter):
+                # A promotion: a trial waiting at its rung goes back to a slot. A running
+                # trial picks the new target up when it asks for its next operation.
+                promoted = self.trial_by_request(action.request_id)
+                if promoted is not None and promoted.run_state == WAITING \
+                        and TrialState(promoted.state) == T.ACTIVE and self.state == E.ACTIVE:
+                    await self._request(promoted)
             elif isinstance(action, Stop):
                 stopping = self.trial_by_request(action.request_id)
                 if stopping is not None and TrialState(stopping.state) == T.ACTIVE:
@@ -271,6 +324,17 @@ class ExperimentRun:
                 if not self.state.terminal and self.state != target \
                         and self.state != E.STOPPING_CANCELED:
                     await self._set_state(target)
+
+    def _has_more_work(self, trial: Trial) -> bool:
+        target = self.method.target_length(trial.request_id)
+        return target is None or self.completed_lengths.get(trial.request_id, 0) < target
+
+    async def _run_or_wait(self, trial: Trial) -> None:
+        """Queue an active trial, unless it waits at its rung for the searcher."""
+        if self.method.is_waiting(trial.request_id) and not self._has_more_work(trial):
+            await self._set_run_state(trial, WAITING)
+        else:
+            await self._request(trial)
 
     async def _request(self, trial: Trial) -> None:
         spec = await self._launch_spec(self.row, trial)

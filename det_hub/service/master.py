@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from det_hub.agents.local import ExitStatus, LocalAgent
 from det_hub.config import ConfigError, parse_experiment_config
-from det_hub.searcher import SEARCH_METHODS
+from det_hub.searcher import SEARCH_METHODS, build_search_method
 from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
@@ -232,6 +232,10 @@ class Master:
             raise BadRequest("the experiment config cannot run on this master", problems)
 
         config_dict = config.to_dict()
+        source = await self._warm_start_checkpoint(config_dict)
+        if source is not None and config_dict.get("checkpoint_storage") is None:
+            # Trials must read the source checkpoint: keep to the storage that holds it.
+            config_dict["checkpoint_storage"] = dict(source.storage)
         if config_dict.get("checkpoint_storage") is None:
             config_dict["checkpoint_storage"] = {
                 "type": "shared_fs", "host_path": str(self.data_dir / "checkpoints"),
@@ -253,6 +257,37 @@ class Master:
         self.runs[row.id] = run
         await run.start()
         return run.row
+
+    async def _warm_start_checkpoint(self, config: dict[str, Any]) -> Checkpoint | None:
+        """The checkpoint every new trial starts from: ``searcher.source_checkpoint_uuid``, or
+        the latest checkpoint of ``searcher.source_trial_id``; None without either.
+
+        Raises:
+            BadRequest: The source does not exist or has no completed checkpoint.
+        """
+        searcher = config["searcher"]
+        uuid, trial_id = searcher.get("source_checkpoint_uuid"), searcher.get("source_trial_id")
+        if uuid is None and trial_id is None:
+            return None
+        if uuid is None:
+            trial = await self.store.get_trial(int(trial_id))
+            if trial is None:
+                raise BadRequest("the experiment config cannot run on this master", [{
+                    "path": "searcher.source_trial_id",
+                    "message": f"trial {trial_id} does not exist"}])
+            uuid = trial.latest_checkpoint
+            if uuid is None:
+                raise BadRequest("the experiment config cannot run on this master", [{
+                    "path": "searcher.source_trial_id",
+                    "message": f"trial {trial_id} has no checkpoint to start from"}])
+        checkpoint = await self.store.get_checkpoint(str(uuid))
+        if checkpoint is None or checkpoint.state != CheckpointState.COMPLETED.value:
+            where = "source_checkpoint_uuid" if searcher.get("source_checkpoint_uuid") \
+                else "source_trial_id"
+            raise BadRequest("the experiment config cannot run on this master", [{
+                "path": f"searcher.{where}",
+                "message": f"checkpoint {uuid} does not exist or is not complete"}])
+        return checkpoint
 
     def _check_runnable(self, config: Any) -> list[dict[str, str]]:
         problems = []
@@ -378,13 +413,22 @@ class Master:
                     fields["searcher_metric_value"] = float(value)
                     fields["best_validation"] = {"steps_completed": r["steps_completed"],
                                                  "metrics": r["metrics"]}
+        run = self.runs.get(trial.experiment_id)
         if fields:
             for k, v in fields.items():
                 setattr(trial, k, v)
             await self.store.update_trial(trial_id, **fields)
-            run = self.runs.get(trial.experiment_id)
             if run is not None and "steps_completed" in fields:
                 await run._update_progress()
+        if group == "validation" and run is not None:
+            # Every validation with the searcher metric is a searcher event, as in Determined
+            # 0.38: ASHA can stop a trial at any rung it passes, not only at operation ends.
+            for r in sorted(clean, key=lambda r: r["steps_completed"]):
+                value = r["metrics"].get(run.row.searcher_metric)
+                length = run.validation_length(r["steps_completed"], r["metrics"])
+                if length is not None and isinstance(value, (int, float)) \
+                        and not isinstance(value, bool):
+                    await run.on_validation(trial, length, float(value))
         return count
 
     async def report_progress(self, who: Principal, trial_id: int, progress: float) -> None:
@@ -409,6 +453,36 @@ class Master:
         if not values:
             return None
         return min(values) if exp.smaller_is_better else max(values)
+
+    async def searcher_view(self, experiment_id: int) -> dict[str, Any]:
+        """The searcher of an experiment as users see it: the method's name, the metric,
+        progress, how many trials it created, and the rung table of the ASHA methods with
+        request ids replaced by trial ids."""
+        run = self.runs.get(experiment_id)
+        row = run.row if run else await self.get_experiment(experiment_id)
+        trials = list(run.trials.values()) if run else await self.store.list_trials(row.id)
+        searcher = row.config["searcher"]
+        if run is not None:
+            method = run.method
+        else:
+            method = build_search_method(searcher, row.config.get("hyperparameters") or {},
+                                         row.seed)
+            saved = (row.searcher_state or {}).get("method")
+            if saved:
+                method.restore(saved)
+        by_request = {t.request_id: t.id for t in trials}
+        rungs = None
+        table = getattr(method, "rung_table", None)
+        if callable(table):
+            rungs = _with_trial_ids(table(), by_request)
+        return {
+            "name": searcher["name"], "metric": searcher["metric"],
+            "smaller_is_better": searcher.get("smaller_is_better", True),
+            "progress": row.progress, "trials_created": len(trials),
+            "shutdown": method.shutdown,
+            "waiting_trials": sorted(t.id for t in trials if t.run_state == "WAITING"),
+            "rungs": rungs,
+        }
 
     async def searcher_operation(self, who: Principal, trial_id: int) -> dict[str, Any]:
         trial = await self.get_trial(who, trial_id)
@@ -520,6 +594,10 @@ class Master:
                 argv = [sys.executable, "-m", "det_hub.launch.torch_distributed", "--", *argv]
         elif argv[0] in ("python", "python3"):
             argv = [sys.executable, *argv[1:]]
+        latest = trial.latest_checkpoint
+        if latest is None:
+            source = await self._warm_start_checkpoint(exp.config)
+            latest = source.uuid if source is not None else None
         kinds = {s.kind for s in self.agent.slots}
         env = config.environment.variables_for("cuda" if "cuda" in kinds else "cpu")
         env.update({
@@ -535,7 +613,7 @@ class Master:
                 "trial_id": trial.id, "experiment_id": exp.id, "trial_seed": trial.seed,
                 "hparams": trial.hparams, "config": exp.config,
                 "steps_completed": trial.steps_completed or 0,
-                "latest_checkpoint": trial.latest_checkpoint,
+                "latest_checkpoint": latest,
             },
             "checkpoint_storage": exp.config.get("checkpoint_storage"),
         }
@@ -543,6 +621,24 @@ class Master:
             trial_id=trial.id, experiment_id=exp.id, owner=await self.username(exp.owner_id),
             slots=slots, priority=exp.priority, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_experiment_context(exp.id))
+
+
+def _with_trial_ids(value: Any, by_request: dict[str, int]) -> Any:
+    """A rung table with every ``request_id``/``request_ids`` turned into ``trial_id(s)``."""
+    if isinstance(value, list):
+        return [_with_trial_ids(v, by_request) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, v in value.items():
+        if key == "request_id":
+            out["trial_id"] = by_request.get(v)
+        elif key in ("request_ids", "training"):
+            out["trial_ids" if key == "request_ids" else key] = [
+                by_request[r] for r in v if r in by_request]
+        else:
+            out[key] = _with_trial_ids(v, by_request)
+    return out
 
 
 def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:

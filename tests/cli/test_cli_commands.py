@@ -96,9 +96,23 @@ def test_experiment_list_says_when_there_is_more(fake_master: FakeMaster, det: D
     assert "Showing 2 of 5" in result.err and "--offset 2" in result.err
 
 
+SINGLE_SEARCH = {"name": "single", "metric": "validation_loss", "smaller_is_better": True,
+                 "progress": 0.5, "trials_created": 2, "shutdown": False, "waiting_trials": [],
+                 "rungs": None}
+ASHA_SEARCH = {**SINGLE_SEARCH, "name": "adaptive_asha", "rungs": {
+    "name": "adaptive_asha", "divisor": 4, "stop_once": True, "max_length": 1000, "brackets": [{
+        "index": 0, "num_rungs": 2, "max_trials": 2, "max_concurrent_trials": 2,
+        "trials_created": 2, "trials_invalid": 0, "rungs": [
+            {"index": 0, "length": 250, "reported": 2, "best_metric": 0.05, "promoted": 1,
+             "trial_ids": [8, 7], "results": [], "training": []},
+            {"index": 1, "length": 1000, "reported": 1, "best_metric": 0.04, "promoted": 0,
+             "trial_ids": [8], "results": [], "training": [8]}]}]}}
+
+
 def test_experiment_describe(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/experiments/3", {"experiment": EXPERIMENT})
     fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+    fake_master.json("GET", "/experiments/3/searcher", {"searcher": SINGLE_SEARCH})
 
     result = det("experiment", "describe", "3")
 
@@ -118,13 +132,28 @@ def test_experiment_describe(fake_master: FakeMaster, det: Det) -> None:
 def test_experiment_describe_json(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/experiments/3", {"experiment": EXPERIMENT})
     fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+    fake_master.json("GET", "/experiments/3/searcher", {"searcher": SINGLE_SEARCH})
     result = det("experiment", "describe", "3", "--json")
-    assert json.loads(result.out) == {"experiment": EXPERIMENT, "trials": TRIALS}
+    assert json.loads(result.out) == {"experiment": EXPERIMENT, "trials": TRIALS,
+                                      "searcher": SINGLE_SEARCH}
+
+
+def test_experiment_describe_shows_the_rung_table(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments/3", {"experiment": EXPERIMENT})
+    fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+    fake_master.json("GET", "/experiments/3/searcher", {"searcher": ASHA_SEARCH})
+    out = det("experiment", "describe", "3").out
+    rows = _table_lines(out.split("Rungs:\n")[1])
+    assert rows[0] == ["Bracket", "Rung", "Length", "Reported", "Best", "Continued", "Training",
+                       "Trials (best first)"]
+    assert rows[1] == ["0", "0", "250", "2", "0.05", "1", "0", "8, 7"]
+    assert rows[2] == ["0", "1", "1000", "1", "0.04", "0", "1", "8"]
 
 
 def test_best_metric_larger_is_better(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/experiments/3", {"experiment": {**EXPERIMENT, "smaller_is_better": False}})
     fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
+    fake_master.json("GET", "/experiments/3/searcher", {"searcher": SINGLE_SEARCH})
     assert "Best validation_loss: 0.1 (trial 7" in det("e", "describe", "3").out
 
 

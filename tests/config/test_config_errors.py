@@ -108,6 +108,11 @@ SEARCHERS = "single, random, grid, adaptive_asha, async_halving, custom"
             ),
         ),
         (
+            "searcher.sampler",
+            "tpee",
+            Problem("searcher.sampler", "'tpee' is not one of random, tpe; did you mean 'tpe'?"),
+        ),
+        (
             "checkpoint_policy",
             "latest",
             Problem(
@@ -381,6 +386,15 @@ def test_problem_message_and_path(path: str, value: Any, expected: Problem | Non
                 Problem(
                     "searcher.max_length",
                     "required by the adaptive_asha searcher (or time_metric with max_time)",
+                )
+            ],
+        ),
+        (
+            with_("searcher", {"name": "grid", "metric": "m", "sampler": "tpe"}),
+            [
+                Problem(
+                    "searcher.sampler",
+                    "the grid searcher tries every grid point; it takes no sampler",
                 )
             ],
         ),

@@ -38,6 +38,8 @@ def searchers(draw: st.DrawFn) -> dict[str, Any]:
         searcher["max_trials"] = draw(st.integers(1, 1000))
     if name == "async_halving":
         searcher["num_rungs"] = draw(st.integers(1, 6))
+    if name != "grid":
+        searcher["sampler"] = draw(st.sampled_from(["random", "tpe"]))
     if name in ("adaptive_asha", "async_halving"):
         searcher["divisor"] = draw(st.integers(2, 8))
         searcher["mode"] = draw(st.sampled_from(["aggressive", "standard", "conservative"]))

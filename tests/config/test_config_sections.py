@@ -103,6 +103,7 @@ def test_searcher_defaults_and_helpers() -> None:
     assert (searcher.divisor, searcher.max_rungs, searcher.mode) == (4, 5, "standard")
     assert searcher.stop_once is True
     assert searcher.bracket_rungs is None
+    assert searcher.sampler == "random"
     assert searcher.length_unit is LengthUnit.BATCHES
     assert searcher.max_units == 300
     unbounded = SearcherConfig.model_validate({"name": "custom", "metric": "acc"})

@@ -296,3 +296,31 @@ def test_training_metrics_are_read_once_per_period_and_copied() -> None:
         _deferred_metrics({"loss": torch.ones(2)}, "train_batch()")
     with pytest.raises(TypeError, match="must return a dict"):
         _deferred_metrics([1.0], "train_batch()")
+
+
+def test_a_checkpoint_of_another_trial_is_a_warm_start(tmp_path: Path) -> None:
+    """searcher.source_trial_id: weights and optimizer carry over; the position does not."""
+    storage = tmp_path / "ckpts"
+
+    def trial_run(trial_id: int, batches: int, source: str | None) -> tuple[Any, Any]:
+        exp_conf = {"reproducibility": {"experiment_seed": trial_id}}
+        with pytorch.init(hparams=HPARAMS, exp_conf=exp_conf,
+                          checkpoint_storage=storage) as context:
+            context._trial_id = trial_id
+            trial = RegressionTrial(context)
+            trainer = pytorch.Trainer(trial, context)
+            started: list[list[torch.Tensor]] = []
+
+            class AtStart(pytorch.PyTorchCallback):
+                def on_training_start(self) -> None:
+                    started.append(weights(context))
+
+            trial.build_callbacks = lambda: {"recorder": trial.recorder,  # type: ignore
+                                             "at_start": AtStart()}
+            trainer.fit(max_length=pytorch.Batch(batches), latest_checkpoint=source)
+            return trainer, (started[0], weights(context))
+
+    source, (_, source_final) = trial_run(1, 10, None)
+    warm, (warm_start, _) = trial_run(2, 5, source.last_checkpoint)
+    assert warm.batches_trained == 5  # its own count, from zero
+    assert all(torch.equal(a, b) for a, b in zip(source_final, warm_start, strict=True))

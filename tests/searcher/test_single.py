@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from det_hub.config import ConfigError, SearcherConfig
 from det_hub.searcher import (
     Create,
     Shutdown,
     SingleSearch,
     UnsupportedSearcher,
+    ValidateAfter,
     build_search_method,
 )
 
@@ -22,27 +25,57 @@ SPACE = {
 }
 
 
-def test_one_trial_with_hparams_from_the_space() -> None:
-    method = build_search_method("single", SPACE, seed=7, max_length=100)
-    [create] = method.initial_actions()
+def searcher(**extra: Any) -> dict[str, Any]:
+    return {"name": "single", "metric": "loss", "max_length": {"batches": 100}, **extra}
+
+
+def single(seed: int, max_length: int = 10) -> SingleSearch:
+    config = SearcherConfig.model_validate(searcher(max_length={"batches": max_length}))
+    return SingleSearch(config, SPACE, seed)
+
+
+def test_one_trial_with_hparams_from_the_space_and_its_target() -> None:
+    method = build_search_method(searcher(), SPACE, seed=7)
+    create, target = method.initial_actions()
     assert isinstance(create, Create)
+    assert target == ValidateAfter(create.request_id, 100)
     hp = create.hparams
     assert 0.001 <= hp["lr"] <= 0.1 and 1 <= hp["layers"] <= 4
     assert hp["act"] in ("relu", "tanh") and hp["batch"] == 64
     assert method.target_length(create.request_id) == 100
+    assert method.is_waiting(create.request_id) is False
+
+
+def test_a_config_object_or_its_dict_form_build_the_same_method() -> None:
+    from_dict = build_search_method(searcher(), SPACE, seed=7).initial_actions()
+    config = SearcherConfig.model_validate(searcher())
+    assert build_search_method(config, SPACE, seed=7).initial_actions() == from_dict
+
+
+def test_time_metric_lengths_are_units_too() -> None:
+    config = {"name": "single", "metric": "loss", "time_metric": "batches", "max_time": 250}
+    _, target = build_search_method(config, SPACE, seed=7).initial_actions()
+    assert isinstance(target, ValidateAfter) and target.length == 250
+
+
+def test_without_a_length_there_is_no_target() -> None:
+    method = build_search_method({"name": "single", "metric": "loss"}, SPACE, seed=7)
+    [create] = method.initial_actions()
+    assert isinstance(create, Create)
+    assert method.target_length(create.request_id) is None
 
 
 def test_same_seed_same_trial_other_seed_other_trial() -> None:
-    a = SingleSearch(SPACE, 7, 100).initial_actions()
-    b = SingleSearch(SPACE, 7, 100).initial_actions()
-    c = SingleSearch(SPACE, 8, 100).initial_actions()
+    a = single(7).initial_actions()
+    b = single(7).initial_actions()
+    c = single(8).initial_actions()
     assert a == b
     assert a != c
 
 
 def test_closing_the_trial_shuts_the_search_down_once() -> None:
-    method = SingleSearch(SPACE, 1, 10)
-    [create] = method.initial_actions()
+    method = single(1)
+    create, _ = method.initial_actions()
     assert method.progress({create.request_id: 5}) == 0.5
     assert method.on_trial_closed(create.request_id) == [Shutdown(failure=False)]
     assert method.on_trial_closed(create.request_id) == []
@@ -50,16 +83,16 @@ def test_closing_the_trial_shuts_the_search_down_once() -> None:
 
 
 def test_an_errored_trial_fails_the_search() -> None:
-    method = SingleSearch(SPACE, 1, 10)
-    [create] = method.initial_actions()
+    method = single(1)
+    create, _ = method.initial_actions()
     assert method.on_trial_exited_early(create.request_id, "ERRORED") == [Shutdown(failure=True)]
 
 
 def test_snapshot_survives_json_and_restores_exactly() -> None:
-    method = SingleSearch(SPACE, 3, 10)
-    [create] = method.initial_actions()
+    method = single(3)
+    create, _ = method.initial_actions()
     state = json.loads(json.dumps(method.snapshot()))
-    again = SingleSearch(SPACE, 3, 10)
+    again = single(3)
     again.restore(state)
     assert again.request_id == create.request_id
     assert again.rng.random() == method.rng.random()
@@ -67,11 +100,16 @@ def test_snapshot_survives_json_and_restores_exactly() -> None:
 
 
 def test_restore_refuses_another_method_state() -> None:
-    method = SingleSearch(SPACE, 3, 10)
+    method = single(3)
     with pytest.raises(ValueError, match="searcher state is for 'random'"):
         method.restore({"name": "random"})
 
 
 def test_unknown_searcher_is_a_clear_error() -> None:
-    with pytest.raises(UnsupportedSearcher, match="searcher.name: 'bogus' is not available"):
-        build_search_method("bogus", {}, 0, None)
+    with pytest.raises(UnsupportedSearcher, match="searcher.name: 'custom' is not available"):
+        build_search_method({"name": "custom", "metric": "loss"}, {}, 0)
+
+
+def test_an_invalid_searcher_section_names_the_field() -> None:
+    with pytest.raises(ConfigError, match="max_trials"):
+        build_search_method({"name": "random", "metric": "loss"}, {}, 0)

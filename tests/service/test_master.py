@@ -104,7 +104,7 @@ async def test_kill_cancels_and_owner_rules_hold(master: Master, admin: Principa
 
 
 @pytest.mark.parametrize(("text", "path"), [
-    (config(searcher={"name": "random", "metric": "x", "max_trials": 2}), "searcher.name"),
+    (config(searcher={"name": "custom", "metric": "x"}), "searcher.name"),
     (config(resources={"slots_per_trial": 99}), "resources.slots_per_trial"),
     (config(searcher={"name": "single"}), "searcher.metric"),
 ])

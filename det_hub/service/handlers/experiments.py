@@ -128,6 +128,14 @@ class SearcherStateHandler(APIHandler):
         self.send({"searcher": row.searcher_state or {}})
 
 
+class SearcherHandler(APIHandler):
+    answers = {"get": "searcher"}
+
+    async def get(self, experiment_id: str) -> None:
+        """The search at a glance: method, progress, trials and, for ASHA, the rung table."""
+        self.send({"searcher": await self.master.searcher_view(int(experiment_id))})
+
+
 class ContextHandler(APIHandler):
     answers = {"get": "context"}
 
@@ -148,6 +156,7 @@ routes = [
       for action in ("pause", "activate", "kill", "archive", "unarchive")],
     (rf"/experiments/{ID}/trials", ExperimentTrialsHandler),
     (rf"/experiments/{ID}/checkpoints", ExperimentCheckpointsHandler),
+    (rf"/experiments/{ID}/searcher", SearcherHandler),
     (rf"/experiments/{ID}/searcher_state", SearcherStateHandler),
     (rf"/experiments/{ID}/context", ContextHandler),
 ]

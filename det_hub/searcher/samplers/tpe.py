@@ -1,0 +1,237 @@
+"""``tpe``: optuna's Tree-structured Parzen Estimator, used as a library inside the master.
+
+Which results the model learns from, BOHB-style: every result is recorded with the length it
+was reported at (for ASHA, each rung result; for random, each trial's final result). A new
+sample is modelled on the results at a single length: the largest length that has at least
+``dimensions + 1`` finite results, or else the length with the most results (the larger on a
+tie). Longer training ranks configurations more reliably, so the longest length with enough
+data wins.
+
+Determinism: each draw builds a fresh ``optuna.samplers.TPESampler`` seeded from the search
+method's ``rng`` and asks a study that holds exactly the recorded results at the chosen
+length. A restored sampler replays its recorded history into fresh studies, so its next draws
+are the ones an uninterrupted run would have made.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from det_hub.config.hyperparameters import (
+    CategoricalHP,
+    ConstHP,
+    DoubleHP,
+    IntHP,
+    LogHP,
+    parse_hyperparameters,
+)
+from det_hub.searcher.samplers._base import Sampler
+
+
+class SamplerUnavailable(RuntimeError):
+    """The sampler needs a package that is not installed."""
+
+
+def _import_optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise SamplerUnavailable(
+            "searcher.sampler: 'tpe' needs the optuna package on the master; install it with "
+            "pip install 'det_hub[tpe]' (or pip install 'optuna>=3.4')"
+        ) from None
+    # Optuna logs every trial at INFO; the master's log is not the place for it.
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+class TPESampler(Sampler):
+    """Hyperparameters from optuna's TPE, fed the search's results.
+
+    The det_hub space maps onto optuna distributions: int → ``IntDistribution``, double →
+    ``FloatDistribution``, log → ``FloatDistribution(log=True)`` from ``base**minval`` to
+    ``base**maxval``, categorical → ``CategoricalDistribution`` over the indices of ``vals``
+    (so that any JSON value can be a choice), const stays fixed. Nested spaces are flattened to
+    dotted names and rebuilt.
+
+    Raises:
+        SamplerUnavailable: When optuna is not installed.
+    """
+
+    name = "tpe"
+
+    def __init__(self, space: Mapping[str, Any], smaller_is_better: bool) -> None:
+        super().__init__(space, smaller_is_better)
+        self._optuna = _import_optuna()
+        parsed = parse_hyperparameters(space)
+        self._parsed = parsed
+        self._dims: dict[str, tuple[tuple[str, ...], Any]] = {}
+        for path, hp in _leaves(parsed, ()):
+            if isinstance(hp, ConstHP):
+                continue
+            key = ".".join(path)
+            if key in self._dims:
+                raise ValueError(
+                    f"hyperparameters: {key!r} names two hyperparameters once nested names are "
+                    "joined with dots; rename one to use the tpe sampler"
+                )
+            self._dims[key] = (path, hp)
+        self._distributions = {key: self._distribution(hp) for key, (_, hp) in self._dims.items()}
+        #: Every result told, in order: [flat params, length, metric].
+        self._history: list[tuple[dict[str, Any], int, float]] = []
+        # Studies by length, built from the history on first use (not part of the state).
+        self._studies: dict[int, Any] = {}
+
+    # --- Sampler ------------------------------------------------------------------------
+    def sample(self, rng: random.Random) -> dict[str, Any]:
+        seed = rng.getrandbits(31)
+        if not self._distributions:
+            return _rebuild(self._parsed, {}, self._dims)
+        study = self._study(self._budget())
+        optuna = self._optuna
+        with warnings.catch_warnings():
+            # multivariate TPE is marked experimental in some optuna versions.
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.sampler = optuna.samplers.TPESampler(
+                seed=seed, multivariate=True, constant_liar=False
+            )
+            trial = study.ask(self._distributions)
+        # The asked trial stays RUNNING; TPE without constant_liar ignores running trials, so
+        # a study rebuilt from the history (which has none) samples the same.
+        return _rebuild(self._parsed, trial.params, self._dims)
+
+    def tell(self, hparams: Mapping[str, Any], length: int, metric: float) -> None:
+        if not math.isfinite(metric):
+            return
+        params = self._flat_params(hparams)
+        if params is None:
+            return
+        entry = (params, int(length), float(metric))
+        self._history.append(entry)
+        study = self._studies.get(entry[1])
+        if study is not None:
+            self._add(study, entry)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"history": [[params, length, metric] for params, length, metric in self._history]}
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        self._history = [
+            (dict(params), int(length), float(metric))
+            for params, length, metric in state.get("history", [])
+        ]
+        self._studies = {}
+
+    # --- internals ----------------------------------------------------------------------
+    def _budget(self) -> int:
+        counts: dict[int, int] = {}
+        for _, length, _ in self._history:
+            counts[length] = counts.get(length, 0) + 1
+        if not counts:
+            return -1
+        enough = [length for length, n in counts.items() if n >= len(self._distributions) + 1]
+        if enough:
+            return max(enough)
+        return max(counts, key=lambda length: (counts[length], length))
+
+    def _study(self, length: int) -> Any:
+        study = self._studies.get(length)
+        if study is None:
+            optuna = self._optuna
+            study = optuna.create_study(
+                storage=None,
+                sampler=optuna.samplers.RandomSampler(seed=0),
+                direction="minimize" if self.smaller_is_better else "maximize",
+            )
+            for entry in self._history:
+                if entry[1] == length:
+                    self._add(study, entry)
+            self._studies[length] = study
+        return study
+
+    def _add(self, study: Any, entry: tuple[dict[str, Any], int, float]) -> None:
+        params, _, metric = entry
+        study.add_trial(
+            self._optuna.trial.create_trial(
+                params=params, distributions=self._distributions, value=metric
+            )
+        )
+
+    def _distribution(self, hp: Any) -> Any:
+        distributions = self._optuna.distributions
+        if isinstance(hp, IntHP):
+            return distributions.IntDistribution(hp.minval, hp.maxval)
+        if isinstance(hp, DoubleHP):
+            return distributions.FloatDistribution(hp.minval, hp.maxval)
+        if isinstance(hp, LogHP):
+            low, high = _log_bounds(hp)
+            return distributions.FloatDistribution(low, high, log=True)
+        if isinstance(hp, CategoricalHP):
+            return distributions.CategoricalDistribution(list(range(len(hp.vals))))
+        raise TypeError(f"no optuna distribution for {hp!r}")
+
+    def _flat_params(self, hparams: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The optuna params of a trial's hyperparameters, or None if they are not from the
+        space (then the result teaches nothing)."""
+        params: dict[str, Any] = {}
+        for key, (path, hp) in self._dims.items():
+            value: Any = hparams
+            for name in path:
+                if not isinstance(value, Mapping) or name not in value:
+                    return None
+                value = value[name]
+            if isinstance(hp, CategoricalHP):
+                matches = [i for i, val in enumerate(hp.vals) if val == value]
+                if not matches:
+                    return None
+                params[key] = matches[0]
+            elif isinstance(hp, IntHP):
+                params[key] = min(max(int(value), hp.minval), hp.maxval)
+            else:
+                # Clamp: uniform() may land a rounding error outside its bounds.
+                low, high = _log_bounds(hp) if isinstance(hp, LogHP) else (hp.minval, hp.maxval)
+                params[key] = min(max(float(value), low), high)
+        return params
+
+
+def _log_bounds(hp: LogHP) -> tuple[float, float]:
+    return hp.base**hp.minval, hp.base**hp.maxval
+
+
+def _leaves(space: Mapping[str, Any], prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
+    found: list[tuple[tuple[str, ...], Any]] = []
+    for name, value in space.items():
+        if isinstance(value, Mapping):
+            found.extend(_leaves(value, (*prefix, name)))
+        else:
+            found.append(((*prefix, name), value))
+    return found
+
+
+def _rebuild(
+    space: Mapping[str, Any],
+    params: Mapping[str, Any],
+    dims: Mapping[str, tuple[tuple[str, ...], Any]],
+    prefix: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, hp in space.items():
+        path = (*prefix, name)
+        if isinstance(hp, Mapping):
+            values[name] = _rebuild(hp, params, dims, path)
+        elif isinstance(hp, ConstHP):
+            values[name] = copy.deepcopy(hp.val)
+        else:
+            value = params[".".join(path)]
+            if isinstance(hp, CategoricalHP):
+                value = copy.deepcopy(hp.vals[value])
+            values[name] = value
+    return values
+
+
+__all__ = ["SamplerUnavailable", "TPESampler"]
