@@ -54,14 +54,6 @@ def _scalar(name: str, value: Any) -> float:
     return float(value)
 
 
-def _metrics_of(output: Any, where: str) -> dict[str, float]:
-    if isinstance(output, torch.Tensor):
-        return {"loss": _scalar("loss", output)}
-    if not isinstance(output, Mapping):
-        raise TypeError(f"{where} must return a dict of metrics or a loss tensor, not {output!r}")
-    return {str(k): _scalar(str(k), v) for k, v in output.items()}
-
-
 def _deferred_metrics(output: Any, where: str) -> dict[str, Any]:
     """A training batch's metrics, tensors kept (detached) where they are.
 
@@ -100,6 +92,11 @@ def _materialize(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
         for (metrics, name), number in zip(places, stacked.tolist(), strict=True):
             metrics[name] = float(number)
     return batches
+
+
+def _metrics_of(output: Any, where: str) -> dict[str, float]:
+    """One batch's metrics as floats at once (validation batches)."""
+    return _materialize([_deferred_metrics(output, where)])[0]
 
 
 def _format_metrics(metrics: Mapping[str, Any]) -> str:

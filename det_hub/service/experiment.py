@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from det_hub.agents.local import ExitStatus
 from det_hub.searcher import (
+    EXIT_REASONS,
     Action,
     Create,
     SearchMethod,
@@ -41,7 +42,7 @@ log = logging.getLogger("det_hub.experiment")
 E, T = ExperimentState, TrialState
 
 #: Reasons training code may give for leaving early (Core API ``report_early_exit``).
-EARLY_EXIT_REASONS = ("ERRORED", "INVALID_HP", "USER_REQUESTED_STOP")
+EARLY_EXIT_REASONS = EXIT_REASONS
 
 #: ``run_state`` of a trial that reached its rung and waits, checkpointed and without a slot,
 #: for the searcher to promote or stop it (ASHA with ``stop_once: false``).
@@ -80,12 +81,9 @@ class ExperimentRun:
         self.length_unit: str | None = (
             next(iter(max_length)) if max_length else searcher.get("time_metric"))
         self.max_restarts: int = int(config.get("max_restarts", 5))
-        self.method: SearchMethod = build_search_method(
-            searcher, config.get("hyperparameters") or {}, row.seed)
+        self.method: SearchMethod = restored_search_method(row)
         state = row.searcher_state or {}
         self.completed_lengths: dict[str, int] = dict(state.get("completed_lengths", {}))
-        if "method" in state:
-            self.method.restore(state["method"])
 
     # --- properties ---------------------------------------------------------------------
     @property
@@ -200,12 +198,11 @@ class ExperimentRun:
         target = self.method.target_length(trial.request_id)
         if target is None:
             return {"operation": None, "completed": False}
-        done = self.completed_lengths.get(trial.request_id, 0) >= target
-        if done and self.method.is_waiting(trial.request_id):
-            self.told_to_wait.add(trial.id)
-        if done:
-            return {"operation": None, "completed": True}
         completed = self.completed_lengths.get(trial.request_id, 0)
+        if completed >= target:
+            if self.method.is_waiting(trial.request_id):
+                self.told_to_wait.add(trial.id)
+            return {"operation": None, "completed": True}
         validate_at = [n for n in self.method.validation_lengths(trial.request_id)
                        if n > completed]
         return {"operation": {"length": target, "validate_at": validate_at}, "completed": False}
@@ -415,6 +412,16 @@ class ExperimentRun:
         await self.store.add_logs([{
             "trial_id": trial.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
             "rank": None, "stdtype": "system", "message": message}])
+
+
+def restored_search_method(row: Experiment) -> SearchMethod:
+    """The experiment's search method, in the state last stored for it."""
+    method = build_search_method(
+        row.config["searcher"], row.config.get("hyperparameters") or {}, row.seed)
+    saved = (row.searcher_state or {}).get("method")
+    if saved:
+        method.restore(saved)
+    return method
 
 
 def _stopped_state(state: TrialState) -> TrialState:

@@ -25,11 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 from det_hub.agents.local import ExitStatus, LocalAgent
 from det_hub.config import ConfigError, parse_experiment_config
-from det_hub.searcher import SEARCH_METHODS, build_search_method
+from det_hub.searcher import SEARCH_METHODS
 from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
-from det_hub.service.experiment import EARLY_EXIT_REASONS, ExperimentRun
+from det_hub.service.experiment import (
+    EARLY_EXIT_REASONS,
+    WAITING,
+    ExperimentRun,
+    restored_search_method,
+)
 from det_hub.service.serialize import experiment_json
 from det_hub.states import CheckpointState, ExperimentState, TrialState
 from det_hub.storage import build_storage
@@ -269,24 +274,22 @@ class Master:
         uuid, trial_id = searcher.get("source_checkpoint_uuid"), searcher.get("source_trial_id")
         if uuid is None and trial_id is None:
             return None
+        field = "source_checkpoint_uuid" if uuid is not None else "source_trial_id"
+
+        def refused(message: str) -> BadRequest:
+            return BadRequest("the experiment config cannot run on this master",
+                              [{"path": f"searcher.{field}", "message": message}])
+
         if uuid is None:
             trial = await self.store.get_trial(int(trial_id))
             if trial is None:
-                raise BadRequest("the experiment config cannot run on this master", [{
-                    "path": "searcher.source_trial_id",
-                    "message": f"trial {trial_id} does not exist"}])
+                raise refused(f"trial {trial_id} does not exist")
             uuid = trial.latest_checkpoint
             if uuid is None:
-                raise BadRequest("the experiment config cannot run on this master", [{
-                    "path": "searcher.source_trial_id",
-                    "message": f"trial {trial_id} has no checkpoint to start from"}])
+                raise refused(f"trial {trial_id} has no checkpoint to start from")
         checkpoint = await self.store.get_checkpoint(str(uuid))
         if checkpoint is None or checkpoint.state != CheckpointState.COMPLETED.value:
-            where = "source_checkpoint_uuid" if searcher.get("source_checkpoint_uuid") \
-                else "source_trial_id"
-            raise BadRequest("the experiment config cannot run on this master", [{
-                "path": f"searcher.{where}",
-                "message": f"checkpoint {uuid} does not exist or is not complete"}])
+            raise refused(f"checkpoint {uuid} does not exist or is not complete")
         return checkpoint
 
     def _check_runnable(self, config: Any) -> list[dict[str, str]]:
@@ -462,14 +465,7 @@ class Master:
         row = run.row if run else await self.get_experiment(experiment_id)
         trials = list(run.trials.values()) if run else await self.store.list_trials(row.id)
         searcher = row.config["searcher"]
-        if run is not None:
-            method = run.method
-        else:
-            method = build_search_method(searcher, row.config.get("hyperparameters") or {},
-                                         row.seed)
-            saved = (row.searcher_state or {}).get("method")
-            if saved:
-                method.restore(saved)
+        method = run.method if run is not None else restored_search_method(row)
         by_request = {t.request_id: t.id for t in trials}
         rungs = None
         table = getattr(method, "rung_table", None)
@@ -480,7 +476,7 @@ class Master:
             "smaller_is_better": searcher.get("smaller_is_better", True),
             "progress": row.progress, "trials_created": len(trials),
             "shutdown": method.shutdown,
-            "waiting_trials": sorted(t.id for t in trials if t.run_state == "WAITING"),
+            "waiting_trials": sorted(t.id for t in trials if t.run_state == WAITING),
             "rungs": rungs,
         }
 
