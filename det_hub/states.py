@@ -73,9 +73,10 @@ EXPERIMENT_TRANSITIONS: dict[ExperimentState, frozenset[ExperimentState]] = {
     _E.STOPPING_COMPLETED: frozenset({_E.COMPLETED, _E.STOPPING_CANCELED, _E.STOPPING_ERROR}),
     _E.STOPPING_CANCELED: frozenset({_E.CANCELED, _E.STOPPING_ERROR}),
     _E.STOPPING_ERROR: frozenset({_E.ERROR}),
-    _E.COMPLETED: frozenset(),
-    _E.CANCELED: frozenset(),
-    _E.ERROR: frozenset(),
+    # A finished experiment becomes active again only through `det-hub experiment continue`.
+    _E.COMPLETED: frozenset({_E.ACTIVE}),
+    _E.CANCELED: frozenset({_E.ACTIVE}),
+    _E.ERROR: frozenset({_E.ACTIVE}),
 }
 
 _T = TrialState
@@ -90,9 +91,10 @@ TRIAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
                                       _T.ERROR, _T.CANCELED}),
     _T.STOPPING_CANCELED: frozenset({_T.CANCELED, _T.STOPPING_ERROR, _T.ERROR}),
     _T.STOPPING_ERROR: frozenset({_T.ERROR}),
-    _T.COMPLETED: frozenset(),
-    _T.CANCELED: frozenset(),
-    _T.ERROR: frozenset(),
+    # Reopened by `det-hub experiment continue`, to train on from the latest checkpoint.
+    _T.COMPLETED: frozenset({_T.ACTIVE}),
+    _T.CANCELED: frozenset({_T.ACTIVE}),
+    _T.ERROR: frozenset({_T.ACTIVE}),
 }
 
 

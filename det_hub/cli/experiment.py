@@ -9,9 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import yaml
 from tqdm import tqdm
 
 from det_hub.client import Client, Experiment, Trial
+from det_hub.config import ConfigError, merge_config, overrides_from
 
 from . import _render as r
 from ._connect import UserError, client_from_args
@@ -55,19 +57,72 @@ class _UploadBar:
             self._bar.close()
 
 
+def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings ``--config-file`` and ``--config KEY=VALUE`` change, as a partial config."""
+    file_text = read_config(args.config_file) if getattr(args, "config_file", None) else None
+    try:
+        return overrides_from(args.overrides or [], file_text)
+    except ConfigError as e:
+        raise UserError(str(e)) from None
+
+
 def _create(args: argparse.Namespace) -> int:
-    config_text = read_config(args.config)
+    if args.fork is None and (args.config is None or args.context is None):
+        raise UserError("experiment create needs CONFIG and CONTEXT (or --fork ID to start "
+                        "from another experiment)")
+    overrides = config_overrides(args)
     client = client_from_args(args)
     bar = _UploadBar()
     try:
-        experiment = client.create_experiment(
-            config_text, args.context, activate=not args.paused, name=args.name, progress=bar
-        )
+        if args.fork is not None:
+            # A config file given with --fork is laid over the source's config, like --config.
+            if args.config is not None:
+                overrides = merge_config(read_config_mapping(args.config), overrides)
+            experiment = client.fork_experiment(
+                args.fork, overrides, context_dir=args.context, activate=not args.paused,
+                name=args.name, progress=bar)
+        else:
+            config: str | dict[str, Any] = read_config(args.config)
+            if overrides:
+                config = merge_config(read_config_mapping(args.config), overrides)
+            experiment = client.create_experiment(
+                config, args.context, activate=not args.paused, name=args.name, progress=bar)
     finally:
         bar.close()
-    print(f"Created experiment {experiment.id}")
+    forked = f" (a fork of experiment {args.fork})" if args.fork is not None else ""
+    print(f"Created experiment {experiment.id}{forked}")
     if args.follow:
         return follow_experiment(client, experiment.id)
+    return 0
+
+
+def read_config_mapping(path: str) -> dict[str, Any]:
+    """A config file's settings, for merging overrides into (see :func:`read_config`)."""
+    try:
+        loaded = yaml.safe_load(read_config(path))
+    except yaml.YAMLError as e:
+        raise UserError(f"config file {path} is not valid YAML: {e}") from None
+    if not isinstance(loaded, dict):
+        raise UserError(f"config file {path} must be a mapping of settings")
+    return loaded
+
+
+def _continue(args: argparse.Namespace) -> int:
+    overrides = config_overrides(args)
+    client = client_from_args(args)
+    start = None
+    if args.follow:
+        # Follow the first trial the master reopens, from the first line it writes anew.
+        trials = list(client.list_trials(args.id))
+        again = [t for t in trials if t.state in ("CANCELED", "ERROR")] or trials
+        if again:
+            trial = min(again, key=lambda t: t.id)
+            start = (trial.id, max((int(line["id"]) for line in client.trial_logs(trial.id)),
+                                   default=0))
+    experiment = client.continue_experiment(args.id, overrides)
+    print(f"Continued experiment {experiment.id}: {experiment.state}")
+    if args.follow:
+        return follow_experiment(client, experiment.id, start=start)
     return 0
 
 
@@ -82,18 +137,24 @@ def _wait_first_trial(client: Client, experiment_id: int) -> Trial | None:
         time.sleep(TRIAL_POLL_SECONDS)
 
 
-def follow_experiment(client: Client, experiment_id: int) -> int:
-    """Prints the first trial's logs, then waits for the experiment to end.
+def follow_experiment(client: Client, experiment_id: int, *,
+                      start: tuple[int, int] | None = None) -> int:
+    """Prints the first trial's logs (with ``start``, ``(trial id, log id)``: that trial's
+    lines after that id), then waits for the experiment to end.
 
     Returns:
         0 if the experiment COMPLETED, 1 if it ended otherwise, 130 if the user pressed Ctrl-C
         (which stops following only; the experiment goes on).
     """
     try:
-        trial = _wait_first_trial(client, experiment_id)
-        if trial is not None:
-            print(f"Following trial {trial.id} of experiment {experiment_id}", file=sys.stderr)
-            for line in client.trial_logs(trial.id, follow=True):
+        if start is None:
+            trial = _wait_first_trial(client, experiment_id)
+            trial_id, after = (trial.id if trial is not None else None), 0
+        else:
+            trial_id, after = start
+        if trial_id is not None:
+            print(f"Following trial {trial_id} of experiment {experiment_id}", file=sys.stderr)
+            for line in client.trial_logs(trial_id, follow=True, after_id=after):
                 print(format_log_line(line), flush=True)
         experiment = client.wait_for_experiment(experiment_id)
     except KeyboardInterrupt:
@@ -265,15 +326,43 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
     noun = subparsers.add_parser("experiment", aliases=["e"], help="manage experiments")
     verbs = noun.add_subparsers(dest="verb", metavar="VERB", required=True)
 
-    create = verbs.add_parser("create", help="submit an experiment")
-    create.add_argument("config", metavar="CONFIG", help="experiment config file (YAML)")
-    create.add_argument("context", metavar="CONTEXT", help="model definition directory")
+    overrides_parent = argparse.ArgumentParser(add_help=False)
+    overrides_parent.add_argument(
+        "--config", dest="overrides", action="append", metavar="KEY=VALUE",
+        help="change one setting, e.g. searcher.max_length.batches=2000 (repeatable; the value "
+        "is YAML)")
+
+    create = verbs.add_parser(
+        "create", parents=[overrides_parent], help="submit an experiment",
+        description="Submit an experiment from CONFIG and CONTEXT, or fork one with --fork: "
+        "its config (with CONFIG, if given, laid over it) and its context (unless CONTEXT is "
+        "given).")
+    create.add_argument("config", metavar="CONFIG", nargs="?",
+                        help="experiment config file (YAML)")
+    create.add_argument("context", metavar="CONTEXT", nargs="?",
+                        help="model definition directory")
+    create.add_argument("--fork", metavar="ID", type=int,
+                        help="start from experiment ID's config and context")
     create.add_argument("-f", "--follow", action="store_true",
                         help="print the first trial's logs and wait for the experiment to end; "
                         "exit 0 if it completes, 1 otherwise")
     create.add_argument("--paused", action="store_true", help="create it paused")
     create.add_argument("--name", help="experiment name (replaces the config's)")
     create.set_defaults(func=_create)
+
+    cont = verbs.add_parser(
+        "continue", parents=[overrides_parent],
+        help="train a finished experiment on from its latest checkpoints",
+        description="Train a finished experiment on, in place. A single-trial experiment "
+        "reopens its trial, which trains from its latest checkpoint to searcher.max_length "
+        "(raise it with --config searcher.max_length.batches=N); any setting may change. A "
+        "search reruns its canceled and failed trials.")
+    cont.add_argument("id", metavar="ID", type=int)
+    cont.add_argument("--config-file", metavar="FILE",
+                      help="YAML of settings to change, merged into the experiment's config")
+    cont.add_argument("-f", "--follow", action="store_true",
+                      help="print the trial's new logs and wait for the experiment to end")
+    cont.set_defaults(func=_continue)
 
     listing = verbs.add_parser("list", parents=[json_parent], help="list your experiments")
     listing.add_argument("--all", "-a", action="store_true", help="every user's experiments")

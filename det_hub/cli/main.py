@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from det_hub import __version__
 from det_hub.client import ContextError, DetHubError, MasterError, MasterUnreachable
 
-from . import agent, checkpoint, experiment, job, resource_pool, service, trial, user
+from . import agent, checkpoint, experiment, job, preview, resource_pool, service, trial, user
 from ._connect import UserError
 
 _GLOBAL_OPTIONS_WITH_VALUE = ("-m", "--master", "--token")
@@ -47,6 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.register(nouns, json_parent)
     resource_pool.register(nouns, json_parent)
     user.register(nouns, json_parent)
+    preview.register(nouns, json_parent)
     service.register(nouns)
     return parser
 

@@ -13,6 +13,8 @@ from typing import Any, NoReturn
 import requests
 import yaml
 
+from det_hub.config import merge_config
+
 from ._context import pack_context
 from ._errors import DetHubError, MasterError, MasterUnreachable
 from ._objects import (
@@ -283,6 +285,7 @@ class Client:
         activate: bool = True,
         name: str | None = None,
         progress: ProgressCallback | None = None,
+        parent_id: int | None = None,
     ) -> Experiment:
         """Submits an experiment.
 
@@ -293,6 +296,8 @@ class Client:
             activate: Whether the experiment starts at once (else it is created PAUSED).
             name: A name that replaces the config's ``name``.
             progress: Called as ``progress(bytes_sent, bytes_total)`` while the body uploads.
+            parent_id: The experiment this one is forked from; its context is used when
+                ``context_dir`` is ``None``.
 
         Returns:
             The created experiment.
@@ -314,6 +319,7 @@ class Client:
                 "config": config_text,
                 "context": base64.b64encode(context).decode("ascii") if context is not None else None,
                 "activate": activate,
+                "parent_id": parent_id,
             }
         ).encode("utf-8")
         body = self._json(
@@ -361,6 +367,42 @@ class Client:
     def get_experiment(self, experiment_id: int) -> Experiment:
         """Returns one experiment."""
         return Experiment.from_json(_object(self._get(f"/experiments/{int(experiment_id)}"), "experiment"))
+
+    def fork_experiment(
+        self,
+        experiment_id: int,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        context_dir: str | Path | None = None,
+        activate: bool = True,
+        name: str | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> Experiment:
+        """Creates a new experiment from another's config with ``overrides`` merged in (see
+        :func:`det_hub.config.merge_config`), and its context unless ``context_dir`` is given.
+
+        Raises:
+            MasterError: The source does not exist (404), or the master refused the new config.
+        """
+        source = self.get_experiment(experiment_id)
+        config = merge_config(source.config, overrides or {})
+        return self.create_experiment(config, context_dir, activate=activate, name=name,
+                                      progress=progress, parent_id=source.id)
+
+    def continue_experiment(
+        self, experiment_id: int, overrides: Mapping[str, Any] | None = None
+    ) -> Experiment:
+        """Trains a finished experiment on, in place, from its trials' latest checkpoints, with
+        ``overrides`` (a partial config, such as ``{"searcher": {"max_length": {"batches":
+        2000}}}``) merged into its config.
+
+        Raises:
+            MasterError: 409 when the experiment is not finished or has nothing to continue,
+                400 when the merged config is invalid.
+        """
+        text = yaml.safe_dump(dict(overrides), sort_keys=False) if overrides else None
+        body = self._post(f"/experiments/{int(experiment_id)}/continue", {"config": text})
+        return Experiment.from_json(_object(body, "experiment"))
 
     def _experiment_action(self, experiment_id: int, action: str) -> Experiment:
         body = self._post(f"/experiments/{int(experiment_id)}/{action}")

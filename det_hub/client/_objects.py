@@ -46,6 +46,10 @@ def _opt_float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _opt_int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return dict(value) if isinstance(value, dict) else {}
 
@@ -126,6 +130,8 @@ class Experiment:
     num_trials: int = 0
     resource_pool: str = ""
     priority: int | None = None
+    #: The experiment this one was forked from.
+    forked_from: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -154,6 +160,7 @@ class Experiment:
             num_trials=_int(data.get("num_trials")),
             resource_pool=str(data.get("resource_pool") or ""),
             priority=int(priority) if isinstance(priority, int) else None,
+            forked_from=_opt_int(data.get("forked_from")),
             raw=data,
         )
 

@@ -22,6 +22,7 @@ from det_hub.config.hyperparameters import (
     IntHP,
     LogHP,
 )
+from det_hub.config.overrides import merge_config, overrides_from, parse_override
 from det_hub.config.parse import parse_experiment_config
 from det_hub.config.resources import ResourcesConfig
 from det_hub.config.sampling import grid_hparams, sample_hparams
@@ -52,6 +53,9 @@ __all__ = [
     "SearcherConfig",
     "SharedFSConfig",
     "grid_hparams",
+    "merge_config",
+    "overrides_from",
     "parse_experiment_config",
+    "parse_override",
     "sample_hparams",
 ]

@@ -73,6 +73,19 @@ class _PreemptionWatcher:
                 self.preempted.set()
                 return
 
+    def ask_now(self) -> None:
+        """Ask the master once without waiting, for a signal the long poll may not have
+        brought back yet (a decision the master made while answering this process)."""
+        if self.preempted.is_set():
+            return
+        try:
+            body = self._session.get(self._path, params={"timeout_seconds": 0}, retry=False)
+        except Exception as exc:  # the long poll still carries the signal, just later
+            logger.debug("preemption check failed (%s)", exc)
+            return
+        if isinstance(body, dict) and body.get("preempt"):
+            self.preempted.set()
+
     def close(self) -> None:
         # The thread may sit in a long poll; it is a daemon and ends with the process.
         self._stop.set()
@@ -125,6 +138,13 @@ class PreemptContext:
         if answer and auto_ack:
             self.acknowledge_preemption_signal()
         return answer
+
+    def _sync_with_master(self) -> None:
+        """Make the next :meth:`should_preempt` reflect what the master decided up to now:
+        the harness calls this right after a report the master may act on (a rung
+        validation that can make the searcher stop the trial)."""
+        if self._watcher is not None:
+            self._watcher.ask_now()
 
     def acknowledge_preemption_signal(self) -> None:
         """Tell the master the request to stop was seen (once; chief only)."""

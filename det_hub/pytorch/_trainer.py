@@ -385,6 +385,13 @@ class Trainer:
                     if outcome is not _Outcome.DONE:
                         return outcome
                     self._ensure_validation()
+                    # The searcher may stop the trial on this rung's result: once the master
+                    # has the metric, act on its answer here rather than a scheduling unit on.
+                    self._core.train.flush()
+                    self._core.preempt._sync_with_master()
+                    signalled = loop.signals()
+                    if signalled is not None:
+                        return signalled
             outcome = loop.train_to(target, op)
             if outcome is not _Outcome.DONE:
                 return outcome
@@ -714,14 +721,23 @@ class _Loop:
                 end = op_target or target
                 if op is not None and t._dist.is_chief and end > 0:
                     op.report_progress(min(done / end, 1.0) * op.length)
-                if t._core.preempt.should_preempt():
-                    t._checkpoint()
-                    return _Outcome.PREEMPTED
-                if self._stop_requested():
-                    return _Outcome.STOPPED
+                outcome = self.signals()
+                if outcome is not None:
+                    return outcome
         if t._period_metrics:
             t._report_training()
         return _Outcome.DONE
+
+    def signals(self) -> _Outcome | None:
+        """PREEMPTED (once checkpointed) when the master asks the trial to stop, STOPPED when
+        the training code does, else None. Every rank calls it at the same point."""
+        t = self._t
+        if t._core.preempt.should_preempt():
+            t._checkpoint()
+            return _Outcome.PREEMPTED
+        if self._stop_requested():
+            return _Outcome.STOPPED
+        return None
 
     def _stop_requested(self) -> bool:
         t = self._t

@@ -125,6 +125,18 @@ class SearchMethod(abc.ABC):
         closed."""
         return self.on_trial_closed(request_id)
 
+    def reopen(self, request_id: str) -> None:
+        """Count a closed trial as open again: ``det-hub experiment continue`` trains it on from
+        its latest checkpoint to :meth:`target_length`, and the search is not over until it
+        closes again.
+
+        Raises:
+            ValueError: The method cannot take a trial back, because its later decisions
+                depended on that trial's end (ASHA's rungs), or it does not know the trial.
+        """
+        raise ValueError(f"a {self.name} search cannot be continued: its later decisions "
+                         "depended on how its trials ended; fork the experiment instead")
+
     # --- questions ----------------------------------------------------------------------
     def target_length(self, request_id: str) -> int | None:
         """How far this trial should train now, in units (the last :class:`ValidateAfter`)."""

@@ -64,6 +64,19 @@ class FixedLengthSearch(SearchMethod):
     def on_trial_exited_early(self, request_id: str, reason: str) -> list[Action]:
         return self._end(request_id, reason)
 
+    def reopen(self, request_id: str) -> None:
+        if request_id not in self.hparams:
+            raise ValueError(f"trial {request_id} is not one of this search's trials")
+        if self.replace_invalid and request_id in self.invalid:
+            raise ValueError(f"trial {request_id} reported invalid hyperparameters and was "
+                             "replaced by another trial")
+        if request_id in self.open:
+            return
+        self.open.append(request_id)
+        self.trials_closed.discard(request_id)
+        self.errored.discard(request_id)
+        self.shutdown = False
+
     # --- questions ----------------------------------------------------------------------
     def target_length(self, request_id: str) -> int | None:
         return self.max_length if request_id in self.hparams else None

@@ -36,6 +36,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -167,23 +168,29 @@ class AshaBracket:
         self.lengths = rung_lengths(num_rungs, divisor, max_length)
         self.rungs: list[list[_Result]] = [[] for _ in range(num_rungs)]
         self.trials: dict[str, _Trial] = {}
+        # Tallies kept up to date by _move (every change of a trial's state or rung goes through
+        # it), so that what every event asks (how many train, is the bracket done, does any
+        # trial train towards or wait at a rung) costs O(rungs), not a pass over every trial:
+        # with thousands of trials those passes were most of the cost of an event.
+        self._training_at = [0] * num_rungs
+        self._waiting_at = [0] * num_rungs
+        self._closed = 0
+        self._invalid = 0
 
     # --- questions ----------------------------------------------------------------------
     @property
     def counted(self) -> int:
         """Trials created that count towards ``max_trials``."""
-        return sum(1 for t in self.trials.values() if not t.invalid)
+        return len(self.trials) - self._invalid
 
     @property
     def training(self) -> int:
-        return sum(1 for t in self.trials.values() if t.state == TRAINING)
+        return sum(self._training_at)
 
     @property
     def done(self) -> bool:
         """Every trial it will create is created and closed."""
-        return self.counted >= self.max_trials and all(
-            t.state == CLOSED for t in self.trials.values()
-        )
+        return self.counted >= self.max_trials and self._closed == len(self.trials)
 
     def target_length(self, request_id: str) -> int | None:
         trial = self.trials.get(request_id)
@@ -223,7 +230,9 @@ class AshaBracket:
         actions: list[Action] = []
         while self.counted < self.max_trials and self.training < self.concurrency:
             request_id, hparams, created = new_trial(self.first_target())
-            self.trials[request_id] = _Trial(request_id, hparams)
+            trial = _Trial(request_id, hparams)
+            self.trials[request_id] = trial
+            self._tally(trial, 1)
             actions.extend(created)
         return actions
 
@@ -251,11 +260,12 @@ class AshaBracket:
         if trial is None or trial.state == CLOSED:
             return []
         before = trial.state
-        trial.state = CLOSED
+        self._move(trial, state=CLOSED)
         if reason == ERRORED:
             trial.errored = True
         if reason == INVALID_HP:
             trial.invalid = True
+            self._invalid += 1
             for rung in self.rungs[: trial.rung + 1]:
                 rung[:] = [r for r in rung if r.request_id != request_id]
             return []
@@ -275,12 +285,17 @@ class AshaBracket:
             return []
         actions: list[Action] = []
         for index, rung in enumerate(self.rungs):
-            if any(t.state == TRAINING and t.rung == index for t in self.trials.values()):
+            if self._training_at[index]:
                 break
+            if not self._waiting_at[index]:
+                # Only waiting trials are stopped here, and a trial whose result in a rung is
+                # not promoted is still at that rung: with none waiting at it, there is nothing
+                # to stop, and its (possibly thousands of) results need not be looked at.
+                continue
             for result in rung:
                 trial = self.trials[result.request_id]
                 if not result.promoted and trial.state == WAITING:
-                    trial.state = STOPPING
+                    self._move(trial, state=STOPPING)
                     actions.append(Stop(trial.request_id))
         return actions
 
@@ -290,7 +305,7 @@ class AshaBracket:
     ) -> list[Action]:
         trial.metric = value
         for index in range(trial.rung, self.num_rungs):
-            trial.rung = index
+            self._move(trial, rung=index)
             if length < self.lengths[index]:
                 return []
             result = _Result(trial.request_id, value)
@@ -298,11 +313,11 @@ class AshaBracket:
             if value is not None:
                 tell(trial.hparams, self.lengths[index], value * self._sign)
             if index == self.num_rungs - 1:
-                trial.state = FINISHING
+                self._move(trial, state=FINISHING)
                 return []
             keep = max(int(len(self.rungs[index]) / self.divisor), 1)
             if position >= keep:
-                trial.state = STOPPING
+                self._move(trial, state=STOPPING)
                 return [Stop(trial.request_id)]
             result.promoted = True
         return []
@@ -316,18 +331,18 @@ class AshaBracket:
         if index == self.num_rungs - 1:
             self._insert(index, _Result(trial.request_id, value), before_equal=False)
             if trial.state == TRAINING:
-                trial.state = FINISHING  # it reached max_length and ends by itself
+                self._move(trial, state=FINISHING)  # it reached max_length and ends by itself
             elif trial.state == WAITING:
                 # Promoted to the top on an earlier report: done, but parked without a slot.
-                trial.state = STOPPING
+                self._move(trial, state=STOPPING)
                 return [Stop(trial.request_id)]
             return []
         if not trial.ending:
-            trial.state = WAITING
+            self._move(trial, state=WAITING)
         actions: list[Action] = []
         for promoted_id in self._promotions(index, trial.request_id, value):
             promoted = self.trials[promoted_id]
-            promoted.rung = index + 1
+            self._move(promoted, rung=index + 1)
             next_length = self.lengths[index + 1]
             if promoted.ending:
                 # As if it had trained on and got the worst result (Determined does the same
@@ -337,7 +352,7 @@ class AshaBracket:
                 # Its last report was already as long as the next rung: it counts there too.
                 actions.extend(self._record(index + 1, promoted, promoted.metric, tell))
             else:
-                promoted.state = TRAINING
+                self._move(promoted, state=TRAINING)
                 actions.append(ValidateAfter(promoted_id, next_length))
         return actions
 
@@ -361,11 +376,27 @@ class AshaBracket:
     def _insert(self, index: int, result: _Result, before_equal: bool) -> int:
         # Rungs are kept best first. Determined places a new result before equal ones when
         # stopping and after them when promoting; ties are rare but kept the same.
-        keys = [r.key for r in self.rungs[index]]
         insort = bisect.bisect_left if before_equal else bisect.bisect_right
-        position = insort(keys, result.key)
+        position = insort(self.rungs[index], result.key, key=_result_key)
         self.rungs[index].insert(position, result)
         return position
+
+    def _move(self, trial: _Trial, state: str | None = None, rung: int | None = None) -> None:
+        """Change a trial's state or rung, keeping the tallies in step."""
+        self._tally(trial, -1)
+        if state is not None:
+            trial.state = state
+        if rung is not None:
+            trial.rung = rung
+        self._tally(trial, 1)
+
+    def _tally(self, trial: _Trial, sign: int) -> None:
+        if trial.state == TRAINING:
+            self._training_at[trial.rung] += sign
+        elif trial.state == WAITING:
+            self._waiting_at[trial.rung] += sign
+        elif trial.state == CLOSED:
+            self._closed += sign
 
     # --- persistence and display --------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -392,6 +423,12 @@ class AshaBracket:
                 invalid=bool(data["invalid"]),
             )
             self.trials[trial.request_id] = trial
+        self._training_at = [0] * self.num_rungs
+        self._waiting_at = [0] * self.num_rungs
+        self._closed = 0
+        for trial in self.trials.values():
+            self._tally(trial, 1)
+        self._invalid = sum(1 for t in self.trials.values() if t.invalid)
 
     def table(self) -> dict[str, Any]:
         rungs = []
@@ -430,6 +467,9 @@ class AshaBracket:
             "trials_invalid": sum(1 for t in self.trials.values() if t.invalid),
             "rungs": rungs,
         }
+
+
+_result_key = operator.attrgetter("key")
 
 
 def _smaller_is_better(metric: float, sign: float) -> float | None:

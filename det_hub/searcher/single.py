@@ -34,6 +34,12 @@ class SingleSearch(SearchMethod):
         self.trials_closed.add(request_id)
         return self._shutdown(failure=reason == ERRORED)
 
+    def reopen(self, request_id: str) -> None:
+        if request_id != self.request_id:
+            raise ValueError(f"trial {request_id} is not this search's trial")
+        self.trials_closed.discard(request_id)
+        self.shutdown = False
+
     def progress(self, lengths_done: Mapping[str, int]) -> float:
         if self.shutdown:
             return 1.0

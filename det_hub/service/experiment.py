@@ -49,6 +49,11 @@ EARLY_EXIT_REASONS = EXIT_REASONS
 WAITING = "WAITING"
 
 
+class LaunchRefused(Exception):
+    """A trial cannot start as configured (its warm-start checkpoint is gone, say): it fails
+    with this message instead of running."""
+
+
 class ExperimentRun:
     """Drives one experiment. Made by :class:`det_hub.service.master.Master`."""
 
@@ -167,6 +172,55 @@ class ExperimentRun:
                     await self.cluster.kill(alloc)
             await self._maybe_finish()
 
+    async def continue_trials(self, trials: list[Trial]) -> None:
+        """Reopen finished trials and train them on from their latest checkpoints
+        (``det-hub experiment continue``); the experiment is ACTIVE again.
+
+        Raises:
+            ValueError: The search method cannot take one of them back; nothing was changed.
+        """
+        async with self.lock:
+            for trial in trials:
+                self.method.reopen(trial.request_id)
+            await self._set_state(E.ACTIVE)
+            for trial in trials:
+                self.told_to_wait.discard(trial.id)
+                self.early_exits.pop(trial.id, None)
+                await self.rewind(trial)
+                trial.restarts, trial.ended_at = 0, None
+                await self.store.update_trial(trial.id, restarts=0, ended_at=None)
+                await self._set_trial_state(trial, T.ACTIVE)
+                start = f"checkpoint {trial.latest_checkpoint}" if trial.latest_checkpoint \
+                    else "the beginning (it has no checkpoint)"
+                await self._system_log(trial, f"the experiment was continued; the trial trains "
+                                              f"on from {start}")
+                await self._request(trial)
+            await self._save_searcher()
+
+    async def rewind(self, trial: Trial) -> None:
+        """Forget what the trial reported past its latest checkpoint, which it is about to train
+        again (after a failure, or when continued): those metric rows go, and its figures are
+        recomputed from what is left. The searcher keeps what it saw; a result it already has
+        is not given to it twice."""
+        steps = 0
+        if trial.latest_checkpoint:
+            checkpoint = await self.store.get_checkpoint(trial.latest_checkpoint)
+            steps = checkpoint.steps_completed if checkpoint is not None else 0
+        if (trial.steps_completed or 0) <= steps:
+            return
+        await self.store.delete_metrics_after(trial.id, steps)
+        kept = await self.store.get_metrics(trial.id, group="validation")
+        fields: dict[str, Any] = {
+            "steps_completed": steps, "latest_validation": None, "best_validation": None,
+            "searcher_metric_value": None,
+            **validation_fields(
+                [{"steps_completed": m.steps_completed, "metrics": m.metrics} for m in kept],
+                self.row.searcher_metric, self.row.smaller_is_better, None),
+        }
+        for key, value in fields.items():
+            setattr(trial, key, value)
+        await self.store.update_trial(trial.id, **fields)
+
     # --- events from training code ------------------------------------------------------
     async def on_validation(self, trial: Trial, length: int, metric: float) -> None:
         """The trial reported the searcher metric after ``length`` units of training.
@@ -273,6 +327,7 @@ class ExperimentRun:
         if trial.restarts < self.max_restarts and self.state in (E.ACTIVE, E.PAUSED):
             trial.restarts += 1
             await self.store.update_trial(trial.id, restarts=trial.restarts)
+            await self.rewind(trial)
             resume = f"from checkpoint {trial.latest_checkpoint}" if trial.latest_checkpoint \
                 else "from the beginning (no checkpoint yet)"
             await self._system_log(
@@ -334,7 +389,13 @@ class ExperimentRun:
             await self._request(trial)
 
     async def _request(self, trial: Trial) -> None:
-        spec = await self._launch_spec(self.row, trial)
+        try:
+            spec = await self._launch_spec(self.row, trial)
+        except LaunchRefused as e:
+            await self._system_log(trial, f"the trial cannot start: {e}; it has failed")
+            await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
+            await self._maybe_finish()
+            return
         await self.cluster.request(spec)
         await self._set_run_state(trial, "QUEUED")
 
@@ -380,6 +441,8 @@ class ExperimentRun:
         fields: dict[str, Any] = {"state": target.value}
         if target.terminal:
             fields["ended_at"] = utcnow()
+        elif self.state.terminal:
+            fields["ended_at"] = None  # continued
         self.row = await self.store.update_experiment(self.id, **fields)
         log.info("experiment %d is %s", self.id, target.value)
 
@@ -412,6 +475,28 @@ class ExperimentRun:
         await self.store.add_logs([{
             "trial_id": trial.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
             "rank": None, "stdtype": "system", "message": message}])
+
+
+def validation_fields(rows: list[dict[str, Any]], metric: str, smaller_is_better: bool,
+                      best: float | None) -> dict[str, Any]:
+    """The trial fields that validation rows set: ``latest_validation`` (the row with the most
+    steps), and ``searcher_metric_value`` with its ``best_validation`` row when one of them
+    beats ``best`` (the trial's best so far, None for none)."""
+    if not rows:
+        return {}
+    last = max(rows, key=lambda r: r["steps_completed"])
+    fields: dict[str, Any] = {"latest_validation": {"steps_completed": last["steps_completed"],
+                                                    "metrics": last["metrics"]}}
+    for r in rows:
+        value = r["metrics"].get(metric)
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        if best is None or (value < best if smaller_is_better else value > best):
+            best = float(value)
+            fields["searcher_metric_value"] = best
+            fields["best_validation"] = {"steps_completed": r["steps_completed"],
+                                         "metrics": r["metrics"]}
+    return fields
 
 
 def restored_search_method(row: Experiment) -> SearchMethod:

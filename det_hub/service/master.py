@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from det_hub.agents.local import ExitStatus, LocalAgent
-from det_hub.config import ConfigError, parse_experiment_config
-from det_hub.searcher import SEARCH_METHODS
+from det_hub.config import ConfigError, merge_config, parse_experiment_config
+from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
 from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
@@ -33,7 +33,9 @@ from det_hub.service.experiment import (
     EARLY_EXIT_REASONS,
     WAITING,
     ExperimentRun,
+    LaunchRefused,
     restored_search_method,
+    validation_fields,
 )
 from det_hub.service.serialize import experiment_json
 from det_hub.states import CheckpointState, ExperimentState, TrialState
@@ -212,9 +214,14 @@ class Master:
 
     # --- experiments --------------------------------------------------------------------
     async def create_experiment(self, who: Principal, config_text: str, context_b64: str | None,
-                                *, activate: bool = True) -> Experiment:
+                                *, activate: bool = True,
+                                parent_id: int | None = None) -> Experiment:
+        """Create and start an experiment. ``parent_id`` forks it from that experiment: it is
+        recorded, and the parent's context is used when none is sent."""
         if who.user is None:
             raise Forbidden("training code cannot create experiments")
+        if parent_id is not None and await self.store.get_experiment(parent_id) is None:
+            raise BadRequest(f"parent_id: experiment {parent_id} not found")
         try:
             config = parse_experiment_config(config_text)
         except ConfigError as e:
@@ -235,6 +242,8 @@ class Master:
                 raise BadRequest(str(e)) from None
         if problems:
             raise BadRequest("the experiment config cannot run on this master", problems)
+        if context is None and parent_id is not None:
+            context = await self.store.get_experiment_context(parent_id)
 
         config_dict = config.to_dict()
         source = await self._warm_start_checkpoint(config_dict)
@@ -257,10 +266,75 @@ class Master:
             smaller_is_better=config.searcher.smaller_is_better,
             resource_pool=config.resources.resource_pool or "default",
             priority=config.resources.priority or 42, description=config.description,
-            seed=seed)
+            seed=seed, parent_id=parent_id)
         run = await self._make_run(row)
         self.runs[row.id] = run
         await run.start()
+        return run.row
+
+    async def continue_experiment(self, who: Principal, experiment_id: int,
+                                  overrides: dict[str, Any]) -> Experiment:
+        """Train a finished experiment's trials on, in place, from their latest checkpoints
+        (Determined's ``det experiment continue``), with ``overrides`` merged into its config.
+
+        A ``single`` search reopens its trial, which then trains to the (possibly raised)
+        ``searcher.max_length``; any setting may change, its hyperparameters included. Other
+        searches rerun the trials that were canceled or failed, and keep their searcher and
+        hyperparameters. ``original_config`` stays what the user first submitted.
+
+        Raises:
+            Conflict: The experiment is not finished, is archived, or has nothing to continue.
+            BadRequest: The merged config is invalid or changes what the search must keep.
+        """
+        await self._owned_run(who, experiment_id)
+        row = await self.get_experiment(experiment_id)
+        if experiment_id in self.runs or not ExperimentState(row.state).terminal:
+            raise Conflict(f"experiment {experiment_id} is {row.state}; only a finished "
+                           "experiment can be continued (a paused one is activated)")
+        if row.archived:
+            raise Conflict(f"experiment {experiment_id} is archived; unarchive it first")
+        merged = merge_config(row.config, overrides)
+        try:
+            config = parse_experiment_config(merged)
+        except ConfigError as e:
+            raise BadRequest("the continued experiment's config is invalid", [
+                {"path": p.path, "message": p.message} for p in e.problems]) from None
+        name = row.config["searcher"]["name"]
+        single = name == "single"
+        problems = self._check_runnable(config)
+        kept = ("searcher.name",) if single else ("searcher", "hyperparameters")
+        for path in kept:
+            if _at(merged, path) != _at(row.config, path):
+                problems.append({"path": path, "message": (
+                    f"a continued {name} search keeps its {path}; fork the experiment "
+                    "(det-hub experiment create --fork) to change it")})
+        if problems:
+            raise BadRequest("the experiment cannot be continued with this config", problems)
+        trials = await self.store.list_trials(experiment_id)
+        again = {TrialState.CANCELED.value, TrialState.ERROR.value}
+        reopen = trials if single else [t for t in trials if t.state in again]
+        if not reopen:
+            raise Conflict(f"every trial of experiment {experiment_id} completed; there is "
+                           "nothing to continue (fork it to search again)")
+        updated = config.to_dict()
+        fields: dict[str, Any] = {
+            "config": updated, "name": config.name, "description": config.description,
+            "priority": config.resources.priority or row.priority}
+        if single and updated.get("hyperparameters") != row.config.get("hyperparameters"):
+            # The one trial takes the hyperparameters a fresh search over the new space picks.
+            [create] = [a for a in build_search_method(
+                updated["searcher"], updated.get("hyperparameters") or {}, row.seed
+            ).initial_actions() if isinstance(a, Create)]
+            for trial in reopen:
+                trial.hparams = dict(create.hparams)
+                await self.store.update_trial(trial.id, hparams=trial.hparams)
+        row = await self.store.update_experiment(experiment_id, **fields)
+        run = await self._make_run(row)
+        try:
+            await run.continue_trials([run.trials[t.id] for t in reopen])
+        except ValueError as e:
+            raise Conflict(str(e)) from None
+        self.runs[experiment_id] = run
         return run.row
 
     async def _warm_start_checkpoint(self, config: dict[str, Any]) -> Checkpoint | None:
@@ -404,18 +478,8 @@ class Master:
             fields["steps_completed"] = last["steps_completed"]
         if group == "validation":
             row = await self.get_experiment(trial.experiment_id)
-            metric, smaller = row.searcher_metric, row.smaller_is_better
-            fields["latest_validation"] = {"steps_completed": last["steps_completed"],
-                                           "metrics": last["metrics"]}
-            for r in clean:
-                value = r["metrics"].get(metric)
-                if not isinstance(value, (int, float)) or isinstance(value, bool):
-                    continue
-                best = fields.get("searcher_metric_value", trial.searcher_metric_value)
-                if best is None or (value < best if smaller else value > best):
-                    fields["searcher_metric_value"] = float(value)
-                    fields["best_validation"] = {"steps_completed": r["steps_completed"],
-                                                 "metrics": r["metrics"]}
+            fields.update(validation_fields(clean, row.searcher_metric, row.smaller_is_better,
+                                            trial.searcher_metric_value))
         run = self.runs.get(trial.experiment_id)
         if fields:
             for k, v in fields.items():
@@ -592,7 +656,11 @@ class Master:
             argv = [sys.executable, *argv[1:]]
         latest = trial.latest_checkpoint
         if latest is None:
-            source = await self._warm_start_checkpoint(exp.config)
+            try:
+                source = await self._warm_start_checkpoint(exp.config)
+            except BadRequest as e:
+                # The source was there when the experiment was created, and is gone now.
+                raise LaunchRefused("; ".join(d["message"] for d in e.details)) from None
             latest = source.uuid if source is not None else None
         kinds = {s.kind for s in self.agent.slots}
         env = config.environment.variables_for("cuda" if "cuda" in kinds else "cpu")
@@ -669,3 +737,11 @@ def _metric_row(index: int, row: Any) -> dict[str, Any]:
 def _gc_record(c: Checkpoint, value: float | None) -> CheckpointRecord:
     return CheckpointRecord(uuid=c.uuid, trial_id=c.trial_id, steps_completed=c.steps_completed,
                             searcher_metric=value)
+
+
+def _at(config: dict[str, Any], dotted: str) -> Any:
+    """The value at a dotted path of a config mapping, None where it is absent."""
+    value: Any = config
+    for part in dotted.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value

@@ -89,6 +89,10 @@ class Experiment(Base):
     ended_at: Mapped[dt.datetime | None] = mapped_column(default=None)
     labels: Mapped[list[str]] = mapped_column(json_type(), default=list)
     notes: Mapped[str] = mapped_column(Text, default="")
+    #: The experiment this one was forked from (`det-hub experiment create --fork`).
+    parent_id: Mapped[int | None] = mapped_column(
+        ForeignKey("experiments.id", ondelete="SET NULL"), default=None
+    )
 
 
 class ExperimentContext(Base):

@@ -11,7 +11,7 @@ import threading
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, func, insert, or_, select
+from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -259,8 +259,10 @@ class Store:
         priority: int = 42,
         description: str = "",
         seed: int = 0,
+        parent_id: int | None = None,
     ) -> Experiment:
-        """Add an experiment, with its context archive when given.
+        """Add an experiment, with its context archive when given; ``parent_id`` is the
+        experiment it was forked from.
 
         Raises:
             NotFound: no such owner.
@@ -284,6 +286,7 @@ class Store:
             ended_at=None,
             labels=[],
             notes="",
+            parent_id=parent_id,
         )
         async with self._writing() as session:
             session.add(experiment)
@@ -605,6 +608,20 @@ class Store:
         )
         async with self._reading() as session:
             return await session.scalar(stmt)
+
+    async def delete_metrics_after(self, trial_id: int, steps_completed: int) -> int:
+        """Drop a trial's metric rows (every group) reported past ``steps_completed``: what a
+        trial that resumes from an earlier checkpoint will report again.
+
+        Returns:
+            The number of rows deleted.
+        """
+        stmt = delete(Metric).where(
+            Metric.trial_id == trial_id, Metric.steps_completed > steps_completed
+        )
+        async with self._writing() as session:
+            result = await session.execute(stmt)
+            return int(getattr(result, "rowcount", 0) or 0)
 
     # -- checkpoints ------------------------------------------------------------------------
 

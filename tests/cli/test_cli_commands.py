@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from api_data import (
     AGENTS,
     CHECKPOINT,
@@ -495,3 +496,87 @@ def test_master_missing_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, capsys
     assert main(["master", "--port", "1"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("Error: `det-hub master` needs the det_hub master") and "Traceback" not in err
+
+
+def test_create_with_overrides_merges_them_into_the_file(
+        fake_master: FakeMaster, det: Det, tmp_path: Path) -> None:
+    fake_master.json("POST", "/experiments", {"experiment": EXPERIMENT}, 201)
+    config, context = _context(tmp_path)
+    config.write_text("name: c\nentrypoint: model_def:T\nsearcher: {name: single, metric: loss, "
+                      "max_length: {batches: 5}}\n")
+    result = det("experiment", "create", str(config), str(context),
+                 "--config", "searcher.max_length.batches=50", "--config", "max_restarts=0",
+                 "--config", "hyperparameters.layers=[8, 8]")
+    assert result.code == 0, result.err
+    sent = yaml.safe_load(fake_master.calls("POST", "/experiments")[0].json()["config"])
+    assert sent["searcher"]["max_length"] == {"batches": 50}
+    assert sent["searcher"]["name"] == "single"  # the rest of the section is kept
+    assert sent["max_restarts"] == 0 and sent["hyperparameters"]["layers"] == [8, 8]
+
+
+def test_create_fork_starts_from_the_source_config(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/experiments/2", {"experiment": EXPERIMENT_DONE})
+    fake_master.json("POST", "/experiments", {"experiment": {**EXPERIMENT, "forked_from": 2}},
+                     201)
+    result = det("experiment", "create", "--fork", "2", "--config", "searcher.metric=acc")
+    assert result.code == 0, result.err
+    assert result.out.strip() == "Created experiment 3 (a fork of experiment 2)"
+    body = fake_master.calls("POST", "/experiments")[0].json()
+    assert body["parent_id"] == 2 and body["context"] is None  # the master reuses the parent's
+    sent = yaml.safe_load(body["config"])
+    assert sent["name"] == "mnist-const" and sent["searcher"] == {"name": "single",
+                                                                   "metric": "acc"}
+
+
+def test_create_needs_config_and_context_unless_forking(det: Det) -> None:
+    result = det("experiment", "create")
+    assert result.code == 1
+    assert "needs CONFIG and CONTEXT (or --fork ID" in result.err
+
+
+def test_continue_sends_the_overrides(fake_master: FakeMaster, det: Det, tmp_path: Path) -> None:
+    fake_master.json("POST", "/experiments/2/continue", {"experiment": EXPERIMENT})
+    changes = tmp_path / "more.yaml"
+    changes.write_text("searcher:\n  max_length:\n    batches: 2000\nmax_restarts: 1\n")
+    result = det("experiment", "continue", "2", "--config-file", str(changes),
+                 "--config", "max_restarts=3")
+    assert result.code == 0, result.err
+    assert result.out.strip() == "Continued experiment 3: ACTIVE"
+    text = fake_master.calls("POST", "/experiments/2/continue")[0].json()["config"]
+    assert yaml.safe_load(text) == {"searcher": {"max_length": {"batches": 2000}},
+                                    "max_restarts": 3}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--config", "max_restarts"), "expected KEY=VALUE"),
+    (("--config", "a..b=1"), "empty part in the key"),
+    (("--config", "x=[1, 2"), "the value is not YAML"),
+])
+def test_continue_refuses_bad_overrides_before_asking(
+        fake_master: FakeMaster, det: Det, argv: tuple[str, ...], message: str) -> None:
+    result = det("experiment", "continue", "2", *argv)
+    assert result.code == 1 and message in result.err and "Traceback" not in result.err
+    assert fake_master.calls("POST", "/experiments/2/continue") == []
+
+
+def test_preview_search_prints_trials_lengths_and_rungs(det: Det, tmp_path: Path) -> None:
+    config = tmp_path / "asha.yaml"
+    config.write_text(yaml.safe_dump({
+        "entrypoint": "model_def:T", "reproducibility": {"experiment_seed": 3},
+        "hyperparameters": {"lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1}},
+        "searcher": {"name": "adaptive_asha", "metric": "loss", "max_trials": 16,
+                     "max_length": {"batches": 937}, "mode": "standard"}}))
+    result = det("preview-search", str(config))
+    assert result.code == 0, result.err
+    assert result.out.startswith("Searcher adaptive_asha: 16 trials, metric loss")
+    assert "Trained to (batches)" in result.out and "937" in result.out
+    assert "of 14,992 for every trial at full length" in result.out
+    assert "Rungs:" in result.out
+    as_json = json.loads(det("preview-search", str(config), "--json").out)
+    assert as_json["trials"] == 16 and as_json["full_total"] == 16 * 937
+    assert sum(row["trials"] for row in as_json["lengths"]) == 16
+    assert as_json["total"] == sum(r["trials"] * r["length"] for r in as_json["lengths"])
+    single = det("preview-search", str(config), "--config", "searcher.name=single")
+    assert single.code == 0 and "Searcher single: 1 trials" in single.out
+    bad = det("preview-search", str(config), "--config", "searcher.max_trials=0")
+    assert bad.code == 1 and "searcher.max_trials" in bad.err

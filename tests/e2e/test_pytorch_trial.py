@@ -105,3 +105,28 @@ def test_mnist_const_reaches_98_percent_in_one_epoch(master: MasterProcess) -> N
     validation = master.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]
     assert validation[-1]["steps_completed"] == 938  # 60,000 records / batches of 64
     assert validation[-1]["metrics"]["accuracy"] >= 0.98
+
+
+def test_asha_stops_a_trial_class_at_its_rung_not_a_scheduling_unit_later(
+        master: MasterProcess, trial_context: Path) -> None:
+    """With a scheduling unit longer than the whole trial, a trial the searcher stops at its
+    first rung still ends there: the harness asks the master right after the rung's
+    validation instead of at the next scheduling unit."""
+    config = {**trial_config(1), "name": "asha-regression", "scheduling_unit": 1000,
+              "reproducibility": {"experiment_seed": 11},
+              "hyperparameters": {"hidden": 16, "global_batch_size": 8,
+                                  "lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1}},
+              "searcher": {"name": "adaptive_asha", "metric": "validation_loss",
+                           "max_length": {"batches": 40}, "max_trials": 4, "divisor": 2,
+                           "max_rungs": 2, "mode": "aggressive", "max_concurrent_trials": 2}}
+    config.pop("min_validation_period")
+    eid = master.create_ok(config, context=trial_context)
+    exp = master.wait_state(eid, timeout=300)
+    trials = master.trials(eid)
+    assert exp["state"] == "COMPLETED", [master.logs(t["id"])[-10:] for t in trials]
+    assert len(trials) == 4 and all(t["state"] == "COMPLETED" for t in trials)
+    lengths = sorted(t["steps_completed"] for t in trials)
+    assert set(lengths) <= {20, 40} and lengths[0] == 20 and lengths[-1] == 40, lengths
+    for t in trials:
+        validations = master.get(f"/trials/{t['id']}/metrics?group=validation")["metrics"]
+        assert validations[0]["steps_completed"] == 20

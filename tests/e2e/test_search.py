@@ -183,3 +183,75 @@ def test_trials_warm_start_from_a_source_trial(master: MasterProcess) -> None:
     assert r.status_code == 400
     assert r.json()["details"] == [{"path": "searcher.source_trial_id",
                                     "message": "trial 999 does not exist"}]
+
+
+def test_continue_trains_a_finished_trial_on_and_fork_starts_anew(
+        master: MasterProcess, tmp_path: Path) -> None:
+    """`det-hub experiment continue` resumes the trial in place from its checkpoint and trains
+    only the extra length; `create --fork` makes a new experiment from the old one's config
+    and context."""
+    config = search_config({"name": "single"}, 10)
+    config["hyperparameters"]["x"] = 0.5
+    eid = master.create_ok(config, context=CURVES)
+    assert master.wait_state(eid)["state"] == "COMPLETED"
+    [trial] = master.trials(eid)
+    assert trial["steps_completed"] == 10
+
+    done = master.cli("experiment", "continue", str(eid),
+                      "--config", "searcher.max_length.batches=25", "-f")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"Continued experiment {eid}: ACTIVE" in done.stdout
+    assert "resumed at 10" in done.stdout
+    assert "trained 15 batches in this process, 25 in all" in done.stdout
+    assert done.stdout.rstrip().endswith(f"Experiment {eid} ended: COMPLETED")
+    [again] = master.trials(eid)
+    assert again["id"] == trial["id"] and again["steps_completed"] == 25
+    exp = master.experiment(eid)
+    assert exp["config"]["searcher"]["max_length"] == {"batches": 25}
+    validations = master.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]
+    assert [m["steps_completed"] for m in validations] == [10, 25]
+
+    refused = master.cli("experiment", "continue", str(eid), "--config", "searcher.name=grid")
+    assert refused.returncode == 1 and "searcher.name" in refused.stderr
+
+    forked = master.cli("experiment", "create", "--fork", str(eid), "--config",
+                        "searcher.max_length.batches=4", "--name", "forked", "-f")
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    assert f"(a fork of experiment {eid})" in forked.stdout
+    child = max(e["id"] for e in master.get("/experiments")["experiments"])
+    assert master.experiment(child)["forked_from"] == eid
+    [child_trial] = master.trials(child)
+    assert child_trial["steps_completed"] == 4 and child_trial["hparams"]["x"] == 0.5
+    assert not any("resumed" in line for line in master.logs(child_trial["id"]))
+
+
+def test_a_failed_trial_restarts_without_duplicating_metrics(master: MasterProcess) -> None:
+    """Metrics a trial reported after its latest checkpoint are reported again when it
+    restarts from that checkpoint; the master keeps one copy of each."""
+    config = search_config({"name": "single"}, 8, crash_at=6, validate_every=1,
+                           checkpoint_every=4)
+    config["max_restarts"] = 1
+    eid = master.create_ok(config, context=CURVES)
+    assert master.wait_state(eid)["state"] == "COMPLETED"
+    [trial] = master.trials(eid)
+    assert trial["restarts"] == 1
+    steps = [m["steps_completed"] for m in
+             master.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]]
+    assert steps == sorted(set(steps)) and steps[-1] == 8
+
+
+def test_asha_with_the_tpe_sampler_runs_through_the_master(master: MasterProcess) -> None:
+    """sampler: tpe on the master: each rung result reaches optuna's TPE, whose state is
+    stored with the search, and the search completes."""
+    searcher = {**ASHA, "sampler": "tpe", "max_trials": 6}
+    exp, trials, _ = run(master, search_config(searcher, 8))
+    assert exp["state"] == "COMPLETED" and len(trials) == 6
+    state = master.get(f"/experiments/{exp['id']}/searcher_state")["searcher"]
+    history = state["method"]["sampler"]["history"]
+    reported = sum(1 for t in trials for m in master.get(
+        f"/trials/{t['id']}/metrics?group=validation")["metrics"])
+    assert 6 <= len(history) <= reported  # every trial's first rung at least, each result once
+    xs = sorted(round(t["hparams"]["x"], 12) for t in trials)
+    first_rung = min(length for _, length, _ in history)
+    assert sorted(round(params["x"], 12) for params, length, _ in history
+                  if length == first_rung) == xs  # the first rung heard from every trial

@@ -203,3 +203,28 @@ def test_any_random_or_grid_search_ends_cleanly(
     else:
         assert len(driver.created) == 12
     assert driver.max_training <= (max_concurrent or len(driver.created))
+
+
+@pytest.mark.parametrize("name", ["random", "grid"])
+def test_a_failed_trial_reopens_and_the_search_shuts_down_once_it_closes(name: str) -> None:
+    extra = {"max_trials": 3} if name == "random" else {}
+    method = build(name, max_concurrent_trials=0, **extra)
+    ids = [c.request_id for c in creates(method.initial_actions())]
+    for rid in ids[:-1]:
+        assert method.on_trial_closed(rid) == []
+    assert method.on_trial_exited_early(ids[-1], "ERRORED") == [Shutdown(failure=False)]
+    method.reopen(ids[-1])
+    assert not method.shutdown and method.target_length(ids[-1]) == 100
+    method.reopen(ids[-1])  # twice is once
+    assert method.on_trial_closed(ids[-1]) == [Shutdown(failure=False)]
+    assert method.errored == set()
+    with pytest.raises(ValueError, match="not one of this search's trials"):
+        method.reopen("unknown")
+
+
+def test_a_replaced_invalid_trial_cannot_reopen() -> None:
+    method = build("random", max_trials=2, max_concurrent_trials=1)
+    [first] = creates(method.initial_actions())
+    assert creates(method.on_trial_exited_early(first.request_id, "INVALID_HP"))
+    with pytest.raises(ValueError, match="replaced by another trial"):
+        method.reopen(first.request_id)

@@ -113,3 +113,15 @@ def test_unknown_searcher_is_a_clear_error() -> None:
 def test_an_invalid_searcher_section_names_the_field() -> None:
     with pytest.raises(ConfigError, match="max_trials"):
         build_search_method({"name": "random", "metric": "loss"}, {}, 0)
+
+
+def test_a_closed_trial_reopens_and_the_search_ends_again_when_it_closes() -> None:
+    method = build_search_method(searcher(), SPACE, 1)
+    [create, _] = method.initial_actions()
+    assert isinstance(create, Create)
+    assert method.on_trial_closed(create.request_id) == [Shutdown(failure=False)]
+    method.reopen(create.request_id)
+    assert not method.shutdown and method.progress({create.request_id: 50}) == 0.5
+    assert method.on_trial_exited_early(create.request_id, "ERRORED") == [Shutdown(failure=True)]
+    with pytest.raises(ValueError, match="not this search's trial"):
+        method.reopen("another")

@@ -135,3 +135,131 @@ async def test_pausing_a_queued_trial_costs_no_restart(master: Master, admin: Pr
     [done] = await master.store.list_trials(queued.id)
     assert done.restarts == 0
     assert [line.message for line in await master.store.get_logs(done.id)] == ["ran"]
+
+
+FIXABLE = context(
+    "import os, sys\n"
+    "from det_hub.core import get_cluster_info\n"
+    "hp = get_cluster_info().trial.hparams\n"
+    "print('fail' if hp.get('fail') and os.environ.get('FIX') != '1' else 'ok')\n"
+    "sys.exit(3 if hp.get('fail') and os.environ.get('FIX') != '1' else 0)\n")
+
+
+async def test_continue_reruns_a_failed_trial_in_place_with_the_changed_config(
+        master: Master, admin: Principal) -> None:
+    text = config(max_restarts=0, hyperparameters={"fail": 1})
+    row = await master.create_experiment(admin, text, FIXABLE)
+    assert await finished(master, row.id) == "ERROR"
+    [before] = await master.store.list_trials(row.id)
+    first_end = (await master.get_experiment(row.id)).ended_at
+
+    bob, _ = await master.create_user(admin, "bob", admin=False)
+    with pytest.raises(Forbidden):
+        await master.continue_experiment(Principal(user=bob), row.id, {})
+    with pytest.raises(BadRequest) as err:
+        await master.continue_experiment(admin, row.id, {"max_restarts": "many"})
+    assert [d["path"] for d in err.value.details] == ["max_restarts"]
+    assert (await master.get_experiment(row.id)).state == "ERROR"  # nothing changed
+
+    continued = await master.continue_experiment(
+        admin, row.id, {"name": "fixed", "environment": {"environment_variables": ["FIX=1"]}})
+    assert continued.state == "ACTIVE" and continued.ended_at is None
+    assert await finished(master, row.id) == "COMPLETED"
+    exp = await master.get_experiment(row.id)
+    [trial] = await master.store.list_trials(row.id)
+    assert trial.id == before.id and trial.state == "COMPLETED" and trial.restarts == 0
+    assert exp.name == "fixed" and exp.original_config == text  # as first submitted
+    assert exp.ended_at is not None and first_end is not None and exp.ended_at > first_end
+    messages = [line.message for line in await master.store.get_logs(trial.id)]
+    assert messages[0] == "fail" and messages[-1] == "ok"
+    assert any(m.startswith("the experiment was continued") for m in messages)
+    await master.set_archived(admin, row.id, True)
+    with pytest.raises(Conflict, match="archived; unarchive it first"):
+        await master.continue_experiment(admin, row.id, {})
+
+
+async def test_continue_changes_a_single_trials_hyperparameters(
+        master: Master, admin: Principal) -> None:
+    row = await master.create_experiment(admin, config(max_restarts=0,
+                                                       hyperparameters={"fail": 1}), FIXABLE)
+    assert await finished(master, row.id) == "ERROR"
+    await master.continue_experiment(admin, row.id, {"hyperparameters": {"fail": 0}})
+    assert await finished(master, row.id) == "COMPLETED"
+    [trial] = await master.store.list_trials(row.id)
+    assert trial.hparams == {"fail": 0}
+
+
+async def test_continue_reruns_only_the_failed_trials_of_a_search(
+        master: Master, admin: Principal) -> None:
+    text = config(max_restarts=0, searcher={
+        "name": "grid", "metric": "loss", "max_length": {"batches": 1}},
+        hyperparameters={"fail": {"type": "categorical", "vals": [0, 1]}})
+    row = await master.create_experiment(admin, text, FIXABLE)
+    assert await finished(master, row.id) == "COMPLETED"
+    trials = {t.hparams["fail"]: t for t in await master.store.list_trials(row.id)}
+    assert (trials[0].state, trials[1].state) == ("COMPLETED", "ERROR")
+
+    with pytest.raises(BadRequest) as err:
+        await master.continue_experiment(admin, row.id, {"hyperparameters": {"fail": 0}})
+    assert [d["path"] for d in err.value.details] == ["hyperparameters"]
+    await master.continue_experiment(
+        admin, row.id, {"environment": {"environment_variables": ["FIX=1"]}})
+    assert await finished(master, row.id) == "COMPLETED"
+    after = {t.hparams["fail"]: t for t in await master.store.list_trials(row.id)}
+    assert len(after) == 2 and all(t.state == "COMPLETED" for t in after.values())
+    assert after[0].ended_at == trials[0].ended_at  # the completed trial did not run again
+    with pytest.raises(Conflict, match="nothing to continue"):
+        await master.continue_experiment(admin, row.id, {})
+
+
+async def test_an_asha_search_and_an_unfinished_experiment_cannot_be_continued(
+        master: Master, admin: Principal) -> None:
+    sleeper = context("import time\ntime.sleep(60)\n")
+    row = await master.create_experiment(admin, config(searcher={
+        "name": "adaptive_asha", "metric": "loss", "max_length": {"batches": 16},
+        "max_trials": 2, "max_concurrent_trials": 1}), sleeper)
+    with pytest.raises(Conflict, match="only a finished experiment"):
+        await master.continue_experiment(admin, row.id, {})
+    await master.kill(admin, row.id)
+    assert await finished(master, row.id) == "CANCELED"
+    with pytest.raises(Conflict, match="adaptive_asha search cannot be continued"):
+        await master.continue_experiment(admin, row.id, {})
+    assert (await master.get_experiment(row.id)).state == "CANCELED"
+    assert row.id not in master.runs
+
+
+async def test_a_fork_records_its_parent_and_reuses_its_context(
+        master: Master, admin: Principal) -> None:
+    parent = await master.create_experiment(admin, config(), context("print('from parent')\n"))
+    assert await finished(master, parent.id) == "COMPLETED"
+    child = await master.create_experiment(admin, config(name="child"), None,
+                                           parent_id=parent.id)
+    assert await finished(master, child.id) == "COMPLETED"
+    assert child.parent_id == parent.id
+    [trial] = await master.store.list_trials(child.id)
+    assert [line.message for line in await master.store.get_logs(trial.id)] == ["from parent"]
+    with pytest.raises(BadRequest, match="parent_id: experiment 999 not found"):
+        await master.create_experiment(admin, config(), None, parent_id=999)
+
+
+async def test_a_trial_whose_warm_start_checkpoint_is_gone_fails_with_the_reason(
+        master: Master, admin: Principal) -> None:
+    source = await master.create_experiment(admin, config(), context("print('x')\n"))
+    assert await finished(master, source.id) == "COMPLETED"
+    [trial] = await master.store.list_trials(source.id)
+    uuid = "5b0d6c1e-aaaa-bbbb-cccc-000000000009"
+    await master.store.add_checkpoint(
+        uuid=uuid, trial_id=trial.id, experiment_id=source.id, allocation_id=None,
+        state="COMPLETED", steps_completed=1, resources={}, metadata={},
+        storage={"type": "shared_fs", "host_path": "/tmp", "storage_path": None})
+    warm = config(searcher={"name": "random", "metric": "loss", "max_trials": 2,
+                            "max_length": {"batches": 1}, "source_checkpoint_uuid": uuid})
+    row = await master.create_experiment(admin, warm, context("print('x')\n"), activate=False)
+    await master.store.update_checkpoint(uuid, state="DELETED")  # e.g. collected meanwhile
+    await master.activate(admin, row.id)
+    assert await finished(master, row.id) == "ERROR"
+    trials = await master.store.list_trials(row.id)
+    assert len(trials) == 2 and all(t.state == "ERROR" for t in trials)
+    [message] = [line.message for line in await master.store.get_logs(trials[0].id)]
+    assert message == (f"the trial cannot start: checkpoint {uuid} does not exist or is not "
+                       "complete; it has failed")

@@ -15,11 +15,15 @@ from det_hub.states import (
 )
 
 
-def test_terminal_states_have_no_way_out() -> None:
-    for state in ExperimentState:
-        assert (EXPERIMENT_TRANSITIONS[state] == frozenset()) == state.terminal
-    for trial_state in TrialState:
-        assert (TRIAL_TRANSITIONS[trial_state] == frozenset()) == trial_state.terminal
+def test_a_terminal_state_leads_only_back_to_active() -> None:
+    """The one way out of a finished state is `det-hub experiment continue`."""
+    for table, active in ((EXPERIMENT_TRANSITIONS, ExperimentState.ACTIVE),
+                          (TRIAL_TRANSITIONS, TrialState.ACTIVE)):
+        for state, moves in table.items():
+            if state.terminal:
+                assert moves == frozenset({active}), state
+            else:
+                assert moves and all(m != state for m in moves), state
 
 
 def test_every_state_reaches_a_terminal_state() -> None:
@@ -35,7 +39,8 @@ def test_every_state_reaches_a_terminal_state() -> None:
 
 
 @pytest.mark.parametrize(("current", "target"), [
-    (ExperimentState.COMPLETED, ExperimentState.ACTIVE),
+    (ExperimentState.COMPLETED, ExperimentState.PAUSED),
+    (ExperimentState.CANCELED, ExperimentState.COMPLETED),
     (ExperimentState.PAUSED, ExperimentState.COMPLETED),
     (ExperimentState.STOPPING_CANCELED, ExperimentState.ACTIVE),
     (ExperimentState.STOPPING_ERROR, ExperimentState.CANCELED),
@@ -50,5 +55,6 @@ def test_legal_moves_pass_and_staying_put_is_allowed() -> None:
     check_experiment_transition(ExperimentState.ACTIVE, ExperimentState.PAUSED)
     check_experiment_transition(ExperimentState.ERROR, ExperimentState.ERROR)
     check_trial_transition(TrialState.STOPPING_COMPLETED, TrialState.COMPLETED)
+    check_trial_transition(TrialState.ERROR, TrialState.ACTIVE)
     with pytest.raises(IllegalTransition):
-        check_trial_transition(TrialState.ERROR, TrialState.ACTIVE)
+        check_trial_transition(TrialState.ERROR, TrialState.COMPLETED)

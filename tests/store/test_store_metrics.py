@@ -149,3 +149,14 @@ async def test_million_points_downsample_to_a_thousand(store: Store, trial: Tria
     assert latest is not None and latest.steps_completed == n
     tail = await store.get_metrics(trial.id, group="training", after=n - 5)
     assert [m.steps_completed for m in tail] == list(range(n - 4, n + 1))
+
+
+async def test_metrics_past_a_step_are_deleted_in_every_group(store: Store, trial: Trial) -> None:
+    for group in ("training", "validation"):
+        await store.add_metrics(trial.id, group, [
+            {"steps_completed": s, "metrics": {"loss": 1.0 / s}} for s in (10, 20, 30)])
+    assert await store.delete_metrics_after(trial.id, 20) == 2
+    for group in ("training", "validation"):
+        rows = await store.get_metrics(trial.id, group=group)
+        assert [r.steps_completed for r in rows] == [10, 20]
+    assert await store.delete_metrics_after(trial.id, 20) == 0

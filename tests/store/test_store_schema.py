@@ -10,8 +10,11 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect, text
 
 from det_hub.store import Store, utcnow
-from det_hub.store.engine import normalize_url
+from det_hub.store.engine import alembic_config, normalize_url
 from det_hub.store.models import Base
+
+#: The newest migration.
+HEAD = "0002"
 
 EXPECTED_TABLES = {
     "users",
@@ -41,7 +44,7 @@ async def test_migrations_create_every_table(store: Store) -> None:
         with engine.connect() as conn:
             assert conn.execute(
                 text("SELECT version_num FROM alembic_version")
-            ).scalars().all() == ["0001"]
+            ).scalars().all() == [HEAD]
             # The hand-written migration and the models describe the same schema.
             diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == []
@@ -66,9 +69,43 @@ async def test_reopen_is_idempotent_and_keeps_data(db_url: str) -> None:
     try:
         with engine.connect() as conn:
             versions = conn.execute(text("SELECT version_num FROM alembic_version")).all()
-        assert [v[0] for v in versions] == ["0001"]
+        assert [v[0] for v in versions] == [HEAD]
     finally:
         engine.dispose()
+
+
+async def test_a_database_of_the_first_schema_upgrades_and_keeps_its_rows(db_url: str) -> None:
+    """A master of the previous release left a database at 0001; the next one opens it."""
+    from alembic import command
+
+    engine = _sync_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            config = alembic_config()
+            config.attributes["connection"] = conn
+            command.upgrade(config, "0001")
+            conn.execute(text("INSERT INTO users (username, admin, active, created_at) "
+                              "VALUES ('old', false, true, CURRENT_TIMESTAMP)"))
+            conn.execute(text(
+                "INSERT INTO experiments (name, description, owner_id, state, archived, config, "
+                "original_config, searcher_metric, smaller_is_better, resource_pool, priority, "
+                "seed, created_at, labels, notes) SELECT 'kept', '', id, 'COMPLETED', false, "
+                "'{}', '', 'loss', true, 'default', 42, 0, CURRENT_TIMESTAMP, '[]', '' "
+                "FROM users WHERE username = 'old'"))
+    finally:
+        engine.dispose()
+    store = await Store.open(db_url)
+    try:
+        [row], total = await store.list_experiments()
+        assert total == 1 and row.name == "kept" and row.parent_id is None
+        user = await store.get_user("old")
+        assert user is not None
+        child = await store.create_experiment(
+            name="fork", owner_id=user.id, config={}, original_config="", context=None,
+            state="ACTIVE", searcher_metric="loss", smaller_is_better=True, parent_id=row.id)
+        assert (await store.get_experiment(child.id)).parent_id == row.id  # type: ignore[union-attr]
+    finally:
+        await store.close()
 
 
 async def test_dialect_and_url(store: Store, db_url: str) -> None:

@@ -6,6 +6,7 @@ import random
 from typing import Any
 
 from det_hub.config import sample_hparams
+from det_hub.config.hyperparameters import parse_hyperparameters
 from det_hub.searcher.samplers._base import Sampler
 
 
@@ -14,8 +15,15 @@ class RandomSampler(Sampler):
 
     name = "random"
 
+    _parsed: dict[str, Any] | None = None
+
     def sample(self, rng: random.Random) -> dict[str, Any]:
-        return sample_hparams(dict(self.space), rng)
+        # The space comes in config form; validating it anew for every trial (pydantic) was
+        # most of the cost of an event that creates one. Parsed once, on the first draw, so a
+        # bad space fails where it always did.
+        if self._parsed is None:
+            self._parsed = parse_hyperparameters(dict(self.space))
+        return sample_hparams(self._parsed, rng)
 
 
 __all__ = ["RandomSampler"]

@@ -84,25 +84,44 @@ class TPESampler(Sampler):
         self._distributions = {key: self._distribution(hp) for key, (_, hp) in self._dims.items()}
         #: Every result told, in order: [flat params, length, metric].
         self._history: list[tuple[dict[str, Any], int, float]] = []
-        # Studies by length, built from the history on first use (not part of the state).
+        #: How many results the history has at each length (what _budget weighs).
+        self._counts: dict[int, int] = {}
+        # Studies by length, built from the history on first use (not part of the state), and
+        # for each the search space optuna infers from its trials, cached across draws.
         self._studies: dict[int, Any] = {}
+        self._spaces: dict[int, Any] = {}
 
     # --- Sampler ------------------------------------------------------------------------
     def sample(self, rng: random.Random) -> dict[str, Any]:
         seed = rng.getrandbits(31)
         if not self._distributions:
             return _rebuild(self._parsed, {}, self._dims)
-        study = self._study(self._budget())
+        length = self._budget()
+        study = self._study(length)
         optuna = self._optuna
         with warnings.catch_warnings():
             # multivariate TPE is marked experimental in some optuna versions.
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            study.sampler = optuna.samplers.TPESampler(
+            sampler = optuna.samplers.TPESampler(
                 seed=seed, multivariate=True, constant_liar=False
             )
+            # A fresh sampler would work out the search space again from every trial of the
+            # study, about half the cost of a draw with thousands of results; the study's own
+            # IntersectionSearchSpace picks up where the last draw left off and gives the same
+            # space (a private attribute of optuna's: when it is not there, nothing is cached).
+            space = self._spaces.get(length)
+            space_type = _intersection_type(optuna)
+            if space_type is not None and isinstance(getattr(sampler, "_search_space", None),
+                                                     space_type):
+                if space is None:
+                    space = self._spaces[length] = sampler._search_space
+                sampler._search_space = space
+            study.sampler = sampler
             trial = study.ask(self._distributions)
-        # The asked trial stays RUNNING; TPE without constant_liar ignores running trials, so
-        # a study rebuilt from the history (which has none) samples the same.
+            # Ended as FAIL, which TPE ignores as it ignores a running trial (without
+            # constant_liar), so a study rebuilt from the history (which has neither) samples
+            # the same; a finished trial also lets the cached search space move past it.
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return _rebuild(self._parsed, trial.params, self._dims)
 
     def tell(self, hparams: Mapping[str, Any], length: int, metric: float) -> None:
@@ -113,6 +132,7 @@ class TPESampler(Sampler):
             return
         entry = (params, int(length), float(metric))
         self._history.append(entry)
+        self._counts[entry[1]] = self._counts.get(entry[1], 0) + 1
         study = self._studies.get(entry[1])
         if study is not None:
             self._add(study, entry)
@@ -125,13 +145,15 @@ class TPESampler(Sampler):
             (dict(params), int(length), float(metric))
             for params, length, metric in state.get("history", [])
         ]
+        self._counts = {}
+        for _, length, _ in self._history:
+            self._counts[length] = self._counts.get(length, 0) + 1
         self._studies = {}
+        self._spaces = {}
 
     # --- internals ----------------------------------------------------------------------
     def _budget(self) -> int:
-        counts: dict[int, int] = {}
-        for _, length, _ in self._history:
-            counts[length] = counts.get(length, 0) + 1
+        counts = self._counts
         if not counts:
             return -1
         enough = [length for length, n in counts.items() if n >= len(self._distributions) + 1]
@@ -197,6 +219,11 @@ class TPESampler(Sampler):
                 low, high = _log_bounds(hp) if isinstance(hp, LogHP) else (hp.minval, hp.maxval)
                 params[key] = min(max(float(value), low), high)
         return params
+
+
+def _intersection_type(optuna: Any) -> type | None:
+    """optuna's IntersectionSearchSpace, where this optuna has it."""
+    return getattr(getattr(optuna, "search_space", None), "IntersectionSearchSpace", None)
 
 
 def _log_bounds(hp: LogHP) -> tuple[float, float]:

@@ -1,6 +1,8 @@
-"""Experiments: create, list, read, pause/activate/kill/archive."""
+"""Experiments: create (or fork), list, read, pause/activate/kill/archive, continue."""
 
 from __future__ import annotations
+
+import yaml
 
 from det_hub.service.errors import BadRequest
 from det_hub.service.handlers.base import APIHandler
@@ -23,7 +25,10 @@ class ExperimentsHandler(APIHandler):
     body = {"post": {"type": "object", "required": ["config"], "properties": {
         "config": {"type": "string", "description": "the experiment config as YAML text"},
         "context": {"type": ["string", "null"], "description": "base64 of a .tar.gz"},
-        "activate": {"type": "boolean", "default": True}}}}
+        "activate": {"type": "boolean", "default": True},
+        "parent_id": {"type": ["integer", "null"], "description": (
+            "fork this experiment: recorded as forked_from, and its context is used when "
+            "none is sent")}}}}
     answers = {"get": "experiments", "post": "experiment"}
 
     async def get(self) -> None:
@@ -58,8 +63,12 @@ class ExperimentsHandler(APIHandler):
         activate = body.get("activate", True)
         if not isinstance(activate, bool):
             raise BadRequest("activate: must be true or false")
+        parent_id = body.get("parent_id")
+        if parent_id is not None and (isinstance(parent_id, bool) or
+                                      not isinstance(parent_id, int)):
+            raise BadRequest("parent_id: must be an experiment id")
         row = await self.master.create_experiment(
-            self.principal, config, body.get("context"), activate=activate)
+            self.principal, config, body.get("context"), activate=activate, parent_id=parent_id)
         [exp] = await self.master.experiment_json([row])
         self.send({"experiment": exp}, status=201)
 
@@ -92,6 +101,30 @@ class ExperimentActionHandler(APIHandler):
         else:
             row = await m.set_archived(who, eid, self.action == "archive")
         [exp] = await m.experiment_json([row])
+        self.send({"experiment": exp})
+
+
+class ContinueHandler(APIHandler):
+    answers = {"post": "experiment"}
+    body = {"post": {"type": "object", "properties": {
+        "config": {"type": ["string", "null"], "description": (
+            "YAML of the settings to change, merged into the experiment's config (a partial "
+            "config, such as 'searcher: {max_length: {batches: 2000}}')")}}}}
+
+    async def post(self, experiment_id: str) -> None:
+        """Train a finished experiment on from its latest checkpoints, in place."""
+        text = self.json_body().get("config")
+        if text is not None and not isinstance(text, str):
+            raise BadRequest("config: must be YAML text")
+        try:
+            overrides = yaml.safe_load(text) if text else {}
+        except yaml.YAMLError as e:
+            raise BadRequest(f"config: invalid YAML: {e}") from None
+        if not isinstance(overrides, dict):
+            raise BadRequest("config: must be a mapping of settings")
+        row = await self.master.continue_experiment(self.principal, int(experiment_id),
+                                                    overrides)
+        [exp] = await self.master.experiment_json([row])
         self.send({"experiment": exp})
 
 
@@ -154,6 +187,7 @@ routes = [
     (rf"/experiments/{ID}", ExperimentHandler),
     *[(rf"/experiments/{ID}/{action}", ExperimentActionHandler, {"action": action})
       for action in ("pause", "activate", "kill", "archive", "unarchive")],
+    (rf"/experiments/{ID}/continue", ContinueHandler),
     (rf"/experiments/{ID}/trials", ExperimentTrialsHandler),
     (rf"/experiments/{ID}/checkpoints", ExperimentCheckpointsHandler),
     (rf"/experiments/{ID}/searcher", SearcherHandler),
