@@ -55,11 +55,11 @@ def _scalar(name: str, value: Any) -> float:
 
 
 def _deferred_metrics(output: Any, where: str) -> dict[str, Any]:
-    """A training batch's metrics, tensors kept (detached) where they are.
+    """A batch's metrics (training or validation), tensors kept (detached) where they are.
 
     Reading a CUDA tensor's value waits for every kernel queued before it, so doing that per
     batch would stall the GPU pipeline; :func:`_materialize` reads a whole period's tensors
-    with one transfer per device instead.
+    (or a whole validation pass) with one transfer per device instead.
     """
     if isinstance(output, torch.Tensor):
         output = {"loss": output}
@@ -92,11 +92,6 @@ def _materialize(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
         for (metrics, name), number in zip(places, stacked.tolist(), strict=True):
             metrics[name] = float(number)
     return batches
-
-
-def _metrics_of(output: Any, where: str) -> dict[str, float]:
-    """One batch's metrics as floats at once (validation batches)."""
-    return _materialize([_deferred_metrics(output, where)])[0]
 
 
 def _format_metrics(metrics: Mapping[str, Any]) -> str:
@@ -546,16 +541,21 @@ class Trainer:
         reducers = self._context._reducers_for(training=False)
         for wrapped in reducers:
             wrapped.reducer.reset()
+        deferred: list[dict[str, Any]] = []
+        lengths: list[float] = []
         for batch_idx, batch in enumerate(loader):
             batch = self._context.to_device(batch)
             if takes_index:
                 out = self._trial.evaluate_batch(batch, batch_idx)
             else:
                 out = self._trial.evaluate_batch(batch)  # type: ignore[call-arg]
-            length = self._trial.get_batch_length(batch)
-            for key, value in _metrics_of(out, "evaluate_batch()").items():
+            deferred.append(_deferred_metrics(out, "evaluate_batch()"))
+            lengths.append(float(self._trial.get_batch_length(batch)))
+        # One device read for the whole pass rather than a sync after every batch.
+        for batch_metrics, length in zip(_materialize(deferred), lengths, strict=True):
+            for key, value in batch_metrics.items():
                 values.setdefault(key, []).append(value)
-                weights.setdefault(key, []).append(float(length))
+                weights.setdefault(key, []).append(length)
         partials = [r.reducer.per_slot_reduce() for r in reducers]
         if self._dist.size > 1:
             gathered = self._dist.allgather((values, weights, partials))
