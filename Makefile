@@ -73,6 +73,7 @@ lint: install-test
 	$(VENV)/bin/mypy det_hub
 
 bench: install-test
+	$(PIP) install -q -c constraints.txt -e '.[pytorch,test,bench]'
 	scripts/test-services.sh start > .test-services.env
 	. ./.test-services.env && \
 	  for b in bench/[a-z]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
