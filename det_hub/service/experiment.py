@@ -499,10 +499,13 @@ def validation_fields(rows: list[dict[str, Any]], metric: str, smaller_is_better
     return fields
 
 
-def restored_search_method(row: Experiment) -> SearchMethod:
-    """The experiment's search method, in the state last stored for it."""
+def restored_search_method(row: Experiment,
+                           config: dict[str, Any] | None = None) -> SearchMethod:
+    """The experiment's search method, in the state last stored for it; built from ``config``
+    (a continued experiment's new config) instead of the stored one when given."""
+    config = row.config if config is None else config
     method = build_search_method(
-        row.config["searcher"], row.config.get("hyperparameters") or {}, row.seed)
+        config["searcher"], config.get("hyperparameters") or {}, row.seed)
     saved = (row.searcher_state or {}).get("method")
     if saved:
         method.restore(saved)

@@ -317,6 +317,13 @@ class Master:
             raise Conflict(f"every trial of experiment {experiment_id} completed; there is "
                            "nothing to continue (fork it to search again)")
         updated = config.to_dict()
+        # Refuse before anything is written: the stored experiment stays as it was.
+        method = restored_search_method(row, updated)
+        try:
+            for trial in reopen:
+                method.reopen(trial.request_id)
+        except ValueError as e:
+            raise Conflict(str(e)) from None
         fields: dict[str, Any] = {
             "config": updated, "name": config.name, "description": config.description,
             "priority": config.resources.priority or row.priority}
@@ -330,10 +337,7 @@ class Master:
                 await self.store.update_trial(trial.id, hparams=trial.hparams)
         row = await self.store.update_experiment(experiment_id, **fields)
         run = await self._make_run(row)
-        try:
-            await run.continue_trials([run.trials[t.id] for t in reopen])
-        except ValueError as e:
-            raise Conflict(str(e)) from None
+        await run.continue_trials([run.trials[t.id] for t in reopen])
         self.runs[experiment_id] = run
         return run.row
 

@@ -223,8 +223,9 @@ async def test_an_asha_search_and_an_unfinished_experiment_cannot_be_continued(
     await master.kill(admin, row.id)
     assert await finished(master, row.id) == "CANCELED"
     with pytest.raises(Conflict, match="adaptive_asha search cannot be continued"):
-        await master.continue_experiment(admin, row.id, {})
-    assert (await master.get_experiment(row.id)).state == "CANCELED"
+        await master.continue_experiment(admin, row.id, {"name": "renamed"})
+    refused = await master.get_experiment(row.id)
+    assert (refused.state, refused.name, refused.config["name"]) == ("CANCELED", "t", "t")
     assert row.id not in master.runs
 
 
