@@ -10,7 +10,16 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from det_hub.testing import MasterProcess, postgres_database
+from det_hub.testing import (
+    MasterProcess,
+    postgres_database,
+    remove_agent_containers,
+    write_docker_config,
+)
+
+#: The test engines and image, as ``scripts/test-services.sh start`` prints them.
+DOCKER_HOSTS = ("DET_HUB_TEST_DOCKER_HOST", "DET_HUB_TEST_DOCKER_HOST_2")
+DOCKER_IMAGE = "DET_HUB_TEST_IMAGE"
 
 
 @contextlib.contextmanager
@@ -29,15 +38,51 @@ def fresh_database(kind: str) -> Iterator[str]:
             yield url
 
 
+def docker_engines(most: int = 2) -> tuple[list[str], str]:
+    """The test engines' addresses (the second only when it is set, at most ``most``) and
+    the image their containers run; exits with a message when they are not set."""
+    hosts = [os.environ.get(name, "") for name in DOCKER_HOSTS]
+    image = os.environ.get(DOCKER_IMAGE, "")
+    if not hosts[0] or not image:
+        sys.exit(f"{DOCKER_HOSTS[0]} and {DOCKER_IMAGE} are not set: run `make bench`, or "
+                 "start the engines with `scripts/test-services.sh start > .test-services.env`"
+                 " and `. ./.test-services.env` first")
+    return [h for h in hosts if h][:most], image
+
+
 @contextlib.contextmanager
-def running_master(kind: str) -> Iterator[MasterProcess]:
+def running_master(kind: str, agents: str = "local",
+                   engines: int = 2) -> Iterator[MasterProcess]:
+    """A master on a fresh ``kind`` database ("sqlite" or "postgres").
+
+    Args:
+        agents: "local" for the embedded local agent; "docker" for the test Docker engines
+            (DET_HUB_TEST_DOCKER_HOST, and DET_HUB_TEST_DOCKER_HOST_2 when set) as agents,
+            with DET_HUB_TEST_IMAGE as their image.
+        engines: with "docker", use at most this many engines.
+    """
+    if agents not in ("local", "docker"):
+        raise ValueError(f"agents: {agents!r} is neither 'local' nor 'docker'")
+    hosts: list[str] = []
+    agent_ids: list[str] = []
+    extra: list[str] = []
     with fresh_database(kind) as url, tempfile.TemporaryDirectory() as tmp:
-        master = MasterProcess(Path(tmp) / "data", url)
+        if agents == "docker":
+            hosts, image = docker_engines(engines)
+            # Names of this process's own: a bench running beside tests or another bench on
+            # the same engines leaves their containers alone.
+            agent_ids = [f"bench-{os.getpid()}-{i}" for i in range(len(hosts))]
+            config = write_docker_config(Path(tmp) / "det_hub_config.py", hosts, image,
+                                         agent_ids)
+            extra = ["--config", str(config)]
+        master = MasterProcess(Path(tmp) / "data", url, extra)
         master.start()
         try:
             yield master
         finally:
             master.stop()
+            if hosts:
+                remove_agent_containers(hosts, agent_ids)
 
 
 def script_context(directory: Path, source: str) -> Path:

@@ -149,6 +149,18 @@ class MasterProcess:
         return done
 
 
+def targz(files: dict[str, str]) -> bytes:
+    """A gzipped tar archive of ``files`` (name -> text): a context archive made in place."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for name, text in files.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
 def pack(directory: Path) -> str:
     """A directory as the base64 tar.gz the API takes for a context."""
     buf = io.BytesIO()
@@ -180,3 +192,69 @@ def postgres_database(server_url: str, prefix: str = "dethub_t") -> Iterator[str
             # FORCE: a failed test may leave connections open (PostgreSQL 13+).
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 sql.Identifier(name)))
+
+
+def container_python_mounts() -> list[dict[str, Any]]:
+    """Read-only bind mounts that make this Python, with det_hub and its environment,
+    work at the same paths inside a container of a bare Debian image.
+
+    Test images have no det_hub of their own; these mounts give it to them: det_hub's source,
+    the environment (``sys.prefix``), and the interpreter the environment was made from when it
+    is not the system's.
+    """
+    paths = [Path(__file__).resolve().parent, Path(sys.prefix)]
+    base = Path(sys.base_prefix)
+    if base != Path("/usr"):  # the image has Debian's own /usr/bin/python3.11
+        paths.append(base)
+    return [{"host_path": str(p), "container_path": str(p), "read_only": True} for p in paths]
+
+
+def write_docker_config(path: Path, hosts: Sequence[str], image: str,
+                        agent_ids: Sequence[str], extra: Sequence[str] = ()) -> Path:
+    """Write a ``det_hub_config.py`` whose agents are the Docker engines ``hosts`` (no local
+    agent), named ``agent_ids``, running ``image`` with this Python bind-mounted (see
+    :func:`container_python_mounts`), with two CPU slots per engine on a host of two cores or
+    more. ``extra`` lines are added at the end."""
+    cores = max(1, (os.cpu_count() or 2) // 2)
+    agents = [{"agent_id": a, "docker_host": h} for a, h in zip(agent_ids, hosts, strict=True)]
+    path.write_text("\n".join([
+        "c.MasterApp.local_agent = False",
+        f"c.MasterApp.docker_agents = {agents!r}",
+        f"c.DockerAgent.default_image = {{'cpu': {image!r}, 'cuda': {image!r}}}",
+        f"c.DockerAgent.python = {sys.executable!r}",
+        f"c.DockerAgent.mounts = {container_python_mounts()!r}",
+        "c.DockerAgent.pull_images = False",
+        f"c.DockerAgent.cpu_slot_cores = {cores}",
+        *extra,
+        "",
+    ]))
+    return path
+
+
+def remove_agent_containers(hosts: Sequence[str], agent_ids: Sequence[str]) -> None:
+    """Remove the containers these agents left on the engines ``hosts``: tasks outlive the
+    master by design, so a test or bench that stops midway leaves them running."""
+    from docker.client import DockerClient
+
+    for host in hosts:
+        with contextlib.closing(DockerClient(base_url=host, version="auto", timeout=10)) as c:
+            for agent_id in agent_ids:
+                for found in c.api.containers(
+                        all=True, filters={"label": f"det_hub.agent={agent_id}"}):
+                    c.api.remove_container(found["Id"], force=True)
+
+
+def required_env(*names: str) -> list[str]:
+    """The values of environment variables a test needs, which ``scripts/test-services.sh
+    start`` sets. Without them the test is skipped, except in CI (``CI=true``), where their
+    absence fails it: CI starts every service."""
+    import pytest
+
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        message = (f"{', '.join(missing)} not set: start the test services with "
+                   "scripts/test-services.sh start")
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message)
+    return [os.environ[n] for n in names]

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Starts the real services the test suite talks to: a PostgreSQL cluster and a Docker engine,
-# each private to this checkout (under .test-services/), listening on loopback or a unix socket
-# only. Prints the environment the tests read, as `export` lines:
+# Starts the real services the test suite talks to: a PostgreSQL cluster and two Docker engines
+# (two agent hosts, each with its own socket, data root, exec root and pid file) holding the
+# offline-built test image (scripts/build-test-image.sh), all private to this checkout (under
+# .test-services/), listening on loopback or a unix socket only. A service already running is
+# reused. Prints the environment the tests read, as `export` lines:
 #   scripts/test-services.sh start > .test-services.env && . .test-services.env
 #   scripts/test-services.sh stop
 # Exits non-zero, with the reason on stderr, when a service cannot be started.
@@ -12,6 +14,8 @@ state="$root/.test-services"
 pg_port=${DET_HUB_TEST_PG_PORT:-}
 pg_data="$state/pg"
 docker_root="$state/docker"
+docker2_root="$state/docker2"
+test_image=${DET_HUB_TEST_IMAGE:-det-hub-test:bookworm}
 
 log() { echo "test-services: $*" >&2; }
 
@@ -62,26 +66,49 @@ start_pg() {
   echo "export DET_HUB_TEST_PG_URL=postgresql+psycopg://dethub@127.0.0.1:$pg_port/dethub_test"
 }
 
-start_docker() {
-  command -v dockerd >/dev/null || { log "dockerd is not installed"; return 1; }
-  local sock="$docker_root/docker.sock"
-  mkdir -p "$docker_root"
+# start_engine DIR: a dockerd whose socket, data, exec root, pid file and log all live in DIR.
+start_engine() {
+  local dir=$1 sock="$1/docker.sock"
+  mkdir -p "$dir"
   if ! DOCKER_HOST="unix://$sock" docker info >/dev/null 2>&1; then
     # Host networking only: test containers reach everything on 127.0.0.1.
-    setsid dockerd --host "unix://$sock" --data-root "$docker_root/data" \
-      --exec-root "$docker_root/exec" --pidfile "$docker_root/dockerd.pid" \
+    setsid dockerd --host "unix://$sock" --data-root "$dir/data" \
+      --exec-root "$dir/exec" --pidfile "$dir/dockerd.pid" \
       --bridge=none --iptables=false --ip6tables=false --storage-driver=overlay2 \
-      >"$docker_root/dockerd.log" 2>&1 < /dev/null &
+      >"$dir/dockerd.log" 2>&1 < /dev/null &
     local i
     for i in $(seq 1 60); do
       DOCKER_HOST="unix://$sock" docker info >/dev/null 2>&1 && break
       sleep 0.5
     done
     DOCKER_HOST="unix://$sock" docker info >/dev/null 2>&1 ||
-      { log "dockerd did not start; see $docker_root/dockerd.log"; tail -20 "$docker_root/dockerd.log" >&2; return 1; }
+      { log "dockerd did not start; see $dir/dockerd.log"; tail -20 "$dir/dockerd.log" >&2; return 1; }
   fi
   log "Docker engine on unix://$sock"
-  echo "export DET_HUB_TEST_DOCKER_HOST=unix://$sock"
+}
+
+start_docker() {
+  command -v dockerd >/dev/null || { log "dockerd is not installed"; return 1; }
+  start_engine "$docker_root"
+  echo "export DET_HUB_TEST_DOCKER_HOST=unix://$docker_root/docker.sock"
+  start_engine "$docker2_root"
+  echo "export DET_HUB_TEST_DOCKER_HOST_2=unix://$docker2_root/docker.sock"
+  # The first engine builds the root file system; the second imports the cached tarball.
+  "$root/scripts/build-test-image.sh" "unix://$docker_root/docker.sock" "$test_image"
+  "$root/scripts/build-test-image.sh" "unix://$docker2_root/docker.sock" "$test_image"
+  echo "export DET_HUB_TEST_IMAGE=$test_image"
+}
+
+stop_engine() {
+  local dir=$1 pid i
+  [ -f "$dir/dockerd.pid" ] || return 0
+  pid=$(cat "$dir/dockerd.pid")
+  kill "$pid" 2>/dev/null || return 0
+  # dockerd removes its pid file on the way out; wait so that a following start finds it gone.
+  for i in $(seq 1 40); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.5
+  done
 }
 
 stop_all() {
@@ -89,9 +116,8 @@ stop_all() {
   if bin=$(pg_bin) && [ -f "$pg_data/PG_VERSION" ]; then
     as_pg "$bin/pg_ctl" -D "$pg_data" -m fast stop >/dev/null 2>&1 || true
   fi
-  if [ -f "$docker_root/dockerd.pid" ]; then
-    kill "$(cat "$docker_root/dockerd.pid")" 2>/dev/null || true
-  fi
+  stop_engine "$docker_root"
+  stop_engine "$docker2_root"
 }
 
 case "${1:-start}" in

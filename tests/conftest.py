@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from det_hub.store import Store
-from det_hub.testing import postgres_database
+from det_hub.testing import postgres_database, required_env
 
 # =============================================================================================
 # Databases
@@ -25,13 +24,8 @@ PG_URL_ENV = "DET_HUB_TEST_PG_URL"
 
 
 def _pg_base_url() -> str:
-    url = os.environ.get(PG_URL_ENV)
-    if url:
-        return url
-    message = f"{PG_URL_ENV} is not set; start PostgreSQL with scripts/test-services.sh start"
-    if os.environ.get("CI") == "true":
-        pytest.fail(message)
-    pytest.skip(message)
+    [url] = required_env(PG_URL_ENV)
+    return url
 
 
 @pytest.fixture

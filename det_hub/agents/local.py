@@ -17,43 +17,35 @@ import signal
 import subprocess
 import sys
 import tarfile
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from traitlets import Bool, Integer, Unicode
-from traitlets.config import LoggingConfigurable
 
+from det_hub.agents._base import (
+    PYTHON_NAMES,
+    Agent,
+    ExitStatus,
+    LogLine,
+    TaskHandle,
+    TaskSpec,
+)
 from det_hub.agents.slots import SlotInfo, discover_slots
 
 
-@dataclasses.dataclass(frozen=True)
-class LogLine:
-    timestamp: float
-    stdtype: str
-    message: str
-
-
-@dataclasses.dataclass(frozen=True)
-class ExitStatus:
-    exit_code: int | None
-    signal: str | None = None
-    reason: str | None = None
-
-    @property
-    def success(self) -> bool:
-        return self.exit_code == 0
-
-
 @dataclasses.dataclass
-class TaskHandle:
+class LocalTaskHandle(TaskHandle):
     """A task started (or re-attached) by the local agent."""
 
     allocation_id: str
     root: Path
-    pid: int
+    pid: int | None
     log_offset: int = 0
     #: The runner's process object when this agent started it (not after a restart).
     process: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def where(self) -> str:  # type: ignore[override]
+        return str(self.root)
 
     @property
     def workdir(self) -> Path:
@@ -103,6 +95,8 @@ class TaskHandle:
         if self.process is not None:
             # Our own child: ask it, which also covers the moment between fork and exec.
             return self.process.poll() is None
+        if not self.pid:
+            return False
         try:
             cmdline = Path(f"/proc/{self.pid}/cmdline").read_bytes()
         except OSError:
@@ -111,22 +105,30 @@ class TaskHandle:
 
     def signal(self, sig: int) -> None:
         """Signal the task's whole process group (the runner leads it)."""
+        if not self.pid:
+            return
         try:
             os.killpg(self.pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-class LocalAgent(LoggingConfigurable):
+class LocalAgent(Agent):
     """Runs tasks as local processes, one slot per GPU or per group of CPU cores."""
 
-    agent_id = Unicode("local", config=True, help="The agent's name in the API and the CLI.")
+    kind = "local"
+
     cpu_slot_cores = Integer(
         1,
         config=True,
         help="""Cores per CPU slot on a host without GPUs. A task on a CPU slot is pinned to its
         cores and gets OMP_NUM_THREADS set to their number. Two slots on a 2-core host let two
         trials (or one 2-slot distributed trial) run side by side.""",
+    )
+    max_cpu_slots = Integer(
+        0,
+        config=True,
+        help="At most this many CPU slots on a host without GPUs; 0 for as many as it has cores.",
     )
     use_gpus = Bool(True, config=True, help="Offer the host's NVIDIA GPUs as slots when present.")
     python = Unicode(sys.executable, config=True, help="The Python that runs the task runner.")
@@ -138,40 +140,39 @@ class LocalAgent(LoggingConfigurable):
         self.slots: list[SlotInfo] = discover_slots(
             cpu_slot_cores=self.cpu_slot_cores, use_gpus=self.use_gpus
         )
+        if self.max_cpu_slots and self.slots and self.slots[0].kind == "cpu":
+            self.slots = self.slots[: self.max_cpu_slots]
 
     def task_root(self, allocation_id: str) -> Path:
         return self.work_root / allocation_id
 
-    def launch(
-        self,
-        allocation_id: str,
-        argv: Sequence[str],
-        env: Mapping[str, str],
-        context: bytes | None,
-        slot_ids: Sequence[int],
-        files: Mapping[str, str] | None = None,
-    ) -> TaskHandle:
-        """Unpack the context into a fresh directory and start ``argv`` there.
+    def file_path(self, allocation_id: str, name: str) -> str:
+        return str(self.task_root(allocation_id) / name)
 
-        Args:
-            files: extra files (name -> text) written next to the working directory, such as
-                the cluster-info file; their paths are ``task_root/NAME``.
+    def launch(self, spec: TaskSpec) -> LocalTaskHandle:
+        """Unpack the context into a fresh directory and start the command there.
+
+        The container part of the spec is not used: tasks run in the master's environment.
         """
+        allocation_id = spec.allocation_id
         root = self.task_root(allocation_id)
         if root.exists():
             shutil.rmtree(root)
         workdir = root / "run"
         workdir.mkdir(parents=True)
-        if context:
-            with tarfile.open(fileobj=io.BytesIO(context), mode="r:*") as tar:
+        if spec.context:
+            with tarfile.open(fileobj=io.BytesIO(spec.context), mode="r:*") as tar:
                 # The archive was checked at upload; the data filter is a second line of defence.
                 tar.extractall(workdir, filter="data")
-        for name, text in (files or {}).items():
+        for name, text in spec.files.items():
             (root / name).write_text(text)
 
-        slots = [s for s in self.slots if s.id in set(slot_ids)]
+        slots = [s for s in self.slots if s.id in set(spec.slot_ids)]
+        argv = list(spec.argv)
+        if argv and argv[0] in PYTHON_NAMES:
+            argv[0] = self.python
         task_env = dict(os.environ)
-        task_env.update(env)
+        task_env.update(spec.env)
         task_env["PYTHONUNBUFFERED"] = "1"
         # `python3 train.py` in a config must find the Python that has det_hub installed.
         bindir = os.path.dirname(self.python)
@@ -187,7 +188,7 @@ class LocalAgent(LoggingConfigurable):
         else:
             task_env["CUDA_VISIBLE_DEVICES"] = ""
             task_env["OMP_NUM_THREADS"] = str(max(1, len(cpus)))
-        handle = TaskHandle(allocation_id, root, pid=0)
+        handle = LocalTaskHandle(allocation_id, root, pid=None)
         cmd = [self.python, "-m", "det_hub.agents.local_runner",
                "--log", str(handle.log_path), "--exit-file", str(handle.exit_path)]
         if cpus and slots and slots[0].kind == "cpu":
@@ -202,18 +203,19 @@ class LocalAgent(LoggingConfigurable):
         self.log.info("started allocation %s (pid %d): %s", allocation_id, proc.pid, " ".join(argv))
         return handle
 
-    def attach(self, allocation_id: str, pid: int, log_offset: int) -> TaskHandle | None:
+    def attach(self, allocation_id: str, log_offset: int, pid: int | None) -> LocalTaskHandle | None:
         """Re-adopt a task started before a master restart.
 
         Returns ``None`` when the task is gone without an exit status (its runner was killed).
         """
-        handle = TaskHandle(allocation_id, self.task_root(allocation_id), pid, log_offset)
+        handle = LocalTaskHandle(allocation_id, self.task_root(allocation_id), pid, log_offset)
         if handle.exit_status() is not None or handle.alive():
             return handle
         return None
 
     def reap(self, handle: TaskHandle) -> None:
         """Collect a finished runner started by this agent, so it does not linger as a zombie."""
+        assert isinstance(handle, LocalTaskHandle)
         if handle.process is not None:
             try:
                 handle.process.wait(timeout=5)
@@ -221,6 +223,7 @@ class LocalAgent(LoggingConfigurable):
                 pass
 
     def kill(self, handle: TaskHandle, *, force: bool = False) -> None:
+        assert isinstance(handle, LocalTaskHandle)
         handle.signal(signal.SIGKILL if force else signal.SIGTERM)
 
     def cleanup(self, allocation_id: str) -> None:

@@ -13,7 +13,8 @@ class SlotInfo:
     """A slot as the agent knows it.
 
     ``device`` is the GPU index for ``cuda`` slots; ``cpus`` the cores a task on this slot is
-    pinned to (every core of the host for GPU slots, which do not divide the CPUs).
+    pinned to (every core of the host for GPU slots, which do not divide the CPUs); ``uuid`` the
+    GPU's UUID where it is known, which names the GPU to a container runtime unambiguously.
     """
 
     id: int
@@ -21,6 +22,33 @@ class SlotInfo:
     device: str = ""
     cpus: tuple[int, ...] = ()
     description: str = ""
+    uuid: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuInfo:
+    """One GPU as ``nvidia-smi --query-gpu=index,uuid,name`` describes it."""
+
+    index: str
+    uuid: str = ""
+    name: str = ""
+
+
+def parse_gpu_query(output: str) -> list[GpuInfo]:
+    """Parse ``nvidia-smi --query-gpu=index,uuid,name --format=csv,noheader`` output.
+
+    Lines that do not start with a numeric index (warnings, blank lines) are skipped. The name
+    comes last, so a comma inside it does not shift the other fields.
+    """
+    gpus = []
+    for line in output.splitlines():
+        fields = [f.strip() for f in line.split(",", 2)]
+        if not fields[0].isdigit():
+            continue
+        uuid = fields[1] if len(fields) > 1 else ""
+        name = fields[2] if len(fields) > 2 else ""
+        gpus.append(GpuInfo(fields[0], uuid, name))
+    return gpus
 
 
 def discover_gpus(nvidia_smi: str = "nvidia-smi") -> list[tuple[str, str]]:
@@ -49,6 +77,28 @@ def available_cpus() -> list[int]:
     return list(range(os.cpu_count() or 1))
 
 
+def gpu_slots(gpus: list[GpuInfo], cpus: list[int]) -> list[SlotInfo]:
+    """One ``cuda`` slot per GPU; each slot's task may use all of ``cpus``."""
+    return [SlotInfo(i, "cuda", device=g.index, cpus=tuple(cpus),
+                     description=g.name or f"GPU {g.index}", uuid=g.uuid)
+            for i, g in enumerate(gpus)]
+
+
+def cpu_slots(cpus: list[int], cpu_slot_cores: int = 1) -> list[SlotInfo]:
+    """One ``cpu`` slot per ``cpu_slot_cores`` of ``cpus``.
+
+    Cores that do not fill a whole slot are left out rather than making an uneven slot, so
+    every CPU slot is worth the same; a host with fewer cores than one slot gets one slot of
+    all of them.
+    """
+    if cpu_slot_cores < 1:
+        raise ValueError("cpu_slot_cores must be at least 1")
+    groups = [cpus[i:i + cpu_slot_cores] for i in range(0, len(cpus), cpu_slot_cores)]
+    groups = [g for g in groups if len(g) == cpu_slot_cores] or [cpus]
+    return [SlotInfo(i, "cpu", cpus=tuple(g), description=f"{len(g)} CPU core(s)")
+            for i, g in enumerate(groups)]
+
+
 def discover_slots(*, cpu_slot_cores: int = 1, use_gpus: bool = True) -> list[SlotInfo]:
     """The host's slots: one per GPU, else one per ``cpu_slot_cores`` cores.
 
@@ -60,9 +110,5 @@ def discover_slots(*, cpu_slot_cores: int = 1, use_gpus: bool = True) -> list[Sl
     cpus = available_cpus()
     gpus = discover_gpus() if use_gpus else []
     if gpus:
-        return [SlotInfo(i, "cuda", device=index, cpus=tuple(cpus), description=name)
-                for i, (index, name) in enumerate(gpus)]
-    groups = [cpus[i:i + cpu_slot_cores] for i in range(0, len(cpus), cpu_slot_cores)]
-    groups = [g for g in groups if len(g) == cpu_slot_cores] or [cpus]
-    return [SlotInfo(i, "cpu", cpus=tuple(g), description=f"{len(g)} CPU core(s)")
-            for i, g in enumerate(groups)]
+        return gpu_slots([GpuInfo(index, name=name) for index, name in gpus], cpus)
+    return cpu_slots(cpus, cpu_slot_cores)

@@ -14,8 +14,11 @@ def _list(args: argparse.Namespace) -> int:
         r.print_json(pools.raw)
         return 0
     r.print_table(
-        ["Name", "Type", "Agents", "Slots used", "Slots total"],
-        [[p.name, p.type, p.agents, p.slots_used, p.slots_total] for p in pools],
+        ["Name", "Type", "Agents", "Slots used", "Slots total", "Scheduler", "Preemption",
+         "Default", "Description"],
+        [[p.name, r.or_none(p.type), p.agents, p.slots_used, p.slots_total,
+          r.or_none(p.scheduler), r.fmt_bool(p.preemption), r.fmt_bool(p.default),
+          r.or_none(p.description)] for p in pools],
     )
     return 0
 

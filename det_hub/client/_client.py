@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
+from urllib.parse import quote
 
 import requests
 import yaml
@@ -227,6 +228,9 @@ class Client:
     def _post(self, path: str, body: Any = None) -> dict[str, Any]:
         return self._json("POST", path, json_body=body if body is not None else {})
 
+    def _patch(self, path: str, body: Any) -> dict[str, Any]:
+        return self._json("PATCH", path, json_body=body)
+
     @staticmethod
     def _items(body: dict[str, Any], key: str) -> list[dict[str, Any]]:
         items = body.get(key)
@@ -253,17 +257,79 @@ class Client:
         body = self._get("/agents")
         return Listing([Agent.from_json(a) for a in self._items(body, "agents")], body)
 
+    def get_agent(self, agent_id: str) -> Agent:
+        """Returns one agent and its slots."""
+        return Agent.from_json(_object(self._get(f"/agents/{_segment(agent_id)}"), "agent"))
+
+    def enable_agent(self, agent_id: str) -> Agent:
+        """Lets a disabled agent take new work again (admins only)."""
+        body = self._post(f"/agents/{_segment(agent_id)}/enable")
+        return Agent.from_json(_object(body, "agent"))
+
+    def disable_agent(self, agent_id: str, drain: bool = True) -> Agent:
+        """Stops an agent from taking new work (admins only).
+
+        Args:
+            agent_id: The agent.
+            drain: Let the trials running there finish (the default). With ``False`` they
+                are asked to checkpoint and exit, and go on from that checkpoint on another
+                agent once one is free.
+        """
+        body = self._post(f"/agents/{_segment(agent_id)}/disable", {"drain": drain})
+        return Agent.from_json(_object(body, "agent"))
+
     def list_resource_pools(self) -> Listing[ResourcePool]:
-        """Returns the resource pools with their slot usage."""
+        """Returns the resource pools with their scheduling settings and slot usage."""
         body = self._get("/resource_pools")
         return Listing(
             [ResourcePool.from_json(p) for p in self._items(body, "resource_pools")], body
         )
 
-    def list_jobs(self) -> Listing[Job]:
-        """Returns the scheduler's queue: queued and running allocations."""
-        body = self._get("/jobs")
+    def list_jobs(self, resource_pool: str | None = None) -> Listing[Job]:
+        """Returns the job queue in the order the scheduler considers it.
+
+        Args:
+            resource_pool: Only this pool's jobs (the master answers 404 for an unknown pool).
+        """
+        body = self._get("/jobs", {"resource_pool": resource_pool})
         return Listing([Job.from_json(j) for j in self._items(body, "jobs")], body)
+
+    def get_job(self, job_id: str | int) -> Job:
+        """Returns one job of the queue; ``job_id`` is ``exp-<id>`` or the experiment's id."""
+        return Job.from_json(_object(self._get(f"/jobs/{_segment(str(job_id))}"), "job"))
+
+    def update_job(
+        self,
+        job_id: str | int,
+        *,
+        priority: int | None = None,
+        weight: float | None = None,
+        ahead_of: str | int | None = None,
+    ) -> Job:
+        """Changes a job's priority, weight or place in the queue (its owner or an admin).
+
+        Args:
+            job_id: ``exp-<id>`` or the experiment's id.
+            priority: 1 to 99; smaller runs first.
+            weight: Its share of a fair-share pool, greater than 0.
+            ahead_of: Another job of the same pool: this one moves right before it and takes
+                its priority.
+
+        Returns:
+            The job's row of the queue after the change.
+
+        Raises:
+            ValueError: Nothing to change was given.
+            MasterError: 400 for a value out of range, 403 for someone else's job, 404 for a
+                job that is not in the queue.
+        """
+        changes: dict[str, Any] = {"priority": priority, "weight": weight,
+                                   "ahead_of": str(ahead_of) if ahead_of is not None else None}
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if not changes:
+            raise ValueError("nothing to change: give priority, weight or ahead_of")
+        body = self._patch(f"/jobs/{_segment(str(job_id))}", changes)
+        return Job.from_json(_object(body, "job"))
 
     def list_users(self) -> Listing[User]:
         """Returns the master's users."""
@@ -649,6 +715,11 @@ def _parse_log_line(line: bytes) -> dict[str, Any] | None:
         # Shown rather than dropped: a line the master could not encode is still output.
         return {"message": text.decode("utf-8", "replace")}
     return row if isinstance(row, dict) else {"message": str(row)}
+
+
+def _segment(value: str) -> str:
+    """A value as one URL path segment (agent ids may hold any character)."""
+    return quote(value, safe="")
 
 
 def _object(body: dict[str, Any], key: str) -> dict[str, Any]:

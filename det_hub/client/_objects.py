@@ -302,11 +302,20 @@ class Slot:
 
 @dataclass(frozen=True)
 class Agent:
-    """A host (or local process runner) that runs trials on its slots."""
+    """A host (or local process runner) that runs trials on its slots.
+
+    Attributes:
+        enabled: Whether the scheduler may start new work there (admins disable agents).
+        connected: Whether the master hears from it; trials on an agent that stays silent
+            too long restart elsewhere.
+    """
 
     id: str
     type: str
     enabled: bool
+    resource_pool: str = ""
+    address: str = ""
+    connected: bool = True
     slots: list[Slot] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
@@ -318,6 +327,9 @@ class Agent:
             id=str(data.get("id", "")),
             type=str(data.get("type", "")),
             enabled=bool(data.get("enabled", True)),
+            resource_pool=str(data.get("resource_pool") or ""),
+            address=str(data.get("address") or ""),
+            connected=bool(data.get("connected", True)),
             slots=[Slot.from_json(s) for s in slots or [] if isinstance(s, dict)],
             raw=data,
         )
@@ -325,14 +337,27 @@ class Agent:
 
 @dataclass(frozen=True)
 class ResourcePool:
-    """A named group of agents that the scheduler fills."""
+    """A named group of agents that one scheduling policy fills.
+
+    Attributes:
+        scheduler: ``priority`` or ``fair_share``.
+        preemption: Whether the scheduler preempts lower-priority work for higher.
+        preemption_timeout: Seconds a task asked to stop has to checkpoint and exit.
+        default: Whether experiments that name no pool go here.
+    """
 
     name: str
     type: str
     agents: int
     slots_total: int
     slots_used: int
-    raw: dict[str, Any] = field(repr=False, compare=False)
+    description: str = ""
+    scheduler: str = ""
+    preemption: bool = False
+    fitting_policy: str = ""
+    preemption_timeout: float | None = None
+    default: bool = False
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ResourcePool:
@@ -340,44 +365,72 @@ class ResourcePool:
         agents = data.get("agents")
         return cls(
             name=str(data.get("name", "")),
-            type=str(data.get("type", "")),
+            type=str(data.get("type") or ""),
             # Counted here whether the master sends a number or the agents' ids.
             agents=len(agents) if isinstance(agents, list) else _int(agents),
             slots_total=_int(data.get("slots_total")),
             slots_used=_int(data.get("slots_used")),
+            description=str(data.get("description") or ""),
+            scheduler=str(data.get("scheduler") or ""),
+            preemption=bool(data.get("preemption", False)),
+            fitting_policy=str(data.get("fitting_policy") or ""),
+            preemption_timeout=_opt_float(data.get("preemption_timeout")),
+            default=bool(data.get("default", False)),
             raw=data,
         )
 
 
 @dataclass(frozen=True)
 class Job:
-    """An allocation waiting in, or running from, the scheduler's queue."""
+    """An entry of the job queue: an experiment, whose trials share its priority, weight and
+    place in the queue.
 
-    allocation_id: str
+    Attributes:
+        job_id: ``exp-<experiment id>``.
+        queue_position: 1-based place in its pool's queue; ``None`` while it asks for nothing.
+        priority: 1 to 99, smaller first.
+        weight: Its share of a fair-share pool.
+        state: ``QUEUED``, ``SCHEDULED`` (all its allocations run) or ``SCHEDULED_PARTIALLY``.
+        slots_requested: Slots its allocations ask for, running or waiting.
+        slots_allocated: Slots its running allocations hold.
+    """
+
+    job_id: str
     state: str
-    trial_id: int | None = None
-    experiment_id: int | None = None
+    type: str = "EXPERIMENT"
+    name: str = ""
     owner: str = ""
-    slots: int = 0
+    resource_pool: str = ""
+    queue_position: int | None = None
     priority: int | None = None
+    weight: float | None = None
+    slots_requested: int = 0
+    slots_allocated: int = 0
+    preemptible: bool = True
+    submitted: dt.datetime | None = None
     queued_at: dt.datetime | None = None
+    experiment_id: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Job:
         """Builds a :class:`Job` from the API's job object."""
-        trial_id = data.get("trial_id")
-        experiment_id = data.get("experiment_id")
-        priority = data.get("priority")
         return cls(
-            allocation_id=str(data.get("allocation_id", "")),
+            job_id=str(data.get("job_id", "")),
             state=str(data.get("state", "")),
-            trial_id=int(trial_id) if isinstance(trial_id, int) else None,
-            experiment_id=int(experiment_id) if isinstance(experiment_id, int) else None,
+            type=str(data.get("type") or "EXPERIMENT"),
+            name=str(data.get("name") or ""),
             owner=str(data.get("owner") or ""),
-            slots=_int(data.get("slots")),
-            priority=int(priority) if isinstance(priority, int) else None,
+            resource_pool=str(data.get("resource_pool") or ""),
+            queue_position=_opt_int(data.get("queue_position")),
+            priority=_opt_int(data.get("priority")),
+            weight=_opt_float(data.get("weight")),
+            slots_requested=_int(data.get("slots_requested")),
+            slots_allocated=_int(data.get("slots_allocated")),
+            preemptible=bool(data.get("preemptible", True)),
+            submitted=parse_time(data.get("submitted")),
             queued_at=parse_time(data.get("queued_at")),
+            experiment_id=_opt_int(data.get("experiment_id")),
             raw=data,
         )
 

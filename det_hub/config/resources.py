@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
@@ -15,9 +16,34 @@ def _pool_name(value: Any) -> Any:
     return "default" if value == "" else value
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes from a size: a number of bytes, or ``'512M'``, ``'4G'``, ``'1.5GiB'`` (powers of
+    1024, as Docker reads them).
+
+    Raises:
+        ValueError: Not a size.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise ValueError("a size cannot be negative")
+        return value
+    match = _SIZE.match(str(value))
+    if match is None:
+        raise ValueError(f"{value!r} is not a size such as 4G or 512M")
+    return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+
+
 def _size(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         fail("must be a number of bytes or a size such as '4G'")
+    try:
+        parse_size(value)
+    except ValueError as e:
+        fail(str(e))
     return value
 
 

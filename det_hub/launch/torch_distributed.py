@@ -5,10 +5,15 @@ Usage, as Determined's launcher::
     python -m det_hub.launch.torch_distributed [--trace] [--nproc N] [--] python3 train.py ...
 
 Each worker gets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-``CROSS_RANK`` (0), ``CROSS_SIZE`` (1), ``MASTER_ADDR`` (127.0.0.1), ``MASTER_PORT`` (a free
-port) and ``DET_HUB_DISTRIBUTED=torch``, so ``init_process_group(...)`` with the default
+``CROSS_RANK`` (the node's rank), ``CROSS_SIZE`` (the number of nodes), ``MASTER_ADDR`` and
+``MASTER_PORT`` (rank 0's rendezvous address) and ``DET_HUB_DISTRIBUTED=torch``, so ``init_process_group(...)`` with the default
 ``env://`` and :meth:`det_hub.core.DistributedContext.from_torch_distributed` work as under
 torchrun. On GPU slots worker ``i`` is meant to use ``cuda:LOCAL_RANK``.
+
+A trial spread over several hosts runs one launcher per host. The master tells each which
+node it is through ``DET_HUB_NNODES``, ``DET_HUB_NODE_RANK``, ``DET_HUB_CHIEF_ADDR`` and
+``DET_HUB_CHIEF_PORT``; worker ``i`` of node ``n`` then has rank ``n * nproc + i``, and every
+worker meets at the chief's address. On one host the launcher picks a free local port.
 
 Every line a worker writes is written again by the launcher as ``[rank=N] line``, stdout to
 stdout and stderr to stderr. When a worker fails the others are stopped (SIGTERM, SIGKILL
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import os
 import signal
 import socket
@@ -54,6 +60,36 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclasses.dataclass(frozen=True)
+class Node:
+    """Where this launcher's workers sit in the whole job."""
+
+    rank: int = 0
+    count: int = 1
+    chief_addr: str = "127.0.0.1"
+    chief_port: int | None = None
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Node:
+        """The node the master described in ``DET_HUB_NNODES`` and friends; one node if none.
+
+        Raises:
+            LaunchError: The variables are there but do not make sense.
+        """
+        if not env.get("DET_HUB_NNODES"):
+            return cls()
+        try:
+            node = cls(int(env["DET_HUB_NODE_RANK"]), int(env["DET_HUB_NNODES"]),
+                       env["DET_HUB_CHIEF_ADDR"], int(env["DET_HUB_CHIEF_PORT"]))
+        except (KeyError, ValueError) as exc:
+            raise LaunchError(f"the multi-node variables DET_HUB_NNODES, DET_HUB_NODE_RANK, "
+                              f"DET_HUB_CHIEF_ADDR and DET_HUB_CHIEF_PORT are incomplete: "
+                              f"{exc}") from exc
+        if not 0 <= node.rank < node.count:
+            raise LaunchError(f"DET_HUB_NODE_RANK={node.rank} is outside 0..{node.count - 1}")
+        return node
+
+
 def worker_env(
     base: Mapping[str, str],
     *,
@@ -61,25 +97,27 @@ def worker_env(
     size: int,
     port: int,
     omp_threads: str | None = None,
+    node: Node = Node(),
 ) -> dict[str, str]:
-    """The environment of worker ``rank`` of ``size`` on this one node.
+    """The environment of local worker ``rank`` of ``size`` on this node.
 
     Args:
         base: The environment to start from (the launcher's own).
-        rank: The worker's rank, which is also its local rank and its GPU index.
-        size: The number of workers.
-        port: The rendezvous port of rank 0 (``MASTER_PORT``).
+        rank: The worker's local rank, which is also its GPU index.
+        size: The number of workers on this node.
+        port: The rendezvous port of global rank 0 (``MASTER_PORT``).
         omp_threads: ``OMP_NUM_THREADS`` for the worker, or None to keep ``base``'s.
+        node: This node's place among the job's nodes.
     """
     env = dict(base)
     env.update(
-        RANK=str(rank),
-        WORLD_SIZE=str(size),
+        RANK=str(node.rank * size + rank),
+        WORLD_SIZE=str(size * node.count),
         LOCAL_RANK=str(rank),
         LOCAL_WORLD_SIZE=str(size),
-        CROSS_RANK="0",
-        CROSS_SIZE="1",
-        MASTER_ADDR="127.0.0.1",
+        CROSS_RANK=str(node.rank),
+        CROSS_SIZE=str(node.count),
+        MASTER_ADDR=node.chief_addr,
         MASTER_PORT=str(port),
         DET_HUB_DISTRIBUTED="torch",
     )
@@ -181,11 +219,11 @@ class _Workers:
         else:
             self._early_signals.append(sig)
 
-    def copy_output(self, stdout: IO[bytes], stderr: IO[bytes]) -> None:
+    def copy_output(self, stdout: IO[bytes], stderr: IO[bytes], first_rank: int = 0) -> None:
         # Started only once every worker is running: preexec_fn runs between fork and
         # exec, which is only safe while no other thread might hold a lock.
         lock = threading.Lock()
-        for rank, process in enumerate(self.processes):
+        for rank, process in enumerate(self.processes, start=first_rank):
             prefix = f"[rank={rank}] ".encode()
             for source, sink in ((process.stdout, stdout), (process.stderr, stderr)):
                 assert source is not None
@@ -275,10 +313,11 @@ def run_workers(
         LaunchError: The command cannot be started.
     """
     base = os.environ if env is None else env
-    port = free_port()
+    node = Node.from_env(base)
+    port = node.chief_port or free_port()
     omp_threads = threads_per_worker(nproc, base)
     envs = [
-        worker_env(base, rank=rank, size=nproc, port=port, omp_threads=omp_threads)
+        worker_env(base, rank=rank, size=nproc, port=port, omp_threads=omp_threads, node=node)
         for rank in range(nproc)
     ]
     workers = _Workers(kill_grace)
@@ -296,6 +335,7 @@ def run_workers(
         workers.copy_output(
             stdout if stdout is not None else _binary(sys.stdout),
             stderr if stderr is not None else _binary(sys.stderr),
+            first_rank=node.rank * nproc,
         )
         workers.wait_all()
     finally:

@@ -1,13 +1,29 @@
-"""``det-hub master``: the master as a process (REST API, store, local agent).
+"""``det-hub master``: the master as a process (REST API, store, agents).
 
 Settings are traitlets: give them on the command line (``--port 8081``,
 ``--LocalAgent.cpu_slot_cores=2``) or in a ``det_hub_config.py`` file
 (``c.MasterApp.port = 8081``); ``det-hub master --help-all`` lists every one.
+
+A cluster of Docker hosts in ``det_hub_config.py``::
+
+    c.MasterApp.local_agent = False
+    c.MasterApp.docker_agents = [
+        {"agent_id": "gpu-a", "docker_host": "tcp://10.0.0.5:2376", "resource_pool": "gpu",
+         "tls_ca_cert": "/etc/det_hub/ca.pem", "tls_client_cert": "/etc/det_hub/cert.pem",
+         "tls_client_key": "/etc/det_hub/key.pem", "address": "10.0.0.5"},
+        {"agent_id": "cpu-a", "docker_host": "unix:///var/run/docker.sock"},
+    ]
+    c.MasterApp.resource_pools = [
+        {"name": "gpu", "scheduler": {"type": "priority", "preemption": True},
+         "preemption_timeout": 600},
+        {"name": "default", "scheduler": {"type": "fair_share"}},
+    ]
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import sys
@@ -15,11 +31,13 @@ from pathlib import Path
 from typing import Any
 
 import tornado.web
-from traitlets import Float, Integer, Unicode, default
-from traitlets.config import Application
+from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default
+from traitlets.config import Application, Configurable
 
 from det_hub import __version__
+from det_hub.agents import Agent
 from det_hub.agents.local import LocalAgent
+from det_hub.service.cluster import PoolSettings
 from det_hub.service.handlers import api_routes
 from det_hub.service.master import Master
 from det_hub.store import Store
@@ -34,6 +52,15 @@ def make_app(master: Master, *, prefix: str = API_PREFIX) -> tornado.web.Applica
     # A base64 context of 96 MiB is 128 MiB on the wire; leave room for the config.
     return tornado.web.Application(handlers, master=master, api_routes=api_routes,
                                    max_body_size=160 * 1024 * 1024)
+
+
+def _agent_classes() -> list[type[Configurable]]:
+    """The agent classes whose settings `--help-all` lists: Docker's when its SDK is there."""
+    try:
+        from det_hub.agents.docker import DockerAgent
+    except ImportError:
+        return [LocalAgent]
+    return [LocalAgent, DockerAgent]
 
 
 class MasterApp(Application):
@@ -59,6 +86,25 @@ class MasterApp(Application):
     kill_grace_seconds = Float(
         30.0, config=True,
         help="After a kill, how long a trial has to exit on SIGTERM before SIGKILL.")
+    local_agent = Bool(
+        True, config=True,
+        help="Run tasks as processes on this host (the LocalAgent), in the default pool.")
+    docker_agents = List(
+        Dict(), config=True,
+        help="""Docker hosts that run tasks in containers, one DockerAgent each: a dict of
+        DockerAgent settings per host, e.g. {"agent_id": "gpu-a", "docker_host":
+        "tcp://10.0.0.5:2376", "resource_pool": "gpu"}. Settings left out come from
+        c.DockerAgent.""")
+    resource_pools = List(
+        Dict(), config=True,
+        help="""Resource pools and their scheduling: {"name": "gpu", "description": "...",
+        "scheduler": {"type": "priority" | "fair_share", "preemption": true,
+        "fitting_policy": "best" | "worst"}, "preemption_timeout": 3600}. Pools that agents
+        name but that are not listed get the defaults (priority, no preemption, best fit).""")
+    agent_timeout = Float(
+        30.0, config=True,
+        help="""Seconds an agent may go unanswered before the trials on it are given up for
+        lost and restart elsewhere from their latest checkpoints.""")
 
     @default("log_level")
     def _default_log_level(self) -> int:
@@ -74,7 +120,45 @@ class MasterApp(Application):
         "cpu-slot-cores": "LocalAgent.cpu_slot_cores",
         "log-level": "Application.log_level",
     }
-    classes = [LocalAgent]
+    classes = _agent_classes()
+
+    def make_agents(self, work_root: Path) -> list[Agent]:
+        """The agents the settings describe.
+
+        Raises:
+            ValueError: A setting names no agent trait, or no agent is configured.
+        """
+        agents: list[Agent] = []
+        if self.local_agent:
+            agents.append(LocalAgent(work_root=work_root, parent=self))
+        if self.docker_agents:
+            from det_hub.agents.docker import DockerAgent  # the docker SDK is an extra
+
+            for i, entry in enumerate(self.docker_agents):
+                unknown = sorted(set(entry) - set(DockerAgent.class_trait_names(config=True)))
+                if unknown:
+                    raise ValueError(f"docker_agents[{i}]: unknown setting(s) "
+                                     f"{', '.join(unknown)}")
+                agents.append(DockerAgent(parent=self, **entry))
+        if not agents:
+            raise ValueError("no agents: set local_agent = True or list docker_agents")
+        return agents
+
+    def make_pools(self) -> list[PoolSettings]:
+        """The resource pools the settings describe.
+
+        Raises:
+            ValueError: A pool entry has no name or an unknown key.
+        """
+        pools = []
+        fields = {f.name for f in dataclasses.fields(PoolSettings)}
+        for i, entry in enumerate(self.resource_pools):
+            unknown = sorted(set(entry) - fields)
+            if unknown or not entry.get("name"):
+                raise ValueError(f"resource_pools[{i}]: " + (
+                    f"unknown key(s) {', '.join(unknown)}" if unknown else "needs a name"))
+            pools.append(PoolSettings(**entry))
+        return pools
 
     def initialize(self, argv: list[str] | None = None) -> None:
         super().initialize(argv)
@@ -108,17 +192,28 @@ class MasterApp(Application):
         """Run until SIGINT or SIGTERM. Trials keep running; a restarted master adopts them."""
         data = self.data_path
         data.mkdir(parents=True, exist_ok=True)
+        try:
+            agents = self.make_agents(data / "work")
+            pools = self.make_pools()
+        except (ValueError, TraitError) as e:
+            raise SystemExit(f"det-hub master: bad cluster settings: {e}") from None
         url = self.db_url or f"sqlite:///{data / 'det_hub.db'}"
         store = await Store.open(url)
-        agent = LocalAgent(work_root=data / "work", parent=self)
-        master = Master(store, agent, master_url=self.effective_master_url(), data_dir=data,
-                        kill_grace_seconds=self.kill_grace_seconds)
+        try:
+            master = Master(store, agents, master_url=self.effective_master_url(),
+                            data_dir=data, pools=pools,
+                            kill_grace_seconds=self.kill_grace_seconds,
+                            agent_timeout=self.agent_timeout)
+        except ValueError as e:
+            await store.close()
+            raise SystemExit(f"det-hub master: bad cluster settings: {e}") from None
         token = await master.ensure_admin_token(data / "admin-token")
         print(f"DET_HUB_TOKEN={token}", flush=True)
         await master.start()
         server = make_app(master).listen(self.port, self.host, xheaders=True)
-        slots = ", ".join(f"{s.kind}:{s.id}" for s in agent.slots)
-        self.log.info("det_hub master %s at %s (store: %s; slots: %s)", __version__,
+        slots = "; ".join(f"{a.agent_id} ({a.kind}, pool {a.resource_pool}): "
+                          + ", ".join(f"{s.kind}:{s.id}" for s in a.slots) for a in agents)
+        self.log.info("det_hub master %s at %s (store: %s; agents: %s)", __version__,
                       self.effective_master_url(), store.dialect, slots)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

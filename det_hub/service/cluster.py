@@ -1,9 +1,14 @@
-"""The cluster: agents, the queue of allocations waiting for slots, and the tasks running.
+"""The cluster: agents in resource pools, the job queue, and the tasks running on them.
 
-An *allocation* is one attempt to run a trial's process on some slots. The cluster keeps the
-queue, asks the scheduling policy where waiting allocations go, starts them through the agent,
-ships their logs into the store, notices when they end, and carries preemption signals to the
-training code's long-poll.
+An *allocation* is one attempt to run a trial's process on some slots: one task on one agent,
+or, for a trial larger than any one host, one task on each of several agents. A *job* is what
+the queue orders and users reprioritise: an experiment, whose trials' allocations share its
+priority, weight and place in the queue.
+
+The cluster keeps the queue, asks each pool's scheduling policy where waiting allocations go
+and which running ones must make room, starts tasks through the agents, ships their logs into
+the store, notices when they end or their host stops answering, and carries preemption
+signals to the training code's long-poll.
 """
 
 from __future__ import annotations
@@ -16,18 +21,71 @@ import re
 import secrets
 import signal
 import time
-from collections.abc import Awaitable, Callable
+import zlib
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from det_hub.agents.local import ExitStatus, LocalAgent, TaskHandle
-from det_hub.scheduler import Agent, PriorityScheduler, Request, Scheduler, Slot
+from det_hub.agents import (
+    Agent,
+    AgentUnreachable,
+    ContainerSpec,
+    ExitStatus,
+    TaskHandle,
+    TaskSpec,
+)
+from det_hub.scheduler import (
+    Agent as SchedAgent,
+)
+from det_hub.scheduler import (
+    Request,
+    Running,
+    Scheduler,
+    Slot,
+    build_scheduler,
+)
+from det_hub.storage import storage_in_container
 from det_hub.store import Store, hash_token, utcnow
 
 log = logging.getLogger("det_hub.cluster")
 
 QUEUED, STARTING, RUNNING, TERMINATED = "QUEUED", "STARTING", "RUNNING", "TERMINATED"
 _RANK_PREFIX = re.compile(r"^\[rank=(\d+)\] ?(.*)$", re.DOTALL)
+DEFAULT_POOL = "default"
+
+
+@dataclasses.dataclass(frozen=True)
+class PoolSettings:
+    """A resource pool: its scheduling policy and how long a preempted task may take to stop.
+
+    Attributes:
+        scheduler: the policy's settings, as :func:`det_hub.scheduler.build_scheduler` takes
+            them (``type``, ``preemption``, ``fitting_policy``).
+        preemption_timeout: seconds a task asked to stop (a preemption, a pause) has to
+            checkpoint and exit before it is killed.
+    """
+
+    name: str
+    description: str = ""
+    scheduler: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    preemption_timeout: float = 3600.0
+
+
+@dataclasses.dataclass
+class Job:
+    """An entry of the job queue."""
+
+    id: str
+    pool: str
+    owner: str
+    name: str
+    priority: int = 42
+    weight: float = 1.0
+    #: Order among jobs of equal priority, smaller first.
+    position: float = 0.0
+    preemptible: bool = True
+    kind: str = "EXPERIMENT"
+    submitted: datetime = dataclasses.field(default_factory=utcnow)
 
 
 @dataclasses.dataclass
@@ -38,11 +96,32 @@ class LaunchSpec:
     experiment_id: int
     owner: str
     slots: int
-    priority: int
     argv: list[str]
     env: dict[str, str]
     cluster_info: dict[str, Any]
     context: bytes | None
+    job_id: str = ""
+    container: ContainerSpec = dataclasses.field(default_factory=ContainerSpec)
+
+
+@dataclasses.dataclass
+class Node:
+    """An allocation's task on one agent."""
+
+    agent_id: str
+    slot_ids: tuple[int, ...]
+    handle: TaskHandle | None = None
+    status: ExitStatus | None = None
+    #: After a master restart whose agent did not answer: attach once it does.
+    log_offset: int = 0
+    pid: int | None = None
+    attach_pending: bool = False
+
+    def record(self) -> dict[str, Any]:
+        h = self.handle
+        return {"agent_id": self.agent_id, "slot_ids": list(self.slot_ids),
+                "log_offset": h.log_offset if h else self.log_offset,
+                "pid": h.pid if h else self.pid, "where": h.where if h else None}
 
 
 @dataclasses.dataclass
@@ -53,17 +132,56 @@ class Allocation:
     state: str = QUEUED
     queued_at: float = dataclasses.field(default_factory=time.monotonic)
     queued_wall: datetime = dataclasses.field(default_factory=utcnow)
-    slot_ids: tuple[int, ...] = ()
-    handle: TaskHandle | None = None
+    nodes: list[Node] = dataclasses.field(default_factory=list)
     preempt: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     #: Asked to checkpoint and stop (a pause, or a preemption); a clean exit then means
     #: "resume later", not "done".
     preempt_requested: bool = False
+    #: When a task asked to stop is killed if it has not exited (monotonic seconds).
+    preempt_deadline: float | None = None
     killed: bool = False
+    #: Killed because it did not stop within the preemption timeout: it resumes later from
+    #: its latest checkpoint rather than counting as a failure.
+    timed_out: bool = False
+    #: Why the allocation ended when no process said so (its host stopped answering).
+    lost_reason: str | None = None
+
+    @property
+    def slot_ids(self) -> tuple[int, ...]:
+        """The chief's slots."""
+        return self.nodes[0].slot_ids if self.nodes else ()
+
+    @property
+    def agent_ids(self) -> list[str]:
+        return [n.agent_id for n in self.nodes]
 
 
 ExitCallback = Callable[[Allocation, ExitStatus], Awaitable[None]]
 StateCallback = Callable[[Allocation, str], Awaitable[None]]
+
+
+def rendezvous_port(allocation_id: str) -> int:
+    """The port a multi-host allocation's workers meet on at its chief's host.
+
+    Chosen from the allocation id, away from the ephemeral range, so every node computes the
+    same one and two allocations rarely share it.
+    """
+    return 20000 + zlib.crc32(allocation_id.encode()) % 10000
+
+
+def position_before(positions: Iterable[float], target: float) -> float:
+    """A queue position right before ``target`` and after every other position below it."""
+    below = [p for p in positions if p < target]
+    return (max(below) + target) / 2 if below else target - 1.0
+
+
+def can_ever_fit(sizes: Sequence[int], slots: int) -> bool:
+    """Whether agents of these slot counts, all free, could take a request of ``slots``:
+    one agent, or ``k`` agents with ``slots / k`` each."""
+    for k in range(1, len(sizes) + 1):
+        if slots % k == 0 and sum(1 for s in sizes if s >= slots // k) >= k:
+            return True
+    return False
 
 
 class Cluster:
@@ -72,27 +190,57 @@ class Cluster:
     def __init__(
         self,
         store: Store,
-        agent: LocalAgent,
+        agents: Agent | Sequence[Agent],
         on_exit: ExitCallback,
         on_state: StateCallback,
         *,
-        scheduler: Scheduler | None = None,
+        pools: Iterable[PoolSettings] = (),
         poll_interval: float = 0.2,
         kill_grace_seconds: float = 30.0,
+        agent_timeout: float = 30.0,
+        heartbeat_interval: float = 5.0,
     ) -> None:
         self.store = store
-        self.agent = agent
+        self.agents: dict[str, Agent] = {}
+        for agent in [agents] if isinstance(agents, Agent) else agents:
+            if agent.agent_id in self.agents:
+                raise ValueError(f"two agents are named {agent.agent_id!r}")
+            self.agents[agent.agent_id] = agent
+        self.pools: dict[str, PoolSettings] = {p.name: p for p in pools}
+        for agent in self.agents.values():
+            self.pools.setdefault(agent.resource_pool, PoolSettings(agent.resource_pool))
+        self.pools.setdefault(DEFAULT_POOL, PoolSettings(DEFAULT_POOL))
+        self.schedulers: dict[str, Scheduler] = {}
+        for pool in self.pools.values():
+            try:
+                self.schedulers[pool.name] = build_scheduler(pool.scheduler)
+            except ValueError as e:
+                raise ValueError(f"resource pool {pool.name!r}: {e}") from None
         self.on_exit = on_exit
         self.on_state = on_state
-        self.scheduler = scheduler or PriorityScheduler()
         self.poll_interval = poll_interval
         self.kill_grace_seconds = kill_grace_seconds
+        self.agent_timeout = agent_timeout
+        self.heartbeat_interval = heartbeat_interval
         self.allocations: dict[str, Allocation] = {}
+        self.jobs: dict[str, Job] = {}
         self._by_token: dict[str, Allocation] = {}
+        #: Agents that stopped answering, and since when (monotonic seconds).
+        self.unreachable: dict[str, float] = {}
+        #: Tasks on agents that were given up for lost, to stop once the agent answers again.
+        self._orphans: dict[str, list[TaskHandle]] = {}
+        self._last_heartbeat = 0.0
+        self._launching: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
+    async def load_settings(self) -> None:
+        """Apply what admins set on agents before the master last stopped."""
+        for agent_id, enabled in (await self.store.agent_settings()).items():
+            if agent_id in self.agents:
+                self.agents[agent_id].enabled = enabled
+
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="cluster")
 
@@ -105,9 +253,43 @@ class Cluster:
             except asyncio.CancelledError:
                 pass
 
+    # --- pools and jobs -----------------------------------------------------------------
+    def pool_agents(self, pool: str) -> list[Agent]:
+        return [a for a in self.agents.values() if a.resource_pool == pool]
+
+    def slot_kinds(self, pool: str) -> set[str]:
+        return {s.kind for a in self.pool_agents(pool) for s in a.slots}
+
+    def check_request(self, pool: str, slots: int) -> str | None:
+        """Why a job asking for ``slots`` per allocation in ``pool`` can never run, or None."""
+        if pool not in self.pools:
+            return (f"there is no resource pool {pool!r}; the pools are "
+                    + ", ".join(sorted(self.pools)))
+        sizes = [len(a.slots) for a in self.pool_agents(pool)]
+        if not can_ever_fit(sizes, slots):
+            return (f"asks for {slots} slots, which resource pool {pool!r} cannot give at once "
+                    f"(its agents have {', '.join(map(str, sorted(sizes))) or 'no'} slots; a "
+                    "trial larger than one agent needs agents with equal shares of it)")
+        return None
+
+    def set_job(self, job: Job) -> None:
+        """Add a job to the queue, or change its settings."""
+        self.jobs[job.id] = job
+        self._wake.set()
+
+    def forget_job(self, job_id: str) -> None:
+        self.jobs.pop(job_id, None)
+
+    def move_ahead_of(self, job: Job, other: Job) -> None:
+        """Put ``job`` right before ``other`` in the queue, taking ``other``'s priority."""
+        job.priority = other.priority
+        job.position = position_before(
+            [j.position for j in self.jobs.values() if j.id != job.id], other.position)
+        self._wake.set()
+
     # --- requests from the experiments ---------------------------------------------------
     def max_slots(self) -> int:
-        return len(self.agent.slots)
+        return max((len(a.slots) for a in self.agents.values()), default=0)
 
     async def request(self, spec: LaunchSpec) -> Allocation:
         """Queue an allocation for a trial."""
@@ -123,19 +305,54 @@ class Cluster:
         self._wake.set()
         return alloc
 
-    async def adopt(
-        self, alloc_id: str, spec: LaunchSpec, token_hash: str, handle: TaskHandle,
-        slot_ids: tuple[int, ...], preempt: bool,
-    ) -> Allocation:
-        """Take back a task that was running before the master restarted."""
-        alloc = Allocation(alloc_id, spec, token="", state=RUNNING, slot_ids=slot_ids,
-                           handle=handle)
-        if preempt:
+    async def adopt(self, row: Any, spec: LaunchSpec) -> Allocation | None:
+        """Take back an allocation that was running before the master restarted.
+
+        Returns None when it cannot be: it had not started, its agent is gone from the
+        config, or its task vanished without a trace. What remains of it is stopped then.
+        A task whose agent does not answer yet is attached once it does.
+        """
+        placements = row.placements or (
+            [{"agent_id": row.agent_id, "slot_ids": row.slot_ids or [], "pid": row.pid,
+              "log_offset": row.log_offset}] if row.agent_id else [])
+        nodes = [Node(p["agent_id"], tuple(p.get("slot_ids") or ()),
+                      log_offset=int(p.get("log_offset") or 0), pid=p.get("pid"))
+                 for p in placements]
+        alloc = Allocation(row.id, spec, token="", state=RUNNING, nodes=nodes)
+        if row.state != RUNNING or not nodes \
+                or any(n.agent_id not in self.agents for n in nodes):
+            await self._discard(alloc)
+            return None
+        for node in nodes:
+            try:
+                node.handle = await asyncio.to_thread(
+                    self.agents[node.agent_id].attach, row.id, node.log_offset, node.pid)
+            except AgentUnreachable:
+                node.attach_pending = True
+                self.unreachable.setdefault(node.agent_id, time.monotonic())
+                continue
+            if node.handle is None:
+                await self._discard(alloc)
+                return None
+        if row.preempt:
             alloc.preempt_requested = True
             alloc.preempt.set()
-        self.allocations[alloc_id] = alloc
-        self._by_token[token_hash] = alloc
+        self.allocations[alloc.id] = alloc
+        self._by_token[row.token_hash] = alloc
         return alloc
+
+    async def _discard(self, alloc: Allocation) -> None:
+        """Stop and remove whatever is left of an allocation that cannot be adopted."""
+        for node in alloc.nodes:
+            agent = self.agents.get(node.agent_id)
+            if agent is None:
+                continue
+            try:
+                if node.handle is not None:
+                    agent.kill(node.handle, force=True)
+                await asyncio.to_thread(agent.cleanup, alloc.id)
+            except AgentUnreachable:
+                pass
 
     def for_token_hash(self, token_hash: str) -> Allocation | None:
         return self._by_token.get(token_hash)
@@ -161,60 +378,143 @@ class Cluster:
                                            exit_reason="taken off the queue before it started")
         return True
 
-    async def preempt(self, alloc: Allocation) -> None:
-        """Ask the allocation's training code to checkpoint and exit (see should_preempt)."""
-        if not alloc.preempt_requested:
-            alloc.preempt_requested = True
-            alloc.preempt.set()
-            await self.store.update_allocation(alloc.id, preempt=True)
+    async def preempt(self, alloc: Allocation, reason: str | None = None) -> None:
+        """Ask the allocation's training code to checkpoint and exit (see should_preempt).
+
+        If it has not exited after its pool's ``preemption_timeout``, it is killed.
+        """
+        if alloc.preempt_requested:
+            return
+        alloc.preempt_requested = True
+        pool = self.pools.get(self._pool_of(alloc))
+        timeout = pool.preemption_timeout if pool else PoolSettings("").preemption_timeout
+        alloc.preempt_deadline = time.monotonic() + timeout
+        alloc.preempt.set()
+        await self.store.update_allocation(alloc.id, preempt=True)
+        if reason:
+            await self._system_log(alloc, reason)
 
     async def kill(self, alloc: Allocation) -> None:
         """Stop a started allocation: SIGTERM, then SIGKILL after the grace period.
 
-        One still starting is signalled as soon as its process exists.
+        One still starting is signalled as soon as its processes exist.
         """
         alloc.killed = True
-        if alloc.handle is not None:
-            self._terminate(alloc, alloc.handle)
+        self._terminate(alloc)
 
-    def _terminate(self, alloc: Allocation, handle: TaskHandle) -> None:
-        self.agent.kill(handle)
+    def _terminate(self, alloc: Allocation) -> None:
+        handles = [(n.agent_id, n.handle) for n in alloc.nodes
+                   if n.handle is not None and n.status is None]
+        for agent_id, handle in handles:
+            self._signal(agent_id, handle, force=False)
 
         def force() -> None:
             if alloc.id in self.allocations:
-                self.agent.kill(handle, force=True)
+                for agent_id, handle in handles:
+                    self._signal(agent_id, handle, force=True)
 
         asyncio.get_running_loop().call_later(self.kill_grace_seconds, force)
 
+    def _signal(self, agent_id: str, handle: TaskHandle, *, force: bool) -> None:
+        try:
+            self.agents[agent_id].kill(handle, force=force)
+        except AgentUnreachable:
+            log.warning("cannot signal allocation %s on agent %s: it does not answer",
+                        handle.allocation_id, agent_id)
+
+    # --- agents -------------------------------------------------------------------------
+    async def set_agent_enabled(self, agent_id: str, enabled: bool, *, drain: bool = True) -> None:
+        """Let an agent take new work, or stop it from doing so.
+
+        Disabling with ``drain`` lets what runs there finish; without, its preemptible
+        allocations are asked to checkpoint and move elsewhere.
+        """
+        agent = self.agents[agent_id]
+        agent.enabled = enabled
+        await self.store.set_agent_enabled(agent_id, enabled)
+        if not enabled and not drain:
+            for alloc in list(self.allocations.values()):
+                job = self.jobs.get(alloc.spec.job_id)
+                if agent_id in alloc.agent_ids and alloc.state != QUEUED \
+                        and (job is None or job.preemptible):
+                    await self.preempt(alloc, f"agent {agent_id} was disabled; the trial "
+                                              "checkpoints and moves to another agent")
+        self._wake.set()
+
     # --- views for the API --------------------------------------------------------------
+    def _busy(self) -> dict[tuple[str, int], str]:
+        return {(n.agent_id, s): a.id for a in self.allocations.values() if a.state != QUEUED
+                for n in a.nodes for s in n.slot_ids}
+
     def agents_view(self) -> list[dict[str, Any]]:
-        used = {s: a.id for a in self.allocations.values() for s in a.slot_ids
-                if a.state != QUEUED}
+        used = self._busy()
         return [{
-            "id": self.agent.agent_id, "type": "local", "enabled": True,
+            "id": agent.agent_id, "type": agent.kind, "resource_pool": agent.resource_pool,
+            "enabled": agent.enabled, "address": agent.address,
+            "connected": agent.agent_id not in self.unreachable,
             "slots": [{"id": s.id, "type": s.kind, "device": s.device,
                        "cpus": list(s.cpus), "description": s.description,
-                       "allocation_id": used.get(s.id)} for s in self.agent.slots],
-        }]
+                       "allocation_id": used.get((agent.agent_id, s.id))} for s in agent.slots],
+        } for agent in self.agents.values()]
 
-    def jobs_view(self) -> list[dict[str, Any]]:
-        jobs = []
-        for a in sorted(self.allocations.values(), key=lambda a: a.queued_at):
-            jobs.append({
-                "allocation_id": a.id, "trial_id": a.spec.trial_id,
-                "experiment_id": a.spec.experiment_id, "owner": a.spec.owner,
-                "state": QUEUED if a.state == QUEUED else RUNNING, "slots": a.spec.slots,
-                "priority": a.spec.priority,
-                "queued_at": a.queued_wall.isoformat().replace("+00:00", "Z"),
+    def pools_view(self) -> list[dict[str, Any]]:
+        used = self._busy()
+        out = []
+        for pool in self.pools.values():
+            agents = self.pool_agents(pool.name)
+            policy = self.schedulers[pool.name]
+            out.append({
+                "name": pool.name, "description": pool.description,
+                "type": ",".join(sorted({a.kind for a in agents})) or None,
+                "agents": len(agents),
+                "slots_total": sum(len(a.slots) for a in agents),
+                "slots_used": sum(1 for a in agents for s in a.slots
+                                  if (a.agent_id, s.id) in used),
+                "slot_type": ",".join(sorted(self.slot_kinds(pool.name))) or None,
+                "scheduler": dict(pool.scheduler).get("type", "priority"),
+                "preemption": bool(getattr(policy, "preemption", False)),
+                "fitting_policy": getattr(policy, "fitting_policy", None),
+                "preemption_timeout": pool.preemption_timeout,
+                "default": pool.name == DEFAULT_POOL,
             })
-        return jobs
+        return out
+
+    def jobs_view(self, pool: str | None = None) -> list[dict[str, Any]]:
+        """The job queue in the order the scheduler considers it, with what each job holds."""
+        by_job: dict[str, list[Allocation]] = {}
+        for a in self.allocations.values():
+            by_job.setdefault(a.spec.job_id, []).append(a)
+        jobs = [j for j in self.jobs.values() if (pool is None or j.pool == pool)
+                and j.id in by_job]
+        jobs.sort(key=lambda j: (j.priority, j.position, j.id))
+        out = []
+        for place, job in enumerate(jobs, start=1):
+            allocs = by_job[job.id]
+            running = [a for a in allocs if a.state != QUEUED]
+            first = min(allocs, key=lambda a: a.queued_at)
+            out.append({
+                "job_id": job.id, "type": job.kind, "name": job.name, "owner": job.owner,
+                "resource_pool": job.pool, "queue_position": place,
+                "priority": job.priority, "weight": job.weight,
+                "state": "SCHEDULED" if running and len(running) == len(allocs) else (
+                    "SCHEDULED_PARTIALLY" if running else "QUEUED"),
+                "slots_requested": sum(a.spec.slots for a in allocs),
+                "slots_allocated": sum(a.spec.slots for a in running),
+                "allocations": len(allocs), "preemptible": job.preemptible,
+                "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
+                "queued_at": first.queued_wall.isoformat().replace("+00:00", "Z"),
+                "experiment_id": first.spec.experiment_id,
+            })
+        return out
 
     # --- the loop -----------------------------------------------------------------------
     async def _loop(self) -> None:
         while True:
             try:
+                await self._heartbeat()
                 await self._schedule()
                 await self._watch()
+                await self._enforce_preemption_timeouts()
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad round must not stop the cluster
@@ -225,78 +525,229 @@ class Cluster:
                 pass
             self._wake.clear()
 
+    def _pool_of(self, alloc: Allocation) -> str:
+        job = self.jobs.get(alloc.spec.job_id)
+        return job.pool if job else DEFAULT_POOL
+
+    def _job_fields(self, alloc: Allocation) -> dict[str, Any]:
+        job = self.jobs.get(alloc.spec.job_id)
+        if job is None:
+            return {"group": alloc.spec.job_id, "owner": alloc.spec.owner}
+        return {"priority": job.priority, "position": job.position, "group": job.id,
+                "owner": job.owner, "weight": job.weight, "preemptible": job.preemptible}
+
     async def _schedule(self) -> None:
         pending = [a for a in self.allocations.values() if a.state == QUEUED]
         if not pending:
             return
-        busy = {s: a.id for a in self.allocations.values() if a.state != QUEUED
-                for s in a.slot_ids}
-        agent = Agent(self.agent.agent_id, tuple(Slot(s.id, s.kind, busy.get(s.id))
-                                                 for s in self.agent.slots))
-        requests = [Request(a.id, a.spec.slots, a.spec.priority, a.queued_at, a.spec.owner,
-                            str(a.spec.experiment_id)) for a in pending]
-        decision = self.scheduler.schedule([agent], requests)
-        for assignment in decision.assignments:
-            # A pause or kill may take an allocation off the queue while an earlier one starts.
-            alloc = self.allocations.get(assignment.allocation_id)
-            if alloc is not None and alloc.state == QUEUED:
-                await self._launch(alloc, assignment.slot_ids)
+        busy = self._busy()
+        for pool in self.pools:
+            requests = [Request(a.id, a.spec.slots, queued_at=a.queued_at,
+                                **self._job_fields(a))
+                        for a in pending if self._pool_of(a) == pool]
+            if not requests:
+                continue
+            agents = [SchedAgent(
+                agent.agent_id,
+                tuple(Slot(s.id, s.kind, busy.get((agent.agent_id, s.id))) for s in agent.slots),
+                enabled=agent.enabled and agent.agent_id not in self.unreachable,
+            ) for agent in self.pool_agents(pool)]
+            running = [Running(a.id, a.spec.slots, queued_at=a.queued_at,
+                               preempting=a.preempt_requested, **self._job_fields(a))
+                       for a in self.allocations.values()
+                       if a.state != QUEUED and self._pool_of(a) == pool]
+            decision = self.schedulers[pool].schedule(agents, requests, running)
+            for victim_id in decision.preemptions:
+                victim = self.allocations.get(victim_id)
+                if victim is not None and victim.state != QUEUED:
+                    await self.preempt(victim, "preempted to make room for a more important "
+                                               "job; the trial checkpoints and resumes later")
+            for assignment in decision.assignments:
+                alloc = self.allocations.get(assignment.allocation_id)
+                if alloc is not None and alloc.state == QUEUED:
+                    # Its slots are taken from here on; the containers or processes start in
+                    # the background, all of this round's side by side, while the loop goes on.
+                    alloc.state = STARTING
+                    alloc.nodes = [Node(p.agent_id, tuple(p.slot_ids))
+                                   for p in assignment.placements]
+                    task = asyncio.get_running_loop().create_task(self._launch(alloc))
+                    self._launching.add(task)
+                    task.add_done_callback(self._launching.discard)
 
-    async def _launch(self, alloc: Allocation, slot_ids: tuple[int, ...]) -> None:
-        alloc.state, alloc.slot_ids = STARTING, slot_ids
-        await self.store.update_allocation(alloc.id, state=STARTING, slot_ids=list(slot_ids),
-                                           agent_id=self.agent.agent_id)
-        await self.on_state(alloc, STARTING)
-        info = dict(alloc.spec.cluster_info, allocation_id=alloc.id, slot_ids=list(slot_ids),
-                    agent_id=self.agent.agent_id)
-        env = dict(alloc.spec.env)
+    async def _launch(self, alloc: Allocation) -> None:
+        """Start an allocation's task on each of its agents."""
+        chief = alloc.nodes[0]
+        try:
+            await self.store.update_allocation(
+                alloc.id, state=STARTING, slot_ids=list(chief.slot_ids),
+                agent_id=chief.agent_id, placements=[n.record() for n in alloc.nodes])
+            await self.on_state(alloc, STARTING)
+            addrs = [self.agents[n.agent_id].address for n in alloc.nodes]
+            results = await asyncio.gather(
+                *(self._launch_node(alloc, rank, addrs) for rank in range(len(alloc.nodes))),
+                return_exceptions=True)
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures:
+                raise failures[0]
+        except Exception as e:  # a launch failure is the trial's failure, not the master's
+            log.error("could not start allocation %s: %s", alloc.id, e)
+            for node in alloc.nodes:
+                if node.handle is not None:
+                    self._signal(node.agent_id, node.handle, force=True)
+                node.status = ExitStatus(None, reason=f"could not start the task: {e}")
+            await self._finish(alloc, ExitStatus(None, reason=f"could not start the task: {e}"))
+            return
+        if alloc.id not in self.allocations:
+            return  # settled while it started
+        alloc.state = RUNNING
+        if alloc.killed:
+            self._terminate(alloc)
+        chief_handle = chief.handle
+        await self.store.update_allocation(
+            alloc.id, state=RUNNING, pid=chief_handle.pid if chief_handle else None,
+            workdir=chief_handle.where if chief_handle else None, started_at=utcnow(),
+            placements=[n.record() for n in alloc.nodes])
+        await self.on_state(alloc, RUNNING)
+
+    async def _launch_node(self, alloc: Allocation, rank: int, addrs: list[str]) -> None:
+        node = alloc.nodes[rank]
+        agent = self.agents[node.agent_id]
+        node.handle = await asyncio.to_thread(
+            agent.launch, self._task_spec(alloc, rank, agent, addrs))
+
+    def _task_spec(self, alloc: Allocation, rank: int, agent: Agent,
+                   addrs: list[str]) -> TaskSpec:
+        node = alloc.nodes[rank]
+        spec = alloc.spec
+        info = dict(spec.cluster_info, allocation_id=alloc.id, slot_ids=list(node.slot_ids),
+                    agent_id=node.agent_id, container_addrs=addrs, container_rank=rank)
+        container = spec.container
+        if agent.uses_containers:
+            storage, mounts = storage_in_container(info.get("checkpoint_storage"))
+            info["checkpoint_storage"] = storage
+            container = dataclasses.replace(
+                container, bind_mounts=[*container.bind_mounts, *mounts])
+        env = dict(spec.env)
         env.update({
             "DET_HUB_ALLOCATION_ID": alloc.id,
             "DET_HUB_ALLOCATION_TOKEN": alloc.token,
+            "DET_HUB_CLUSTER_INFO": agent.file_path(alloc.id, "cluster_info.json"),
         })
-        root = self.agent.task_root(alloc.id)
-        env["DET_HUB_CLUSTER_INFO"] = str(root / "cluster_info.json")
-        try:
-            handle = await asyncio.to_thread(
-                self.agent.launch, alloc.id, alloc.spec.argv, env, alloc.spec.context,
-                slot_ids, {"cluster_info.json": json.dumps(info, indent=2)},
-            )
-        except Exception as e:  # a launch failure is the trial's failure, not the master's
-            log.exception("could not start allocation %s", alloc.id)
-            await self._finish(alloc, ExitStatus(None, reason=f"could not start the task: {e}"))
+        if len(alloc.nodes) > 1:
+            env.update({
+                "DET_HUB_NNODES": str(len(alloc.nodes)), "DET_HUB_NODE_RANK": str(rank),
+                "DET_HUB_CHIEF_ADDR": addrs[0],
+                "DET_HUB_CHIEF_PORT": str(rendezvous_port(alloc.id)),
+            })
+        return TaskSpec(alloc.id, spec.argv, env, spec.context, node.slot_ids,
+                        {"cluster_info.json": json.dumps(info, indent=2)}, container)
+
+    async def _heartbeat(self) -> None:
+        """Ask idle and unanswering agents whether they are there, every heartbeat interval."""
+        now = time.monotonic()
+        if now - self._last_heartbeat < self.heartbeat_interval and not self.unreachable:
             return
-        alloc.handle, alloc.state = handle, RUNNING
-        if alloc.killed:
-            self._terminate(alloc, handle)
-        await self.store.update_allocation(
-            alloc.id, state=RUNNING, pid=handle.pid, workdir=str(handle.root),
-            started_at=utcnow())
-        await self.on_state(alloc, RUNNING)
+        if self.unreachable and now - self._last_heartbeat < min(1.0, self.heartbeat_interval):
+            return
+        self._last_heartbeat = now
+        for agent_id, agent in self.agents.items():
+            try:
+                await asyncio.to_thread(agent.check)
+            except AgentUnreachable as e:
+                if agent_id not in self.unreachable:
+                    log.warning("agent %s does not answer: %s", agent_id, e)
+                    self.unreachable[agent_id] = now
+                continue
+            if self.unreachable.pop(agent_id, None) is not None:
+                log.info("agent %s answers again", agent_id)
+                self._wake.set()
+            for handle in self._orphans.pop(agent_id, []):
+                # Its allocation was given up for lost and has run again elsewhere.
+                try:
+                    agent.kill(handle, force=True)
+                    await asyncio.to_thread(agent.reap, handle)
+                except AgentUnreachable:
+                    self._orphans.setdefault(agent_id, []).append(handle)
+
+    def _lost_agent(self, agent_id: str) -> bool:
+        since = self.unreachable.get(agent_id)
+        return since is not None and time.monotonic() - since >= self.agent_timeout
 
     async def _watch(self) -> None:
         for alloc in list(self.allocations.values()):
-            if alloc.handle is None:
+            if alloc.state != RUNNING:
                 continue
-            await self._ship_logs(alloc)
-            status = alloc.handle.exit_status()
-            if status is None and not alloc.handle.alive():
-                # The runner vanished without an exit status: killed outright, or SIGKILL.
-                await asyncio.sleep(0)
-                status = alloc.handle.exit_status() or ExitStatus(
+            for node in alloc.nodes:
+                if node.status is None:
+                    await self._watch_node(alloc, node)
+            if alloc.id not in self.allocations:
+                continue
+            lost = [n.agent_id for n in alloc.nodes if n.status is None
+                    and self._lost_agent(n.agent_id)]
+            if lost and alloc.lost_reason is None:
+                alloc.lost_reason = (f"agent {', '.join(lost)} stopped answering for "
+                                     f"{self.agent_timeout:g} s; the trial's task there is "
+                                     "given up for lost")
+                await self._system_log(alloc, alloc.lost_reason)
+                for node in alloc.nodes:
+                    if node.agent_id in lost:
+                        if node.handle is not None:
+                            self._orphans.setdefault(node.agent_id, []).append(node.handle)
+                        node.status = ExitStatus(None, reason=alloc.lost_reason)
+            statuses = [n.status for n in alloc.nodes]
+            failed = [s for s in statuses if s is not None and not s.success]
+            if failed and None in statuses and not alloc.killed:
+                # One node failed: the others cannot go on without it.
+                alloc.killed = True
+                self._terminate(alloc)
+            if None not in statuses:
+                await self._finish(alloc, failed[0] if failed else statuses[0] or ExitStatus(0))
+
+    async def _watch_node(self, alloc: Allocation, node: Node) -> None:
+        agent = self.agents[node.agent_id]
+        try:
+            if node.attach_pending:
+                node.handle = await asyncio.to_thread(
+                    agent.attach, alloc.id, node.log_offset, node.pid)
+                node.attach_pending = False
+                if node.handle is None:
+                    node.status = ExitStatus(None, reason=f"the task on agent {node.agent_id} "
+                                                          "was gone when the agent answered again")
+                    return
+            handle = node.handle
+            if handle is None:
+                return
+            await self._ship_logs(alloc, handle)
+            status = await asyncio.to_thread(handle.exit_status)
+            if status is None and not await asyncio.to_thread(handle.alive):
+                # Gone without an exit status: killed outright, or SIGKILL.
+                status = await asyncio.to_thread(handle.exit_status) or ExitStatus(
                     None, signal.Signals.SIGKILL.name if alloc.killed else None,
                     reason="the task's process disappeared")
             if status is not None:
-                await self._ship_logs(alloc)
-                await self._finish(alloc, status)
+                await self._ship_logs(alloc, handle)
+                node.status = status
+        except AgentUnreachable:
+            self.unreachable.setdefault(node.agent_id, time.monotonic())
+
+    async def _enforce_preemption_timeouts(self) -> None:
+        now = time.monotonic()
+        for alloc in list(self.allocations.values()):
+            if alloc.preempt_deadline is None or alloc.preempt_deadline > now \
+                    or alloc.killed or alloc.state != RUNNING:
+                continue
+            alloc.timed_out = True
+            await self._system_log(alloc, "the trial did not stop within the preemption timeout; "
+                                          "it is killed and resumes from its latest checkpoint")
+            await self.kill(alloc)
 
     def _forget_token(self, alloc: Allocation) -> None:
         for token_hash, a in list(self._by_token.items()):
             if a is alloc:
                 del self._by_token[token_hash]
 
-    async def _ship_logs(self, alloc: Allocation) -> None:
-        assert alloc.handle is not None
-        lines = alloc.handle.read_logs()
+    async def _ship_logs(self, alloc: Allocation, handle: TaskHandle) -> None:
+        lines = await asyncio.to_thread(handle.read_logs)
         if not lines:
             return
         rows = []
@@ -310,7 +761,16 @@ class Cluster:
                 "message": ranked.group(2) if ranked else line.message,
             })
         await self.store.add_logs(rows)
-        await self.store.update_allocation(alloc.id, log_offset=alloc.handle.log_offset)
+        chief = alloc.nodes[0].handle
+        await self.store.update_allocation(
+            alloc.id, log_offset=chief.log_offset if chief else 0,
+            placements=[n.record() for n in alloc.nodes])
+
+    async def _system_log(self, alloc: Allocation, message: str) -> None:
+        await self.store.add_logs([{
+            "trial_id": alloc.spec.trial_id, "allocation_id": alloc.id,
+            "timestamp": datetime.now(timezone.utc), "rank": None, "stdtype": "system",
+            "message": message}])
 
     async def _finish(self, alloc: Allocation, status: ExitStatus) -> None:
         if self.allocations.pop(alloc.id, None) is None:
@@ -321,7 +781,15 @@ class Cluster:
         await self.store.update_allocation(
             alloc.id, state=TERMINATED, ended_at=utcnow(), exit_code=status.exit_code,
             exit_reason=status.reason or (f"signal {status.signal}" if status.signal else None))
-        if alloc.handle is not None:
-            self.agent.reap(alloc.handle)
+        for node in alloc.nodes:
+            if node.handle is not None and node.agent_id not in self._orphans_of(alloc):
+                try:
+                    await asyncio.to_thread(self.agents[node.agent_id].reap, node.handle)
+                except AgentUnreachable:
+                    self._orphans.setdefault(node.agent_id, []).append(node.handle)
         self._wake.set()
         await self.on_exit(alloc, status)
+
+    def _orphans_of(self, alloc: Allocation) -> set[str]:
+        return {agent_id for agent_id, handles in self._orphans.items()
+                if any(h.allocation_id == alloc.id for h in handles)}

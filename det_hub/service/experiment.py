@@ -294,6 +294,13 @@ class ExperimentRun:
                 await self._close_trial(trial, T.ERROR)
             elif state == T.STOPPING_COMPLETED:
                 await self._close_trial(trial, T.COMPLETED)
+            elif alloc.timed_out:
+                # Killed for not stopping within the preemption timeout: not the trial's fault.
+                await self.rewind(trial)
+                await self._system_log(trial, f"the trial resumes {_resume_point(trial)} "
+                                              "when it gets slots again")
+                if state == T.ACTIVE and self.state == E.ACTIVE:
+                    await self._request(trial)
             elif early in ("INVALID_HP", "USER_REQUESTED_STOP") and status.success:
                 await self._system_log(trial, f"the trial stopped early: {early}")
                 await self._close_trial(trial, T.COMPLETED, early_exit=early)
@@ -328,10 +335,8 @@ class ExperimentRun:
             trial.restarts += 1
             await self.store.update_trial(trial.id, restarts=trial.restarts)
             await self.rewind(trial)
-            resume = f"from checkpoint {trial.latest_checkpoint}" if trial.latest_checkpoint \
-                else "from the beginning (no checkpoint yet)"
             await self._system_log(
-                trial, f"{why}; restarting {resume} (restart {trial.restarts} of "
+                trial, f"{why}; restarting {_resume_point(trial)} (restart {trial.restarts} of "
                        f"{self.max_restarts})")
             if self.state == E.ACTIVE and TrialState(trial.state) == T.ACTIVE:
                 await self._request(trial)
@@ -475,6 +480,12 @@ class ExperimentRun:
         await self.store.add_logs([{
             "trial_id": trial.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
             "rank": None, "stdtype": "system", "message": message}])
+
+
+def _resume_point(trial: Trial) -> str:
+    if trial.latest_checkpoint:
+        return f"from checkpoint {trial.latest_checkpoint}"
+    return "from the beginning (no checkpoint yet)"
 
 
 def validation_fields(rows: list[dict[str, Any]], metric: str, smaller_is_better: bool,

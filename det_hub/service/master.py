@@ -16,17 +16,17 @@ import math
 import os
 import re
 import secrets
-import sys
 import time
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from det_hub.agents.local import ExitStatus, LocalAgent
+from det_hub.agents import Agent, ContainerSpec, ExitStatus
 from det_hub.config import ConfigError, merge_config, parse_experiment_config
+from det_hub.config.resources import parse_size
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
-from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
+from det_hub.service.cluster import Allocation, Cluster, Job, LaunchSpec, PoolSettings
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
 from det_hub.service.experiment import (
@@ -74,20 +74,24 @@ class Master:
     def __init__(
         self,
         store: Store,
-        agent: LocalAgent,
+        agents: Agent | list[Agent],
         *,
         master_url: str,
         data_dir: Path,
+        pools: list[PoolSettings] | None = None,
         kill_grace_seconds: float = 30.0,
         poll_interval: float = 0.2,
+        agent_timeout: float = 30.0,
+        heartbeat_interval: float = 5.0,
     ) -> None:
         self.store = store
-        self.agent = agent
         self.master_url = master_url
         self.data_dir = Path(data_dir)
-        self.cluster = Cluster(store, agent, self._on_allocation_exit,
-                               self._on_allocation_state, kill_grace_seconds=kill_grace_seconds,
-                               poll_interval=poll_interval)
+        self.cluster = Cluster(store, agents, self._on_allocation_exit,
+                               self._on_allocation_state, pools=pools or (),
+                               kill_grace_seconds=kill_grace_seconds,
+                               poll_interval=poll_interval, agent_timeout=agent_timeout,
+                               heartbeat_interval=heartbeat_interval)
         self.runs: dict[int, ExperimentRun] = {}
         self._usernames: dict[int, str] = {}
         self._token_cache: dict[str, tuple[float, User]] = {}
@@ -100,6 +104,7 @@ class Master:
 
     # --- lifecycle ----------------------------------------------------------------------
     async def start(self) -> None:
+        await self.cluster.load_settings()
         await self._recover()
         self.cluster.start()
 
@@ -137,10 +142,11 @@ class Master:
         for alloc_row in await self.store.list_open_allocations():
             trial = await self.store.get_trial(alloc_row.trial_id)
             run = self.runs.get(trial.experiment_id) if trial else None
-            handle = None
-            if run is not None and trial is not None and alloc_row.pid:
-                handle = self.agent.attach(alloc_row.id, alloc_row.pid, alloc_row.log_offset)
-            if handle is None or trial is None or run is None:
+            adopted = None
+            if run is not None and trial is not None:
+                spec = await self._launch_spec(run.row, trial)
+                adopted = await self.cluster.adopt(alloc_row, spec)
+            if adopted is None:
                 await self.store.update_allocation(
                     alloc_row.id, state="TERMINATED", ended_at=utcnow(),
                     exit_reason="lost when the master restarted")
@@ -148,17 +154,106 @@ class Master:
                     await run._system_log(trial, "the master restarted while this trial was "
                                                  "queued or starting; it is requeued")
                 continue
-            spec = await self._launch_spec(run.row, trial)
-            await self.cluster.adopt(alloc_row.id, spec, alloc_row.token_hash, handle,
-                                     tuple(alloc_row.slot_ids or ()), alloc_row.preempt)
-            log.info("adopted allocation %s of trial %d", alloc_row.id, trial.id)
+            log.info("adopted allocation %s of trial %d", alloc_row.id, adopted.spec.trial_id)
         for run in list(self.runs.values()):
             await run.recover()
 
     async def _make_run(self, row: Experiment) -> ExperimentRun:
+        self.cluster.set_job(await self._job(row))
         trials = await self.store.list_trials(row.id)
         return ExperimentRun(row, trials, self.store, self.cluster, self._launch_spec,
                              self._on_trial_end)
+
+    async def _job(self, row: Experiment) -> Job:
+        position = row.queue_position
+        return Job(
+            id=_job_id(row.id), pool=row.resource_pool, owner=await self.username(row.owner_id),
+            name=row.name, priority=row.priority, weight=row.weight,
+            position=position if position is not None else row.created_at.timestamp(),
+            submitted=row.created_at)
+
+    # --- the job queue and agents -------------------------------------------------------
+    def list_jobs(self, pool: str | None = None) -> list[dict[str, Any]]:
+        if pool is not None and pool not in self.cluster.pools:
+            raise NotFound(f"resource pool {pool!r} not found")
+        return self.cluster.jobs_view(pool)
+
+    def job_view(self, job_id: str) -> dict[str, Any]:
+        """The job's row of the queue (:meth:`list_jobs`).
+
+        Raises:
+            NotFound: No such job in the queue.
+        """
+        job = self._queued_job(job_id)
+        row = next((j for j in self.cluster.jobs_view(job.pool) if j["job_id"] == job.id), None)
+        if row is None:  # between trials: in the queue, holding and asking for nothing
+            row = {"job_id": job.id, "type": job.kind, "name": job.name, "owner": job.owner,
+                   "resource_pool": job.pool, "queue_position": None, "priority": job.priority,
+                   "weight": job.weight, "state": "QUEUED", "slots_requested": 0,
+                   "slots_allocated": 0, "allocations": 0, "preemptible": job.preemptible,
+                   "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
+                   "queued_at": None, "experiment_id": int(job.id.removeprefix("exp-"))}
+        return row
+
+    async def update_job(self, who: Principal, job_id: str, *, priority: int | None = None,
+                         weight: float | None = None, ahead_of: str | None = None) -> Job:
+        """Change a queued or running job's priority, weight or place in the queue.
+
+        Raises:
+            NotFound: No such job in the queue (it may have finished).
+            Forbidden: The caller neither owns the job nor is an admin.
+            BadRequest: A value out of range, or ``ahead_of`` names this job or one in
+                another pool.
+        """
+        job = self._queued_job(job_id)
+        experiment_id = int(job.id.removeprefix("exp-"))
+        await self._owned_run(who, experiment_id)
+        if priority is not None and not 1 <= priority <= 99:
+            raise BadRequest("priority: must be between 1 and 99")
+        if weight is not None and not (math.isfinite(weight) and weight > 0):
+            raise BadRequest("weight: must be a number greater than 0")
+        other = None
+        if ahead_of is not None:
+            try:
+                other = self._queued_job(ahead_of)
+            except NotFound as e:
+                raise BadRequest(f"ahead_of: {e}") from None
+            if other.id == job.id:
+                raise BadRequest("ahead_of: a job cannot move ahead of itself")
+            if other.pool != job.pool:
+                raise BadRequest(f"ahead_of: job {other.id} is in resource pool {other.pool!r}, "
+                                 f"not {job.pool!r}")
+        if priority is not None:
+            job.priority = priority
+        if weight is not None:
+            job.weight = weight
+        if other is not None:
+            self.cluster.move_ahead_of(job, other)
+        row = await self.store.update_experiment(
+            experiment_id, priority=job.priority, weight=job.weight,
+            queue_position=job.position)
+        run = self.runs.get(experiment_id)
+        if run is not None:
+            run.row = row
+        self.cluster.set_job(job)
+        return job
+
+    def _queued_job(self, job_id: str) -> Job:
+        key = job_id if job_id.startswith("exp-") else f"exp-{job_id}"
+        job = self.cluster.jobs.get(key)
+        if job is None or int(key.removeprefix("exp-")) not in self.runs:
+            raise NotFound(f"job {job_id} is not in the queue (only jobs of active or paused "
+                           "experiments are)")
+        return job
+
+    async def set_agent_enabled(self, who: Principal, agent_id: str, enabled: bool, *,
+                                drain: bool = True) -> dict[str, Any]:
+        if not who.is_admin:
+            raise Forbidden("only an admin can enable or disable agents")
+        if agent_id not in self.cluster.agents:
+            raise NotFound(f"agent {agent_id!r} not found")
+        await self.cluster.set_agent_enabled(agent_id, enabled, drain=drain)
+        return next(a for a in self.cluster.agents_view() if a["id"] == agent_id)
 
     # --- authentication -----------------------------------------------------------------
     async def ensure_admin_token(self, path: Path) -> str:
@@ -251,6 +346,8 @@ class Master:
             # Trials must read the source checkpoint: keep to the storage that holds it.
             config_dict["checkpoint_storage"] = dict(source.storage)
         if config_dict.get("checkpoint_storage") is None:
+            # Made now: a container's bind mount needs the directory to exist.
+            (self.data_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
             config_dict["checkpoint_storage"] = {
                 "type": "shared_fs", "host_path": str(self.data_dir / "checkpoints"),
                 "storage_path": None, "save_experiment_best": 0, "save_trial_best": 1,
@@ -265,8 +362,8 @@ class Master:
             searcher_metric=config.searcher.metric,
             smaller_is_better=config.searcher.smaller_is_better,
             resource_pool=config.resources.resource_pool or "default",
-            priority=config.resources.priority or 42, description=config.description,
-            seed=seed, parent_id=parent_id)
+            priority=config.resources.priority or 42, weight=config.resources.weight,
+            description=config.description, seed=seed, parent_id=parent_id)
         run = await self._make_run(row)
         self.runs[row.id] = run
         await run.start()
@@ -326,7 +423,9 @@ class Master:
             raise Conflict(str(e)) from None
         fields: dict[str, Any] = {
             "config": updated, "name": config.name, "description": config.description,
-            "priority": config.resources.priority or row.priority}
+            "priority": config.resources.priority or row.priority,
+            "weight": config.resources.weight,
+            "resource_pool": config.resources.resource_pool or row.resource_pool}
         if single and updated.get("hyperparameters") != row.config.get("hyperparameters"):
             # The one trial takes the hyperparameters a fresh search over the new space picks.
             [create] = [a for a in build_search_method(
@@ -381,11 +480,12 @@ class Master:
             problems.append({"path": "entrypoint", "message": (
                 "trial-class entrypoints (module:Class) need the PyTorch training harness; "
                 "use a script entrypoint such as 'python3 train.py'")})
-        slots = config.resources.slots_per_trial
-        if slots > self.cluster.max_slots():
-            problems.append({"path": "resources.slots_per_trial", "message": (
-                f"asks for {slots} slots but the largest agent has "
-                f"{self.cluster.max_slots()}")})
+        pool = config.resources.resource_pool or "default"
+        why = self.cluster.check_request(pool, config.resources.slots_per_trial)
+        if why is not None:
+            path = "resources.resource_pool" if pool not in self.cluster.pools \
+                else "resources.slots_per_trial"
+            problems.append({"path": path, "message": why})
         return problems
 
     async def get_experiment(self, experiment_id: int) -> Experiment:
@@ -641,6 +741,7 @@ class Master:
         await run.on_allocation_exit(alloc, status)
         if run.state.terminal:
             self.runs.pop(run.id, None)
+            self.cluster.forget_job(_job_id(run.id))
 
     async def _on_allocation_state(self, alloc: Allocation, state: str) -> None:
         run = self.runs.get(alloc.spec.experiment_id)
@@ -652,12 +753,11 @@ class Master:
         slots = config.resources.slots_per_trial
         argv = config.entrypoint_argv()
         if argv is None:
-            # A trial class runs in the harness, one process per slot.
-            argv = [sys.executable, "-m", "det_hub.exec.harness", str(config.entrypoint)]
+            # A trial class runs in the harness, one process per slot. `python3` is whatever
+            # Python the agent runs tasks with (its own, or the container's).
+            argv = ["python3", "-m", "det_hub.exec.harness", str(config.entrypoint)]
             if slots > 1:
-                argv = [sys.executable, "-m", "det_hub.launch.torch_distributed", "--", *argv]
-        elif argv[0] in ("python", "python3"):
-            argv = [sys.executable, *argv[1:]]
+                argv = ["python3", "-m", "det_hub.launch.torch_distributed", "--", *argv]
         latest = trial.latest_checkpoint
         if latest is None:
             try:
@@ -666,8 +766,8 @@ class Master:
                 # The source was there when the experiment was created, and is gone now.
                 raise LaunchRefused("; ".join(d["message"] for d in e.details)) from None
             latest = source.uuid if source is not None else None
-        kinds = {s.kind for s in self.agent.slots}
-        env = config.environment.variables_for("cuda" if "cuda" in kinds else "cpu")
+        env = config.environment.variables_for(
+            "cuda" if "cuda" in self.cluster.slot_kinds(exp.resource_pool) else "cpu")
         env.update({
             "DET_HUB_MASTER": self.master_url,
             "DET_HUB_TRIAL_ID": str(trial.id),
@@ -687,8 +787,40 @@ class Master:
         }
         return LaunchSpec(
             trial_id=trial.id, experiment_id=exp.id, owner=await self.username(exp.owner_id),
-            slots=slots, priority=exp.priority, argv=argv, env=env, cluster_info=info,
-            context=await self.store.get_experiment_context(exp.id))
+            slots=slots, argv=argv, env=env, cluster_info=info,
+            context=await self.store.get_experiment_context(exp.id), job_id=_job_id(exp.id),
+            container=_container_spec(config))
+
+
+def _job_id(experiment_id: int) -> str:
+    return f"exp-{experiment_id}"
+
+
+def _container_spec(config: Any) -> ContainerSpec:
+    """What the experiment config asks of the container its trials run in."""
+    env = config.environment
+    images = {d: env.image_for(d) for d in ("cpu", "cuda", "rocm")} if env.image else {}
+    shm = config.resources.shm_size
+    return ContainerSpec(
+        images={d: i for d, i in images.items() if i},
+        bind_mounts=[m.model_dump() for m in config.bind_mounts],
+        shm_size=parse_size(shm) if shm is not None else None,
+        devices=[_device(d) for d in config.resources.devices],
+        add_capabilities=list(env.add_capabilities),
+        drop_capabilities=list(env.drop_capabilities),
+    )
+
+
+def _device(entry: Any) -> dict[str, Any]:
+    """A ``resources.devices`` entry as a mapping: ``/dev/x``, ``/dev/x:/dev/y[:rwm]``, or one
+    already written as ``{host_path, container_path, mode}``."""
+    if isinstance(entry, dict):
+        host = str(entry["host_path"])
+        return {"host_path": host, "container_path": str(entry.get("container_path") or host),
+                "mode": str(entry.get("mode") or "mrw")}
+    parts = str(entry).split(":")
+    return {"host_path": parts[0], "container_path": parts[1] if len(parts) > 1 else parts[0],
+            "mode": parts[2] if len(parts) > 2 else "mrw"}
 
 
 def _with_trial_ids(value: Any, by_request: dict[str, int]) -> Any:

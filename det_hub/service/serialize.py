@@ -27,6 +27,7 @@ def experiment_json(e: Experiment, owner: str, num_trials: int) -> dict[str, Any
         "created_at": iso(e.created_at), "ended_at": iso(e.ended_at), "config": e.config,
         "searcher_metric": e.searcher_metric, "smaller_is_better": e.smaller_is_better,
         "num_trials": num_trials, "resource_pool": e.resource_pool, "priority": e.priority,
+        "weight": e.weight, "job_id": f"exp-{e.id}",
         "seed": e.seed, "labels": e.labels or [], "forked_from": e.parent_id,
     }
 

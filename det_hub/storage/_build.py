@@ -32,3 +32,24 @@ def build_storage(config: Mapping[str, Any]) -> StorageManager:
         f"checkpoint_storage.type: {kind!r} is not supported; supported types: "
         + ", ".join(SUPPORTED_TYPES)
     )
+
+
+#: Where a container sees a ``shared_fs`` storage's ``host_path``.
+CONTAINER_SHARED_FS = "/det_hub_shared_fs"
+
+
+def storage_in_container(
+    config: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """A ``checkpoint_storage`` config as a task in a container sees it, and the bind mounts
+    that make it so.
+
+    A ``shared_fs`` storage's ``host_path`` is a path on the host; the container gets it
+    mounted at :data:`CONTAINER_SHARED_FS` and its config says so. Other types reach their
+    storage over the network and pass through unchanged.
+    """
+    if not config or config.get("type") != "shared_fs" or not config.get("host_path"):
+        return (dict(config) if config else None), []
+    mount = {"host_path": str(config["host_path"]), "container_path": CONTAINER_SHARED_FS,
+             "read_only": False, "propagation": config.get("propagation") or "rprivate"}
+    return {**config, "host_path": CONTAINER_SHARED_FS}, [mount]

@@ -7,6 +7,7 @@ SQLite (``sqlite:///path.db``) is the embedded default and PostgreSQL
 from .columns import utcnow
 from .errors import NotFound, StoreConflict, StoreError
 from .models import (
+    AgentSetting,
     Allocation,
     Checkpoint,
     Experiment,
@@ -22,6 +23,7 @@ from .models import (
 from .store import Store, hash_token
 
 __all__ = [
+    "AgentSetting",
     "Allocation",
     "Checkpoint",
     "Experiment",

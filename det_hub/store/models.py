@@ -83,6 +83,11 @@ class Experiment(Base):
     smaller_is_better: Mapped[bool] = mapped_column(Boolean)
     resource_pool: Mapped[str] = mapped_column(String(255), default="default")
     priority: Mapped[int] = mapped_column(Integer, default=42)
+    #: Share of a fair-share pool, from ``resources.weight``; `det-hub job update` changes it.
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    #: Place in the job queue among jobs of equal priority, smaller first. ``None`` means the
+    #: creation time; `det-hub job update --ahead-of` sets it.
+    queue_position: Mapped[float | None] = mapped_column(Float, default=None)
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
     searcher_state: Mapped[dict[str, Any] | None] = mapped_column(json_type(), default=None)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
@@ -151,6 +156,19 @@ class Allocation(Base):
     ended_at: Mapped[dt.datetime | None] = mapped_column(default=None, index=True)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
     exit_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    #: Every agent the allocation runs on: ``[{"agent_id", "slot_ids", "log_offset", "pid",
+    #: "where"}]``, the chief first. ``agent_id``/``slot_ids``/``pid`` above repeat the chief's.
+    placements: Mapped[list[Any] | None] = mapped_column(json_type(), default=None)
+
+
+class AgentSetting(Base):
+    """What an admin set on an agent, kept across master restarts."""
+
+    __tablename__ = "agent_settings"
+
+    id: Mapped[str] = mapped_column(String(255), primary_key=True)
+    enabled: Mapped[bool] = mapped_column(Boolean, default=True)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 class Metric(Base):
@@ -209,6 +227,7 @@ MetricRow = Metric
 LogRow = TaskLog
 
 __all__ = [
+    "AgentSetting",
     "Allocation",
     "Base",
     "Checkpoint",

@@ -19,6 +19,7 @@ from .columns import UTC, utcnow
 from .engine import WRITE_OPTION, create_store_engine, normalize_url, upgrade_to_head
 from .errors import NotFound, StoreConflict
 from .models import (
+    AgentSetting,
     Allocation,
     Base,
     Checkpoint,
@@ -257,6 +258,7 @@ class Store:
         smaller_is_better: bool,
         resource_pool: str = "default",
         priority: int = 42,
+        weight: float = 1.0,
         description: str = "",
         seed: int = 0,
         parent_id: int | None = None,
@@ -280,6 +282,8 @@ class Store:
             smaller_is_better=smaller_is_better,
             resource_pool=resource_pool,
             priority=priority,
+            weight=weight,
+            queue_position=None,
             seed=seed,
             searcher_state=None,
             created_at=utcnow(),
@@ -488,6 +492,22 @@ class Store:
         )
         async with self._reading() as session:
             return list(await session.scalars(stmt))
+
+    # -- agents -----------------------------------------------------------------------------
+
+    async def agent_settings(self) -> dict[str, bool]:
+        """Whether each agent an admin has enabled or disabled is enabled, by agent id."""
+        async with self._reading() as session:
+            return {row.id: row.enabled for row in await session.scalars(select(AgentSetting))}
+
+    async def set_agent_enabled(self, agent_id: str, enabled: bool) -> None:
+        """Remember that an admin enabled or disabled an agent."""
+        async with self._writing() as session:
+            row = await session.get(AgentSetting, agent_id)
+            if row is None:
+                session.add(AgentSetting(id=agent_id, enabled=enabled, updated_at=utcnow()))
+            else:
+                row.enabled, row.updated_at = enabled, utcnow()
 
     # -- metrics ----------------------------------------------------------------------------
 

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import io
 import os
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
-from det_hub.agents.local import LocalAgent, TaskHandle
+from det_hub.agents import TaskSpec
+from det_hub.agents.local import LocalAgent, LocalTaskHandle
 from det_hub.agents.slots import discover_slots
+from det_hub.testing import targz
 
 
-def wait_exit(handle: TaskHandle, timeout: float = 20.0):
+def wait_exit(handle: LocalTaskHandle, timeout: float = 20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         status = handle.exit_status()
@@ -23,17 +23,6 @@ def wait_exit(handle: TaskHandle, timeout: float = 20.0):
             return status
         time.sleep(0.05)
     raise AssertionError("the task did not finish")
-
-
-def context(files: dict[str, str]) -> bytes:
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return buf.getvalue()
 
 
 SCRIPT = """
@@ -62,8 +51,8 @@ def test_slots_are_groups_of_cores() -> None:
 
 
 def test_runs_the_context_and_captures_both_streams(agent: LocalAgent) -> None:
-    handle = agent.launch("1.a", [sys.executable, "train.py"], {"MY_VAR": "hi"},
-                          context({"train.py": SCRIPT}), [0], {"info.json": "{}"})
+    handle = agent.launch(TaskSpec("1.a", ["python3", "train.py"], {"MY_VAR": "hi"},
+                                   targz({"train.py": SCRIPT}), [0], {"info.json": "{}"}))
     status = wait_exit(handle)
     assert status.exit_code == 0 and status.success
     lines = handle.read_logs()
@@ -73,24 +62,24 @@ def test_runs_the_context_and_captures_both_streams(agent: LocalAgent) -> None:
     assert ("stdout", "cwd has ['train.py']") in messages
     first_slot_cpus = agent.slots[0].cpus
     assert ("stdout", f"affinity {sorted(first_slot_cpus)}") in messages
-    assert (handle.root / "info.json").read_text() == "{}"
+    assert Path(agent.file_path("1.a", "info.json")).read_text() == "{}"
     assert handle.read_logs() == []  # the offset moved past everything
     agent.reap(handle)
 
 
 def test_exit_codes_and_missing_programs(agent: LocalAgent) -> None:
-    handle = agent.launch("2.a", [sys.executable, "train.py"], {"MY_VAR": "x", "EXIT": "3"},
-                          context({"train.py": SCRIPT}), [0])
+    handle = agent.launch(TaskSpec("2.a", [sys.executable, "train.py"],
+                                   {"MY_VAR": "x", "EXIT": "3"}, targz({"train.py": SCRIPT}), [0]))
     assert wait_exit(handle).exit_code == 3
-    missing = agent.launch("3.a", ["no-such-program-here"], {}, None, [0])
+    missing = agent.launch(TaskSpec("3.a", ["no-such-program-here"], {}, None, [0]))
     status = wait_exit(missing)
     assert status.exit_code == 127
     assert "cannot start 'no-such-program-here'" in (status.reason or "")
 
 
 def test_kill_stops_the_whole_task(agent: LocalAgent) -> None:
-    handle = agent.launch("4.a", [sys.executable, "-c", "import time; print('up', flush=True); "
-                                  "time.sleep(60)"], {}, None, [0])
+    handle = agent.launch(TaskSpec("4.a", [sys.executable, "-c", "import time; "
+                                   "print('up', flush=True); time.sleep(60)"], {}, None, [0]))
     deadline = time.monotonic() + 10
     while not any(line.message == "up" for line in handle.read_logs()):
         assert time.monotonic() < deadline
@@ -101,17 +90,17 @@ def test_kill_stops_the_whole_task(agent: LocalAgent) -> None:
 
 
 def test_a_new_agent_adopts_a_running_task(agent: LocalAgent, tmp_path: Path) -> None:
-    handle = agent.launch("5.a", [sys.executable, "-c",
-                                  "import time\nfor i in range(3):\n print(i, flush=True)\n"
-                                  " time.sleep(0.3)"], {}, None, [0])
+    handle = agent.launch(TaskSpec("5.a", [sys.executable, "-c",
+                                   "import time\nfor i in range(3):\n print(i, flush=True)\n"
+                                   " time.sleep(0.3)"], {}, None, [0]))
     time.sleep(0.4)
     first = handle.read_logs()
     # A second agent over the same directory stands for the master after a restart.
     again = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
-    adopted = again.attach("5.a", handle.pid, handle.log_offset)
+    adopted = again.attach("5.a", handle.log_offset, handle.pid)
     assert adopted is not None
     assert wait_exit(adopted).exit_code == 0
     rest = adopted.read_logs()
     assert [line.message for line in first + rest] == ["0", "1", "2"]
     # A task whose runner is gone without an exit status cannot be adopted.
-    assert again.attach("6.z", 999_999, 0) is None
+    assert again.attach("6.z", 0, 999_999) is None

@@ -48,19 +48,38 @@ CHECKPOINT: dict[str, Any] = {
     "metadata": {"steps_completed": 500}, "size": 3282,
     "storage": {"type": "shared_fs", "host_path": "/root/.det_hub/checkpoints", "storage_path": None},
 }
-AGENTS: dict[str, Any] = {"agents": [{"id": "local", "type": "local", "enabled": True, "slots": [
-    {"id": "0", "type": "cpu", "device": "cpu0-3", "allocation_id": "7.0"},
-    {"id": "1", "type": "cpu", "device": "cpu4-7", "allocation_id": None},
-]}]}
+AGENTS: dict[str, Any] = {"agents": [{
+    "id": "local", "type": "local", "resource_pool": "default", "enabled": True,
+    "address": "127.0.0.1", "connected": True, "slots": [
+        {"id": 0, "type": "cpu", "device": "cpu0-3", "cpus": [0, 1, 2, 3],
+         "description": "CPUs 0-3", "allocation_id": "7.0"},
+        {"id": 1, "type": "cpu", "device": "cpu4-7", "cpus": [4, 5, 6, 7],
+         "description": "CPUs 4-7", "allocation_id": None},
+    ]}]}
 POOLS: dict[str, Any] = {"resource_pools": [
-    {"name": "default", "type": "local", "agents": 1, "slots_total": 2, "slots_used": 1},
+    {"name": "default", "description": "", "type": "local", "agents": 1, "slots_total": 2,
+     "slots_used": 1, "slot_type": "cpu", "scheduler": "priority", "preemption": False,
+     "fitting_policy": "best", "preemption_timeout": 3600.0, "default": True},
+    {"name": "gpu", "description": "the A100 hosts", "type": "docker", "agents": 2,
+     "slots_total": 16, "slots_used": 0, "slot_type": "cuda", "scheduler": "fair_share",
+     "preemption": True, "fitting_policy": "worst", "preemption_timeout": 600.0,
+     "default": False},
 ]}
-JOBS: dict[str, Any] = {"jobs": [
-    {"allocation_id": "7.0", "trial_id": 7, "experiment_id": 3, "owner": "admin",
-     "state": "RUNNING", "slots": 1, "priority": 42, "queued_at": "2026-11-22T10:00:01Z"},
-    {"allocation_id": "9.0", "trial_id": 9, "experiment_id": 4, "owner": "ann",
-     "state": "QUEUED", "slots": 2, "priority": 50, "queued_at": "2026-11-22T10:10:00Z"},
-]}
+JOB_RUNNING: dict[str, Any] = {
+    "job_id": "exp-3", "type": "EXPERIMENT", "name": "mnist-const", "owner": "admin",
+    "resource_pool": "default", "queue_position": 1, "priority": 42, "weight": 1.0,
+    "state": "SCHEDULED", "slots_requested": 1, "slots_allocated": 1, "allocations": 1,
+    "preemptible": True, "submitted": "2026-11-22T10:00:00Z",
+    "queued_at": "2026-11-22T10:00:01Z", "experiment_id": 3,
+}
+JOB_QUEUED: dict[str, Any] = {
+    "job_id": "exp-4", "type": "EXPERIMENT", "name": "resnet", "owner": "ann",
+    "resource_pool": "default", "queue_position": 2, "priority": 50, "weight": 2.5,
+    "state": "QUEUED", "slots_requested": 2, "slots_allocated": 0, "allocations": 1,
+    "preemptible": True, "submitted": "2026-11-22T10:09:00Z",
+    "queued_at": "2026-11-22T10:10:00Z", "experiment_id": 4,
+}
+JOBS: dict[str, Any] = {"jobs": [JOB_RUNNING, JOB_QUEUED]}
 USERS: dict[str, Any] = {"users": [
     {"id": 1, "username": "admin", "admin": True},
     {"id": 2, "username": "ann", "admin": False},

@@ -14,6 +14,7 @@ from api_data import (
     CHECKPOINT,
     EXPERIMENT,
     EXPERIMENT_DONE,
+    JOB_QUEUED,
     JOBS,
     ME,
     METRICS,
@@ -358,17 +359,127 @@ def test_cluster_tables(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/resource_pools", POOLS)
     fake_master.json("GET", "/jobs", JOBS)
 
-    assert _table_lines(det("agent", "list").out)[1] == ["local", "local", "yes", "2", "1", "cpu"]
+    agents = _table_lines(det("agent", "list").out)
+    assert agents[0] == ["ID", "Type", "Pool", "Enabled", "Connected", "Slots", "Used",
+                         "Slot types", "Address"]
+    assert agents[1] == ["local", "local", "default", "yes", "yes", "2", "1", "cpu", "127.0.0.1"]
     slots = _table_lines(det("slot", "list").out)
     assert slots[0] == ["Agent", "Slot", "Type", "Device", "Enabled", "Allocation"]
     assert slots[1:] == [["local", "0", "cpu", "cpu0-3", "yes", "7.0"], ["local", "1", "cpu", "cpu4-7", "yes", "-"]]
     slot_json = json.loads(det("slot", "list", "--json").out)
     assert slot_json["slots"][0] == {"agent_id": "local", **AGENTS["agents"][0]["slots"][0]}
-    assert _table_lines(det("rp", "list").out)[1] == ["default", "local", "1", "1", "2"]
+    pools = _table_lines(det("rp", "list").out)
+    assert pools[0] == ["Name", "Type", "Agents", "Slots used", "Slots total", "Scheduler",
+                        "Preemption", "Default", "Description"]
+    assert pools[1:] == [
+        ["default", "local", "1", "1", "2", "priority", "no", "yes", "-"],
+        ["gpu", "docker", "2", "0", "16", "fair_share", "yes", "no", "the A100 hosts"]]
     jobs = _table_lines(det("job", "list").out)
-    assert jobs[0][:7] == ["Allocation", "Experiment", "Trial", "Owner", "State", "Slots", "Priority"]
-    assert jobs[1][:7] == ["7.0", "3", "7", "admin", "RUNNING", "1", "42"]
-    assert jobs[2][:7] == ["9.0", "4", "9", "ann", "QUEUED", "2", "50"]
+    assert jobs[0] == ["#", "ID", "Type", "Name", "Priority", "Weight", "Submitted",
+                       "Slots (acquired/needed)", "Status", "User"]
+    assert jobs[1] == ["1", "exp-3", "EXPERIMENT", "mnist-const", "42", "1",
+                       fmt_time("2026-11-22T10:00:00Z"), "1/1", "SCHEDULED", "admin"]
+    assert jobs[2] == ["2", "exp-4", "EXPERIMENT", "resnet", "50", "2.5",
+                       fmt_time("2026-11-22T10:09:00Z"), "0/2", "QUEUED", "ann"]
+    # Without --resource-pool every pool's jobs are asked for.
+    assert "resource_pool" not in fake_master.calls("GET", "/jobs")[0].query
+
+
+def test_job_list_of_one_pool(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("GET", "/jobs", {"jobs": []})
+
+    result = det("job", "list", "--resource-pool", "gpu")
+
+    assert result.code == 0 and _table_lines(result.out)[0][:2] == ["#", "ID"]
+    assert fake_master.calls("GET", "/jobs")[0].query == {"resource_pool": "gpu"}
+
+
+def test_job_update_sends_the_changes_and_prints_the_new_row(fake_master: FakeMaster,
+                                                             det: Det) -> None:
+    moved = {**JOB_QUEUED, "queue_position": 1, "priority": 42}
+    fake_master.json("PATCH", "/jobs/exp-4", {"job": moved})
+
+    result = det("job", "update", "exp-4", "--ahead-of", "exp-3", "--weight", "0.5")
+
+    assert result.code == 0, result.err
+    assert fake_master.calls("PATCH", "/jobs/exp-4")[0].json() == {"weight": 0.5,
+                                                                   "ahead_of": "exp-3"}
+    rows = _table_lines(result.out)
+    assert rows[0][:2] == ["#", "ID"] and rows[1][:5] == ["1", "exp-4", "EXPERIMENT", "resnet",
+                                                          "42"]
+
+    # A bare experiment id is a job id too; --json prints the master's answer.
+    fake_master.json("PATCH", "/jobs/4", {"job": moved})
+    assert json.loads(det("j", "update", "4", "--priority", "1", "--json").out) == {"job": moved}
+    assert fake_master.calls("PATCH", "/jobs/4")[0].json() == {"priority": 1}
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (("--priority", "0"), "0 is not between 1 and 99"),
+    (("--priority", "100"), "100 is not between 1 and 99"),
+    (("--priority", "high"), "'high' is not an integer"),
+    (("--weight", "0"), "0 is not a number greater than 0"),
+    (("--weight", "-1.5"), "-1.5 is not a number greater than 0"),
+    (("--weight", "nan"), "nan is not a number greater than 0"),
+    (("--priority", "3", "--ahead-of", "exp-3"), "not allowed with argument"),
+])
+def test_job_update_bad_values_never_reach_the_master(
+        fake_master: FakeMaster, det: Det, argv: tuple[str, ...], message: str) -> None:
+    result = det("job", "update", "exp-4", *argv)
+
+    assert result.code == 2 and message in result.err
+    assert fake_master.requests == []
+
+
+def test_job_update_needs_something_to_change(fake_master: FakeMaster, det: Det) -> None:
+    result = det("job", "update", "exp-4")
+
+    assert result.code == 1 and "give --priority, --weight or --ahead-of" in result.err
+    assert fake_master.requests == []
+
+
+def test_job_update_refused_by_the_master(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("PATCH", "/jobs/exp-4", {
+        "error": "only the owner of experiment 4 or an admin can change it", "details": []}, 403)
+
+    result = det("job", "update", "exp-4", "--priority", "10")
+
+    assert result.code == 1 and result.out == ""
+    assert "only the owner of experiment 4" in result.err
+
+
+def test_agent_enable_and_disable(fake_master: FakeMaster, det: Det) -> None:
+    agent = AGENTS["agents"][0]
+    fake_master.json("POST", "/agents/local/disable", {"agent": {**agent, "enabled": False}})
+    fake_master.json("POST", "/agents/local/enable", {"agent": agent})
+
+    disabled = det("agent", "disable", "local")
+    drained = det("agent", "disable", "local", "--drain")
+    enabled = det("agent", "enable", "local", "--json")
+
+    # Without --drain the trials there checkpoint and move; the API's own default is to drain.
+    assert [c.json() for c in fake_master.calls("POST", "/agents/local/disable")] == [
+        {"drain": False}, {"drain": True}]
+    assert disabled.code == 0 and _table_lines(disabled.out)[1][:4] == [
+        "local", "local", "default", "no"]
+    assert drained.code == 0
+    assert enabled.code == 0 and json.loads(enabled.out) == {"agent": agent}
+
+
+def test_agent_disable_help_says_what_happens_to_running_trials(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "disable", "--help"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "checkpoint" in out and "another agent" in out and "--drain" in out
+
+
+def test_agent_disable_needs_an_admin(fake_master: FakeMaster, det: Det) -> None:
+    fake_master.json("POST", "/agents/local/disable", {
+        "error": "only an admin can enable or disable agents", "details": []}, 403)
+
+    result = det("agent", "disable", "local")
+
+    assert result.code == 1 and "only an admin can enable or disable agents" in result.err
 
 
 def test_users(fake_master: FakeMaster, det: Det) -> None:

@@ -107,7 +107,7 @@ class FakeMaster:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_DELETE = _serve
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
         class _Server(ThreadingHTTPServer):
             def handle_error(self, request: Any, client_address: Any) -> None:

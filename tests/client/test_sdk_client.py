@@ -13,10 +13,13 @@ import pytest
 from fake_master import FakeMaster, Reply, Request, closed_port, log_row, ndjson
 
 from det_hub.client import (
+    Agent,
     Client,
     Experiment,
+    Job,
     MasterError,
     MasterUnreachable,
+    ResourcePool,
     Trial,
 )
 
@@ -296,26 +299,92 @@ def test_logs_unknown_trial(fake_master: FakeMaster) -> None:
         list(Client(fake_master.url, "t").trial_logs(99, follow=True))
 
 
+AGENT = {"id": "local", "type": "local", "resource_pool": "default", "enabled": True,
+         "address": "127.0.0.1", "connected": False, "slots": [
+             {"id": 0, "type": "cpu", "device": "cpu0-3", "allocation_id": "7.0"},
+             {"id": 1, "type": "cpu", "device": "cpu4-7", "allocation_id": None}]}
+JOB = {"job_id": "exp-3", "type": "EXPERIMENT", "name": "mnist", "owner": "admin",
+       "resource_pool": "default", "queue_position": 2, "priority": 42, "weight": 1.5,
+       "state": "SCHEDULED_PARTIALLY", "slots_requested": 4, "slots_allocated": 2,
+       "allocations": 2, "preemptible": True, "submitted": "2026-11-22T10:00:00Z",
+       "queued_at": "2026-11-22T10:00:01Z", "experiment_id": 3}
+
+
 def test_cluster_lists(fake_master: FakeMaster) -> None:
-    agents = {"agents": [{"id": "local", "type": "local", "enabled": True, "slots": [
-        {"id": "0", "type": "cpu", "device": "cpu0-3", "allocation_id": "7.0"},
-        {"id": "1", "type": "cpu", "device": "cpu4-7", "allocation_id": None}]}]}
-    pools = {"resource_pools": [{"name": "default", "type": "local", "agents": 1, "slots_total": 2, "slots_used": 1}]}
-    jobs = {"jobs": [{"allocation_id": "7.0", "trial_id": 7, "experiment_id": 3, "owner": "admin",
-                      "state": "RUNNING", "slots": 1, "priority": 42, "queued_at": "2026-11-22T10:00:00Z"}]}
+    pools = {"resource_pools": [{
+        "name": "default", "description": "CPUs", "type": "local", "agents": 1,
+        "slots_total": 2, "slots_used": 1, "slot_type": "cpu", "scheduler": "fair_share",
+        "preemption": True, "fitting_policy": "best", "preemption_timeout": 600,
+        "default": True}]}
     users = {"users": [{"id": 1, "username": "admin", "admin": True}]}
-    for path, body in (("/agents", agents), ("/resource_pools", pools), ("/jobs", jobs), ("/users", users)):
+    for path, body in (("/agents", {"agents": [AGENT]}), ("/resource_pools", pools),
+                       ("/jobs", {"jobs": [JOB]}), ("/users", users)):
         fake_master.json("GET", path, body)
     fake_master.json("POST", "/users", {"user": {"id": 2, "username": "ann", "admin": False}, "token": "tok"}, 201)
     client = Client(fake_master.url, "t")
 
-    assert [s.allocation_id for s in client.list_agents()[0].slots] == ["7.0", None]
-    assert client.list_resource_pools()[0].slots_used == 1
-    assert client.list_jobs()[0].trial_id == 7
+    [agent] = client.list_agents()
+    assert [s.allocation_id for s in agent.slots] == ["7.0", None]
+    assert [s.id for s in agent.slots] == ["0", "1"]
+    assert (agent.resource_pool, agent.address, agent.connected) == ("default", "127.0.0.1", False)
+    [pool] = client.list_resource_pools()
+    assert (pool.slots_used, pool.scheduler, pool.preemption, pool.preemption_timeout,
+            pool.default, pool.description) == (1, "fair_share", True, 600.0, True, "CPUs")
+    [job] = client.list_jobs()
+    assert (job.job_id, job.experiment_id, job.queue_position, job.state) == (
+        "exp-3", 3, 2, "SCHEDULED_PARTIALLY")
+    assert (job.slots_requested, job.slots_allocated, job.weight) == (4, 2, 1.5)
+    assert job.submitted == dt.datetime(2026, 11, 22, 10, 0, tzinfo=dt.timezone.utc)
+    assert "resource_pool" not in fake_master.calls("GET", "/jobs")[0].query
     assert client.list_users()[0].admin is True
     created = client.create_user("ann")
     assert created.token == "tok" and created.user.username == "ann"
     assert fake_master.calls("POST", "/users")[0].json() == {"username": "ann", "admin": False}
+
+
+def test_jobs_of_a_pool_one_job_and_updates(fake_master: FakeMaster) -> None:
+    moved = {**JOB, "queue_position": 1, "priority": 10}
+    fake_master.json("GET", "/jobs", {"jobs": []})
+    fake_master.json("GET", "/jobs/exp-3", {"job": JOB})
+    fake_master.json("PATCH", "/jobs/exp-3", {"job": moved})
+    fake_master.json("PATCH", "/jobs/3", {"job": moved})
+    client = Client(fake_master.url, "t")
+
+    assert list(client.list_jobs(resource_pool="gpu")) == []
+    assert fake_master.calls("GET", "/jobs")[0].query == {"resource_pool": "gpu"}
+    assert client.get_job("exp-3").raw == JOB
+    updated = client.update_job("exp-3", ahead_of=5, weight=0.5)
+    assert updated.queue_position == 1 and updated.priority == 10
+    assert fake_master.calls("PATCH", "/jobs/exp-3")[0].json() == {"weight": 0.5,
+                                                                   "ahead_of": "5"}
+    client.update_job(3, priority=10)
+    assert fake_master.calls("PATCH", "/jobs/3")[0].json() == {"priority": 10}
+    with pytest.raises(ValueError, match="nothing to change"):
+        client.update_job("exp-3")
+    assert len(fake_master.calls("PATCH", "/jobs/exp-3")) == 1
+
+
+def test_job_update_errors_carry_the_master_message(fake_master: FakeMaster) -> None:
+    fake_master.json("PATCH", "/jobs/exp-9", {
+        "error": "job exp-9 is not in the queue", "details": []}, 404)
+    with pytest.raises(MasterError) as info:
+        Client(fake_master.url, "t").update_job("exp-9", priority=3)
+    assert info.value.status == 404 and "exp-9" in info.value.message
+
+
+def test_agents_one_enable_and_disable(fake_master: FakeMaster) -> None:
+    fake_master.json("GET", "/agents/gpu%2Fa", {"agent": {**AGENT, "id": "gpu/a"}})
+    fake_master.json("POST", "/agents/local/enable", {"agent": AGENT})
+    fake_master.json("POST", "/agents/local/disable", {"agent": {**AGENT, "enabled": False}})
+    client = Client(fake_master.url, "t")
+
+    # An id is always one path segment, whatever it holds.
+    assert client.get_agent("gpu/a").id == "gpu/a"
+    assert client.enable_agent("local").enabled is True
+    assert client.disable_agent("local").enabled is False
+    client.disable_agent("local", drain=False)
+    assert [c.json() for c in fake_master.calls("POST", "/agents/local/disable")] == [
+        {"drain": True}, {"drain": False}]
 
 
 def test_checkpoints(fake_master: FakeMaster) -> None:
@@ -330,6 +399,16 @@ def test_checkpoints(fake_master: FakeMaster) -> None:
     client = Client(fake_master.url, "t")
     assert client.list_checkpoints(3)[0].resources == {"model.pt": 1234}
     assert client.get_checkpoint("c0ffee").raw == checkpoint
+
+
+def test_cluster_objects_tolerate_missing_fields() -> None:
+    job = Job.from_json({"job_id": "exp-1", "state": "QUEUED", "priority": True})
+    assert job.queue_position is None and job.priority is None and job.submitted is None
+    assert job.type == "EXPERIMENT" and job.slots_requested == 0 and job.preemptible is True
+    agent = Agent.from_json({"id": "a"})
+    assert agent.enabled and agent.connected and agent.resource_pool == "" and agent.slots == []
+    pool = ResourcePool.from_json({"name": "p", "agents": ["a", "b"]})
+    assert pool.agents == 2 and pool.scheduler == "" and pool.preemption_timeout is None
 
 
 def test_objects_tolerate_missing_fields() -> None:

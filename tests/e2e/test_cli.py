@@ -71,7 +71,8 @@ def test_pause_activate_kill_and_cluster_views(master: MasterProcess) -> None:
     slots = json.loads(master.cli("slot", "list", "--json", check=True).stdout)["slots"]
     assert sum(1 for s in slots if s["allocation_id"]) == 1
     jobs = json.loads(master.cli("job", "list", "--json", check=True).stdout)["jobs"]
-    assert [(j["experiment_id"], j["state"]) for j in jobs] == [(eid, "RUNNING")]
+    assert [(j["experiment_id"], j["state"], j["slots_allocated"]) for j in jobs] == [
+        (eid, "SCHEDULED", 1)]
     assert "PAUSED" in master.cli("experiment", "pause", str(eid), check=True).stdout
     assert "ACTIVE" in master.cli("experiment", "activate", str(eid), check=True).stdout
     master.cli("experiment", "kill", str(eid), check=True)

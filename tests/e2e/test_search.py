@@ -36,7 +36,8 @@ def search_config(searcher: dict[str, Any], length: int, **hparams: Any) -> dict
 
 
 class RunningJobs:
-    """Samples the job queue while a search runs: the most allocations running at once."""
+    """Samples the job queue while a search runs: the most slots in use at once (one per
+    running trial, as the searches here ask for one slot a trial)."""
 
     def __init__(self, master: MasterProcess) -> None:
         self.master = master
@@ -48,7 +49,7 @@ class RunningJobs:
     def _run(self) -> None:
         while not self._stop.is_set():
             jobs = self.master.get("/jobs")["jobs"]
-            self.most = max(self.most, sum(1 for j in jobs if j["state"] == "RUNNING"))
+            self.most = max(self.most, sum(j["slots_allocated"] for j in jobs))
             self._stop.wait(0.05)
 
     def stop(self) -> int:

@@ -36,8 +36,10 @@ def main() -> None:
         signal.signal(signal.SIGINT, caught)
     elif mode == "ignore":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    (ready / f"rank-{rank}").touch()
+    # Printed before the ready file exists: a signal sent once it does cannot land between
+    # the line and its newline (print writes them separately).
     print(f"rank {rank} ready", flush=True)
+    (ready / f"rank-{rank}").touch()
     if mode == "fail":
         others = [ready / f"rank-{r}" for r in range(size) if r != rank]
         while not all(p.exists() for p in others):

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from det_hub.launch.torch_distributed import exit_code, run_workers, worker_env
+from det_hub.launch._command import LaunchError
+from det_hub.launch.torch_distributed import Node, exit_code, free_port, run_workers, worker_env
 
 HERE = Path(__file__).parent
 GLOO_WORKER = str(HERE / "gloo_worker.py")
@@ -183,3 +184,44 @@ def test_worker_env() -> None:
 
 def test_exit_code() -> None:
     assert (exit_code(0), exit_code(3), exit_code(-9), exit_code(-15)) == (0, 3, 137, 143)
+
+
+def test_worker_env_on_the_second_of_two_nodes() -> None:
+    node = Node.from_env({"DET_HUB_NNODES": "2", "DET_HUB_NODE_RANK": "1",
+                          "DET_HUB_CHIEF_ADDR": "10.1.2.3", "DET_HUB_CHIEF_PORT": "23456"})
+    env = worker_env({}, rank=1, size=2, port=23456, node=node)
+    assert {k: env[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                "CROSS_RANK", "CROSS_SIZE", "MASTER_ADDR", "MASTER_PORT")} == {
+        "RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+        "CROSS_RANK": "1", "CROSS_SIZE": "2", "MASTER_ADDR": "10.1.2.3", "MASTER_PORT": "23456"}
+    assert Node.from_env({}) == Node()
+
+
+@pytest.mark.parametrize(("env", "message"), [
+    ({"DET_HUB_NNODES": "2"}, "incomplete"),
+    ({"DET_HUB_NNODES": "2", "DET_HUB_NODE_RANK": "2", "DET_HUB_CHIEF_ADDR": "x",
+      "DET_HUB_CHIEF_PORT": "1"}, "outside 0..1"),
+])
+def test_bad_node_variables(env: dict[str, str], message: str) -> None:
+    with pytest.raises(LaunchError, match=message):
+        Node.from_env(env)
+
+
+def test_two_nodes_make_one_world(tmp_path: Path, base_env: dict[str, str]) -> None:
+    """Two launchers, as on two hosts, start 2 workers each; all 4 meet at the chief."""
+    port = free_port()
+    procs = []
+    for node in (0, 1):
+        env = dict(base_env, DET_HUB_NNODES="2", DET_HUB_NODE_RANK=str(node),
+                   DET_HUB_CHIEF_ADDR="127.0.0.1", DET_HUB_CHIEF_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [*LAUNCHER, "--nproc", "2", "--", sys.executable, GLOO_WORKER],
+            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outs = [p.communicate(timeout=90) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1] for o in outs]
+    lines = {**by_rank(outs[0][0]), **by_rank(outs[1][0])}
+    assert sorted(lines) == ["[rank=0]", "[rank=1]", "[rank=2]", "[rank=3]"]
+    for rank in range(4):
+        assert lines[f"[rank={rank}]"][0].startswith(
+            f"rank {rank} world 4 local {rank % 2} local_world 2 cross {rank // 2}/2")
+        assert lines[f"[rank={rank}]"][1] == f"rank {rank} sum 6"  # 0 + 1 + 2 + 3

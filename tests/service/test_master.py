@@ -106,6 +106,7 @@ async def test_kill_cancels_and_owner_rules_hold(master: Master, admin: Principa
 @pytest.mark.parametrize(("text", "path"), [
     (config(searcher={"name": "custom", "metric": "x"}), "searcher.name"),
     (config(resources={"slots_per_trial": 99}), "resources.slots_per_trial"),
+    (config(resources={"resource_pool": "gpu"}), "resources.resource_pool"),
     (config(searcher={"name": "single"}), "searcher.metric"),
 ])
 async def test_configs_this_master_cannot_run_are_refused(
@@ -119,7 +120,7 @@ async def test_configs_this_master_cannot_run_are_refused(
 async def test_pausing_a_queued_trial_costs_no_restart(master: Master, admin: Principal) -> None:
     sleeper = context("import time\ntime.sleep(60)\n")
     running = [await master.create_experiment(admin, config(), sleeper)
-               for _ in master.agent.slots]
+               for _ in master.cluster.agents["local"].slots]
     queued = await master.create_experiment(admin, config(), context("print('ran')\n"))
     [trial] = master.runs[queued.id].trials.values()
     assert trial.run_state == "QUEUED"

@@ -14,10 +14,11 @@ from det_hub.store.engine import alembic_config, normalize_url
 from det_hub.store.models import Base
 
 #: The newest migration.
-HEAD = "0002"
+HEAD = "0003"
 
 EXPECTED_TABLES = {
     "users",
+    "agent_settings",
     "tokens",
     "experiments",
     "experiment_contexts",

@@ -3,7 +3,8 @@
 Hyperparameters steer it: ``sleep`` (seconds per batch), ``checkpoint_every``,
 ``report_every``, ``crash_once_at`` (exit 3 at that batch on the first attempt only),
 ``exit_code`` (exit with it after training), ``token_file`` (write the allocation token there,
-so a test can try to misuse it).
+so a test can try to misuse it), ``ignore_preempt`` (never stop when asked to),
+``report_where`` (print whether it runs in a container).
 """
 
 import json
@@ -23,6 +24,9 @@ def main() -> int:
             json.dump({"token": os.environ["DET_HUB_ALLOCATION_TOKEN"],
                        "allocation_id": os.environ["DET_HUB_ALLOCATION_ID"],
                        "trial_id": info.trial.trial_id}, f)
+    if hp.get("report_where"):
+        print(f"in container {os.path.exists('/.dockerenv')} on agent "
+              f"{info.agent_id}", flush=True)
     with core.init() as ctx:
 
         def save(step: int) -> None:
@@ -48,7 +52,7 @@ def main() -> int:
                     return 3
                 if step % hp.get("checkpoint_every", 1000) == 0:
                     save(step)
-                if ctx.preempt.should_preempt():
+                if not hp.get("ignore_preempt") and ctx.preempt.should_preempt():
                     save(step)
                     print(f"preempted at {step}", flush=True)
                     return 0

@@ -1,0 +1,186 @@
+"""What the cluster needs from an agent: a host that runs tasks on its slots.
+
+An agent owns a fixed set of slots (:class:`~det_hub.agents.slots.SlotInfo`). The cluster asks
+it to start a task on some of them (:meth:`Agent.launch`), then polls the returned
+:class:`TaskHandle` for log lines and the exit status. Tasks outlive the master: after a
+restart the cluster asks each agent to :meth:`~Agent.attach` to the tasks its store says were
+running, and goes on reading their logs where it stopped.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from traitlets import Bool, MetaHasTraits, Unicode
+from traitlets.config import LoggingConfigurable
+
+from det_hub.agents.slots import SlotInfo
+
+#: ``argv[0]`` values that mean "the Python the agent's tasks run with".
+PYTHON_NAMES = ("python", "python3")
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLine:
+    timestamp: float
+    stdtype: str
+    message: str
+
+
+@dataclasses.dataclass(frozen=True)
+class ExitStatus:
+    exit_code: int | None
+    signal: str | None = None
+    reason: str | None = None
+
+    @property
+    def success(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class ContainerSpec:
+    """How an experiment asks for its container; agents without containers ignore it.
+
+    Attributes:
+        images: image per device type (``cpu``, ``cuda``, ``rocm``); missing types take the
+            agent's default image.
+        bind_mounts: Determined's ``bind_mounts`` entries (``host_path``, ``container_path``,
+            ``read_only``, ``propagation``).
+        shm_size: bytes of ``/dev/shm``; ``None`` for the agent's default.
+        devices: ``resources.devices`` entries (``host_path``, ``container_path``, ``mode``).
+        add_capabilities, drop_capabilities: Linux capabilities to add or drop.
+    """
+
+    images: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    bind_mounts: Sequence[Mapping[str, Any]] = ()
+    shm_size: int | None = None
+    devices: Sequence[Mapping[str, Any]] = ()
+    add_capabilities: Sequence[str] = ()
+    drop_capabilities: Sequence[str] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskSpec:
+    """One task to start on some of an agent's slots.
+
+    Attributes:
+        allocation_id: the allocation the task belongs to; unique per agent.
+        argv: the command. A first element of ``python`` or ``python3`` means the agent's own
+            Python (see :data:`PYTHON_NAMES`).
+        env: environment variables on top of the agent's.
+        context: a tar archive (gzip or plain) unpacked into the task's working directory.
+        slot_ids: the agent's slots the task gets, exclusively.
+        files: extra files (name -> text) the task reads at :meth:`Agent.file_path`.
+        container: the container the experiment asked for.
+    """
+
+    allocation_id: str
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    context: bytes | None
+    slot_ids: Sequence[int]
+    files: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    container: ContainerSpec = dataclasses.field(default_factory=ContainerSpec)
+
+
+class TaskHandle(abc.ABC):
+    """A task an agent started, or attached to again after a master restart."""
+
+    allocation_id: str
+    #: Where the task's log was read up to; an agent-specific position (a byte offset, a time)
+    #: that the cluster stores and hands back to :meth:`Agent.attach`.
+    log_offset: int
+    #: The task's host process id where the agent knows one, for the record.
+    pid: int | None
+    #: Where the task lives, for people reading the record: a directory, a container id.
+    where: str
+
+    @abc.abstractmethod
+    def read_logs(self) -> list[LogLine]:
+        """New complete log lines since the last call; advances :attr:`log_offset`."""
+
+    @abc.abstractmethod
+    def exit_status(self) -> ExitStatus | None:
+        """The exit status once the task has ended, else ``None``."""
+
+    @abc.abstractmethod
+    def alive(self) -> bool:
+        """Whether the task is still running."""
+
+
+class AgentUnreachable(Exception):
+    """The agent's host does not answer; its tasks' fate is unknown."""
+
+
+class _AgentMeta(MetaHasTraits, abc.ABCMeta):
+    """Traitlets' metaclass with abstract methods enforced."""
+
+
+class Agent(LoggingConfigurable, metaclass=_AgentMeta):
+    """A host with slots that runs tasks."""
+
+    agent_id = Unicode("local", config=True, help="The agent's name in the API and the CLI.")
+    resource_pool = Unicode("default", config=True, help="The resource pool the agent serves.")
+    enabled = Bool(True, config=True, help="""Whether new work is placed on this agent. A disabled
+        agent keeps running what it has (drain); `det-hub agent enable|disable` flips it.""")
+    address = Unicode("127.0.0.1", config=True, help="""The address tasks on other hosts reach
+        this host's tasks at: where a multi-host trial's workers meet its chief.""")
+
+    #: The agent's slots, found when it is created.
+    slots: list[SlotInfo]
+    #: ``"local"``, ``"docker"``: what the API shows as the agent's type.
+    kind: str = ""
+    #: Whether tasks run in containers, which see host paths only through bind mounts.
+    uses_containers: bool = False
+
+    @abc.abstractmethod
+    def launch(self, spec: TaskSpec) -> TaskHandle:
+        """Start a task. Raises on failure to start; nothing is left running then."""
+
+    @abc.abstractmethod
+    def file_path(self, allocation_id: str, name: str) -> str:
+        """The path at which the task reads ``spec.files[name]``."""
+
+    @abc.abstractmethod
+    def attach(self, allocation_id: str, log_offset: int, pid: int | None) -> TaskHandle | None:
+        """Find a task started before a master restart; ``None`` when it is gone with no trace.
+
+        A task that ended while the master was away is returned too: its handle reports the
+        exit status.
+
+        Raises:
+            AgentUnreachable: the host does not answer, so whether the task lives is unknown.
+        """
+
+    @abc.abstractmethod
+    def kill(self, handle: TaskHandle, *, force: bool = False) -> None:
+        """Ask the task to stop (SIGTERM), or stop it now (``force``: SIGKILL)."""
+
+    def reap(self, handle: TaskHandle) -> None:
+        """Release what the agent holds for a finished task (a zombie process, a container)."""
+
+    def cleanup(self, allocation_id: str) -> None:
+        """Remove what a finished task left on the host."""
+
+    def check(self) -> None:
+        """Return when the host answers.
+
+        Raises:
+            AgentUnreachable: it does not.
+        """
+
+
+__all__ = [
+    "PYTHON_NAMES",
+    "Agent",
+    "AgentUnreachable",
+    "ContainerSpec",
+    "ExitStatus",
+    "LogLine",
+    "TaskHandle",
+    "TaskSpec",
+]
