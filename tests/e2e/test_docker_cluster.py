@@ -30,7 +30,7 @@ from .conftest import REPO, STEPS, steps_config
 
 pytestmark = pytest.mark.slow
 
-DIST = Path(__file__).parent / "contexts" / "dist"
+DIST = Path(__file__).parent / "contexts" / "multi_host"
 ENGINES = ("DET_HUB_TEST_DOCKER_HOST", "DET_HUB_TEST_DOCKER_HOST_2", "DET_HUB_TEST_IMAGE")
 
 
@@ -40,12 +40,21 @@ def engines() -> tuple[str, str, str]:
     return host_a, host_b, image
 
 
+PREEMPTING_POOL = ("c.MasterApp.resource_pools = [{'name': 'default', "
+                   "'scheduler': {'type': 'priority', 'preemption': True}}]")
+
+
 @pytest.fixture
-def master(tmp_path: Path, sqlite_url: str,
+def master(request: pytest.FixtureRequest, tmp_path: Path, sqlite_url: str,
            engines: tuple[str, str, str]) -> Iterator[MasterProcess]:
+    """A master with the two engines as agents host-a and host-b; a test marked
+    ``preempting`` gets a default pool that preempts."""
     hosts, image = list(engines[:2]), engines[2]
+    extra = ["c.MasterApp.agent_timeout = 4.0"]
+    if request.node.get_closest_marker("preempting"):
+        extra.append(PREEMPTING_POOL)
     config = write_docker_config(tmp_path / "det_hub_config.py", hosts, image,
-                                 ["host-a", "host-b"], ["c.MasterApp.agent_timeout = 4.0"])
+                                 ["host-a", "host-b"], extra)
     proc = MasterProcess(tmp_path / "data", sqlite_url, ["--config", str(config)])
     proc.default_context = STEPS
     proc.cli_cwd = REPO
@@ -145,3 +154,28 @@ def test_a_trial_on_an_engine_that_dies_moves_to_the_other(
     assert any("agent host-b stopped answering" in m for m in messages), messages
     resumed = [m for m in messages if m.startswith("resumed at")]
     assert resumed and int(resumed[0].split()[-1]) >= 10
+
+
+@pytest.mark.preempting
+def test_a_more_important_experiment_preempts_a_container_which_resumes(
+        master: MasterProcess) -> None:
+    # One engine takes work, so the two experiments compete for its two slots.
+    assert master.api("POST", "/agents/host-b/disable", json={"drain": True}).ok
+    low_config = steps_config("low", length=30, sleep=0.1, report_every=2, report_where=True)
+    low_config["resources"] = {"slots_per_trial": 2, "priority": 60}
+    low = master.create_ok(low_config)
+    master.wait(lambda: trial_of(master, low)["steps_completed"] >= 4)
+    high_config = steps_config("high", length=5)
+    high_config["resources"] = {"slots_per_trial": 2, "priority": 10}
+    high = master.create_ok(high_config)
+    assert master.wait_state(high)["state"] == "COMPLETED"
+    assert master.wait_state(low, timeout=120)["state"] == "COMPLETED"
+    trial = trial_of(master, low)
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 30
+    assert trial["latest_validation"]["metrics"]["validation_loss"] == pytest.approx(1 / 30)
+    messages = master.logs(trial["id"])
+    at = int(next(m for m in messages if m.startswith("preempted at ")).split()[-1])
+    assert f"resumed at {at}" in messages
+    # Two containers, both on host-a: the first checkpointed and the second resumed.
+    assert messages.count("in container True on agent host-a") == 2
+    assert trial_of(master, high)["ended_at"] < trial["ended_at"]
