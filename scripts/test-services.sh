@@ -101,14 +101,26 @@ start_docker() {
 
 stop_engine() {
   local dir=$1 pid i
-  [ -f "$dir/dockerd.pid" ] || return 0
-  pid=$(cat "$dir/dockerd.pid")
-  kill "$pid" 2>/dev/null || return 0
-  # dockerd removes its pid file on the way out; wait so that a following start finds it gone.
-  for i in $(seq 1 40); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.5
-  done
+  if [ -f "$dir/dockerd.pid" ]; then
+    pid=$(cat "$dir/dockerd.pid")
+    if kill "$pid" 2>/dev/null; then
+      # dockerd removes its pid file on the way out; wait so a following start finds it gone.
+      for i in $(seq 1 40); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
+      done
+    fi
+  fi
+  unmount_below "$dir"
+}
+
+unmount_below() {
+  # An engine leaves mounts under its roots (its network namespace, overlays of a killed
+  # engine); unmounted, deepest first, so that the directory can be removed.
+  local m
+  [ -d "$1" ] || return 0
+  awk -v root="$(cd "$1" && pwd)/" 'index($2, root) == 1 { print $2 }' /proc/self/mounts |
+    sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 
 stop_all() {
