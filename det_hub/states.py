@@ -1,8 +1,8 @@
 """The states users see, and the transitions allowed between them, written down in one place.
 
 Names follow Determined's, so scripts and dashboards written for it read ours unchanged. The
-service's state machines consult :data:`EXPERIMENT_TRANSITIONS` and :data:`TRIAL_TRANSITIONS`
-before every change; nothing else decides whether a move is legal.
+service's state machines consult :data:`EXPERIMENT_TRANSITIONS`, :data:`TRIAL_TRANSITIONS` and
+:data:`TASK_TRANSITIONS` before every change; nothing else decides whether a move is legal.
 """
 
 from __future__ import annotations
@@ -58,6 +58,33 @@ class CheckpointState(str, enum.Enum):
     DELETED = "DELETED"
 
 
+class TaskType(str, enum.Enum):
+    """What a non-experiment task is (notebooks, shells and TensorBoards come later)."""
+
+    COMMAND = "COMMAND"
+
+
+class TaskState(str, enum.Enum):
+    """Where a command (or another non-experiment task) is, as Determined's command states.
+
+    ``PULLING`` is Determined's state for an image being pulled before the container starts;
+    it is part of the table so that clients written for Determined read every state, though
+    det_hub's agents report an image pull as part of ``STARTING``.
+    """
+
+    QUEUED = "QUEUED"
+    PULLING = "PULLING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    #: Asked to stop (killed, or idle past its timeout); its process has not exited yet.
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+
+    @property
+    def terminal(self) -> bool:
+        return self is TaskState.TERMINATED
+
+
 TERMINAL_EXPERIMENT_STATES = frozenset(
     {ExperimentState.COMPLETED, ExperimentState.CANCELED, ExperimentState.ERROR}
 )
@@ -98,6 +125,20 @@ TRIAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
 }
 
 
+_K = TaskState
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    # A queued task that is killed never started: it ends at once, with nothing to stop.
+    _K.QUEUED: frozenset({_K.PULLING, _K.STARTING, _K.TERMINATED}),
+    _K.PULLING: frozenset({_K.STARTING, _K.TERMINATING, _K.TERMINATED}),
+    # A launch that fails ends the task straight from STARTING.
+    _K.STARTING: frozenset({_K.RUNNING, _K.TERMINATING, _K.TERMINATED}),
+    _K.RUNNING: frozenset({_K.TERMINATING, _K.TERMINATED}),
+    _K.TERMINATING: frozenset({_K.TERMINATED}),
+    # A task never runs again; a new one is made instead.
+    _K.TERMINATED: frozenset(),
+}
+
+
 class IllegalTransition(ValueError):
     """A state change that the transition table does not allow."""
 
@@ -118,6 +159,11 @@ def check_trial_transition(current: TrialState, target: TrialState) -> None:
         raise IllegalTransition("trial", current.value, target.value)
 
 
+def check_task_transition(current: TaskState, target: TaskState) -> None:
+    if target != current and target not in TASK_TRANSITIONS[current]:
+        raise IllegalTransition("task", current.value, target.value)
+
+
 __all__ = [
     "CheckpointState",
     "EXPERIMENT_TRANSITIONS",
@@ -126,8 +172,12 @@ __all__ = [
     "RunState",
     "TERMINAL_EXPERIMENT_STATES",
     "TERMINAL_TRIAL_STATES",
+    "TASK_TRANSITIONS",
     "TRIAL_TRANSITIONS",
+    "TaskState",
+    "TaskType",
     "TrialState",
     "check_experiment_transition",
+    "check_task_transition",
     "check_trial_transition",
 ]

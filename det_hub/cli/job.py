@@ -84,7 +84,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
         description="Change a job's priority, weight or place in its pool's queue; prints the "
         "job's new row. Only the job's owner or an admin may.")
     update.add_argument("job_id", metavar="JOB_ID",
-                        help="the job: exp-ID, or the experiment's ID")
+                        help="the job: exp-ID (or the experiment's ID), or cmd-ID")
     place = update.add_mutually_exclusive_group()
     place.add_argument("--priority", type=_priority, metavar="N",
                        help="1 to 99; smaller runs first")

@@ -14,7 +14,18 @@ from collections.abc import Sequence
 from det_hub import __version__
 from det_hub.client import ContextError, DetHubError, MasterError, MasterUnreachable
 
-from . import agent, checkpoint, experiment, job, preview, resource_pool, service, trial, user
+from . import (
+    agent,
+    checkpoint,
+    command,
+    experiment,
+    job,
+    preview,
+    resource_pool,
+    service,
+    trial,
+    user,
+)
 from ._connect import UserError
 
 _GLOBAL_OPTIONS_WITH_VALUE = ("-m", "--master", "--token")
@@ -42,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     nouns = parser.add_subparsers(dest="noun", metavar="COMMAND", required=True)
     experiment.register(nouns, json_parent)
     trial.register(nouns, json_parent)
+    command.register(nouns, json_parent)
     checkpoint.register(nouns, json_parent)
     agent.register(nouns, json_parent)
     job.register(nouns, json_parent)

@@ -17,6 +17,7 @@ from ._errors import ContextError, ContextTooLarge, DetHubError, MasterError, Ma
 from ._objects import (
     Agent,
     Checkpoint,
+    Command,
     Experiment,
     Job,
     Listing,
@@ -35,6 +36,7 @@ __all__ = [
     "Agent",
     "Checkpoint",
     "Client",
+    "Command",
     "ContextError",
     "ContextTooLarge",
     "DEFAULT_MASTER",

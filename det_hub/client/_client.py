@@ -6,7 +6,7 @@ import base64
 import json
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -21,6 +21,7 @@ from ._errors import DetHubError, MasterError, MasterUnreachable
 from ._objects import (
     Agent,
     Checkpoint,
+    Command,
     Experiment,
     Job,
     Listing,
@@ -586,12 +587,27 @@ class Client:
         Raises:
             MasterUnreachable: The master could not be reached (again) while following.
         """
+        return self._stream_logs(
+            f"/trials/{int(trial_id)}/logs", lambda: self.get_trial(trial_id).is_terminal,
+            follow, after_id, limit, max_reconnects)
+
+    def _stream_logs(
+        self,
+        path: str,
+        ended: Callable[[], bool],
+        follow: bool,
+        after_id: int,
+        limit: int | None,
+        max_reconnects: int,
+    ) -> Iterator[dict[str, Any]]:
+        """Log rows of ``path``, reconnecting while following until ``ended()`` says the
+        trial or command is over (see :meth:`trial_logs`)."""
         last_id = after_id
         failures = 0  # connection attempts in a row that brought nothing
         while True:
             yielded = False
             try:
-                for row in self._log_rows(trial_id, follow, last_id, limit):
+                for row in self._log_rows(path, follow, last_id, limit):
                     line_id = row.get("id")
                     if isinstance(line_id, int):
                         if line_id <= last_id:
@@ -615,9 +631,9 @@ class Client:
                 return
             # The master ends a followed stream only once the trial has ended, but a proxy on
             # the way may also close it cleanly; ask the trial to tell the two apart.
-            if self.get_trial(trial_id).is_terminal:
+            if ended():
                 # Lines written between such a cut and the end are fetched without follow.
-                for row in self._log_rows(trial_id, False, last_id, None):
+                for row in self._log_rows(path, False, last_id, None):
                     line_id = row.get("id")
                     if isinstance(line_id, int):
                         if line_id <= last_id:
@@ -632,7 +648,7 @@ class Client:
                 time.sleep(min(0.5 * 2 ** (failures - 1), 5.0))
 
     def _log_rows(
-        self, trial_id: int, follow: bool, after_id: int, limit: int | None
+        self, path: str, follow: bool, after_id: int, limit: int | None
     ) -> Iterator[dict[str, Any]]:
         """One request's worth of log rows; raises :class:`_StreamBroken` if it is cut off."""
         timeout: float | tuple[float, float] = (
@@ -641,7 +657,7 @@ class Client:
         try:
             response = self._request(
                 "GET",
-                f"/trials/{int(trial_id)}/logs",
+                path,
                 params={"follow": follow, "after_id": after_id, "limit": limit if not follow else None},
                 headers={"Accept": "application/x-ndjson, application/json"},
                 stream=True,
@@ -667,6 +683,87 @@ class Client:
             row = _parse_log_line(pending)
             if row is not None:
                 yield row
+
+    # -- commands ---------------------------------------------------------------------------
+
+    def run_command(
+        self,
+        entrypoint: str | Sequence[str] | None = None,
+        *,
+        config: str | Mapping[str, Any] | None = None,
+        context_dir: str | Path | None = None,
+    ) -> Command:
+        """Runs a command on the cluster's slots (Determined's ``det cmd run``).
+
+        Args:
+            entrypoint: The command: a list of arguments, or one string split as a shell
+                would. It replaces the config's ``entrypoint``.
+            config: A command config (YAML text or a mapping): ``resources``, ``environment``,
+                ``bind_mounts``, ``description``, ``idle_timeout``, ...
+            context_dir: A directory packed with :func:`pack_context` and unpacked as the
+                command's working directory.
+
+        Returns:
+            The command, QUEUED.
+
+        Raises:
+            ValueError: No entrypoint, given or in the config.
+            MasterError: The master refused it (400 with one detail per wrong setting).
+        """
+        if isinstance(config, str):
+            loaded = yaml.safe_load(config) if config.strip() else {}
+            data = dict(loaded) if isinstance(loaded, dict) else None
+        else:
+            data = dict(config or {})
+        if data is None:
+            text = str(config)  # not a mapping: the master says what is wrong with it
+        else:
+            if entrypoint is not None:
+                data["entrypoint"] = entrypoint if isinstance(entrypoint, str) else list(entrypoint)
+            if not data.get("entrypoint"):
+                raise ValueError("no command to run: give an entrypoint")
+            text = yaml.safe_dump(data, sort_keys=False)
+        context = pack_context(context_dir) if context_dir is not None else None
+        body = self._json(
+            "POST",
+            "/commands",
+            json_body={
+                "config": text,
+                "context": base64.b64encode(context).decode("ascii") if context is not None else None,
+            },
+            timeout=(self.timeout, max(self.timeout, _CREATE_READ_TIMEOUT)),
+        )
+        return Command.from_json(_object(body, "command"))
+
+    def list_commands(self) -> Listing[Command]:
+        """Returns the commands, oldest first."""
+        body = self._get("/commands")
+        return Listing([Command.from_json(c) for c in self._items(body, "commands")], body)
+
+    def get_command(self, command_id: int) -> Command:
+        """Returns one command."""
+        return Command.from_json(_object(self._get(f"/commands/{int(command_id)}"), "command"))
+
+    def kill_command(self, command_id: int) -> Command:
+        """Kills a command (its owner or an admin); returns it, TERMINATING or TERMINATED."""
+        return Command.from_json(_object(self._post(f"/commands/{int(command_id)}/kill"), "command"))
+
+    def command_logs(
+        self,
+        command_id: int,
+        follow: bool = False,
+        after_id: int = 0,
+        *,
+        limit: int | None = None,
+        max_reconnects: int = 10,
+    ) -> Iterator[dict[str, Any]]:
+        """Yields a command's log lines, ``{"id", "task_id", "allocation_id", "timestamp",
+        "rank", "stdtype", "message"}``, oldest first; as :meth:`trial_logs`, following ends
+        once the command has ended and every line has been yielded."""
+        return self._stream_logs(
+            f"/commands/{int(command_id)}/logs",
+            lambda: self.get_command(command_id).is_terminal,
+            follow, after_id, limit, max_reconnects)
 
     # -- checkpoints ------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from det_hub.states import TERMINAL_EXPERIMENT_STATES, TERMINAL_TRIAL_STATES
+from det_hub.states import TERMINAL_EXPERIMENT_STATES, TERMINAL_TRIAL_STATES, TaskState
 
 T = TypeVar("T")
 
@@ -383,10 +383,10 @@ class ResourcePool:
 @dataclass(frozen=True)
 class Job:
     """An entry of the job queue: an experiment, whose trials share its priority, weight and
-    place in the queue.
+    place in the queue, or a command.
 
     Attributes:
-        job_id: ``exp-<experiment id>``.
+        job_id: ``exp-<experiment id>``, or ``cmd-<command id>``.
         queue_position: 1-based place in its pool's queue; ``None`` while it asks for nothing.
         priority: 1 to 99, smaller first.
         weight: Its share of a fair-share pool.
@@ -410,6 +410,7 @@ class Job:
     submitted: dt.datetime | None = None
     queued_at: dt.datetime | None = None
     experiment_id: int | None = None
+    task_id: int | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -431,6 +432,62 @@ class Job:
             submitted=parse_time(data.get("submitted")),
             queued_at=parse_time(data.get("queued_at")),
             experiment_id=_opt_int(data.get("experiment_id")),
+            task_id=_opt_int(data.get("task_id")),
+            raw=data,
+        )
+
+
+@dataclass(frozen=True)
+class Command:
+    """A command run on the cluster's slots (``det-hub command run``).
+
+    Attributes:
+        state: ``QUEUED``, ``PULLING``, ``STARTING``, ``RUNNING``, ``TERMINATING`` or
+            ``TERMINATED``.
+        exit_code: The process's exit status once it has ended; ``None`` when a signal ended
+            it or it never started.
+        exit_reason: Why it ended, in words.
+    """
+
+    id: int
+    state: str
+    description: str = ""
+    owner: str = ""
+    entrypoint: list[str] | str | None = None
+    resource_pool: str = ""
+    priority: int | None = None
+    slots: int = 1
+    job_id: str = ""
+    created_at: dt.datetime | None = None
+    ended_at: dt.datetime | None = None
+    exit_code: int | None = None
+    exit_reason: str | None = None
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the command has ended (TERMINATED)."""
+        return self.state == TaskState.TERMINATED.value
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Command:
+        """Builds a :class:`Command` from the API's command object."""
+        entrypoint = data.get("entrypoint")
+        reason = data.get("exit_reason")
+        return cls(
+            id=_int(data.get("id")),
+            state=str(data.get("state", "")),
+            description=str(data.get("description") or ""),
+            owner=str(data.get("owner") or ""),
+            entrypoint=entrypoint if isinstance(entrypoint, (str, list)) else None,
+            resource_pool=str(data.get("resource_pool") or ""),
+            priority=_opt_int(data.get("priority")),
+            slots=_int(data.get("slots"), 1),
+            job_id=str(data.get("job_id") or ""),
+            created_at=parse_time(data.get("created_at")),
+            ended_at=parse_time(data.get("ended_at")),
+            exit_code=_opt_int(data.get("exit_code")),
+            exit_reason=str(reason) if reason is not None else None,
             raw=data,
         )
 
@@ -438,6 +495,7 @@ class Job:
 __all__ = [
     "Agent",
     "Checkpoint",
+    "Command",
     "Experiment",
     "Job",
     "Listing",

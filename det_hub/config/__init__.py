@@ -12,6 +12,12 @@ Pure: nothing here does I/O beyond parsing the text it is given.
 
 from det_hub.config._errors import ConfigError, Problem
 from det_hub.config._length import Length, LengthUnit
+from det_hub.config.command import (
+    CommandConfig,
+    CommandResources,
+    parse_command_config,
+    parse_duration,
+)
 from det_hub.config.environment import BindMount, DeviceImages, DeviceVariables, EnvironmentConfig
 from det_hub.config.experiment import ExperimentConfig, ReproducibilityConfig
 from det_hub.config.hyperparameters import (
@@ -33,6 +39,8 @@ __all__ = [
     "BindMount",
     "CategoricalHP",
     "CheckpointStorage",
+    "CommandConfig",
+    "CommandResources",
     "ConfigError",
     "ConstHP",
     "DeviceImages",
@@ -55,6 +63,8 @@ __all__ = [
     "grid_hparams",
     "merge_config",
     "overrides_from",
+    "parse_command_config",
+    "parse_duration",
     "parse_experiment_config",
     "parse_override",
     "sample_hparams",

@@ -1,9 +1,10 @@
 """The cluster: agents in resource pools, the job queue, and the tasks running on them.
 
-An *allocation* is one attempt to run a trial's process on some slots: one task on one agent,
-or, for a trial larger than any one host, one task on each of several agents. A *job* is what
-the queue orders and users reprioritise: an experiment, whose trials' allocations share its
-priority, weight and place in the queue.
+An *allocation* is one attempt to run a trial's process, or a command's, on some slots: one
+task on one agent, or, for a trial larger than any one host, one task on each of several
+agents. A *job* is what the queue orders and users reprioritise: an experiment, whose trials'
+allocations share its priority, weight and place in the queue, or a command, a job of its own
+that is never preempted.
 
 The cluster keeps the queue, asks each pool's scheduling policy where waiting allocations go
 and which running ones must make room, starts tasks through the agents, ships their logs into
@@ -90,18 +91,38 @@ class Job:
 
 @dataclasses.dataclass
 class LaunchSpec:
-    """Everything needed to start a trial's process once slots are assigned."""
+    """Everything needed to start a trial's or a task's process once slots are assigned.
 
-    trial_id: int
-    experiment_id: int
+    Exactly one of ``trial_id`` (with its ``experiment_id``) and ``task_id`` is set.
+    """
+
     owner: str
     slots: int
     argv: list[str]
     env: dict[str, str]
     cluster_info: dict[str, Any]
     context: bytes | None
+    trial_id: int | None = None
+    experiment_id: int | None = None
+    task_id: int | None = None
     job_id: str = ""
     container: ContainerSpec = dataclasses.field(default_factory=ContainerSpec)
+    #: Kill the task once it has written no log line for this many seconds (commands).
+    idle_timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.trial_id is None) == (self.task_id is None):
+            raise ValueError("a launch is for a trial or a task: give exactly one id")
+
+    @property
+    def log_key(self) -> dict[str, int | None]:
+        """Whose log the task's lines go to, as ``task_logs`` columns."""
+        return {"trial_id": self.trial_id, "task_id": self.task_id}
+
+    @property
+    def what(self) -> str:
+        """``"trial"`` or ``"task"``, for messages."""
+        return "trial" if self.trial_id is not None else "task"
 
 
 @dataclasses.dataclass
@@ -145,6 +166,10 @@ class Allocation:
     timed_out: bool = False
     #: Why the allocation ended when no process said so (its host stopped answering).
     lost_reason: str | None = None
+    #: When the task last wrote a log line, or started running (monotonic seconds).
+    last_output: float = dataclasses.field(default_factory=time.monotonic)
+    #: Killed because it wrote nothing for its ``idle_timeout``.
+    idle_timed_out: bool = False
 
     @property
     def slot_ids(self) -> tuple[int, ...]:
@@ -292,12 +317,13 @@ class Cluster:
         return max((len(a.slots) for a in self.agents.values()), default=0)
 
     async def request(self, spec: LaunchSpec) -> Allocation:
-        """Queue an allocation for a trial."""
-        alloc_id = f"{spec.trial_id}.{secrets.token_hex(4)}"
+        """Queue an allocation for a trial or a task."""
+        prefix = str(spec.trial_id) if spec.trial_id is not None else f"task-{spec.task_id}"
+        alloc_id = f"{prefix}.{secrets.token_hex(4)}"
         token = secrets.token_urlsafe(32)
         await self.store.create_allocation(
-            id=alloc_id, trial_id=spec.trial_id, token_hash=hash_token(token),
-            slots=spec.slots, state=QUEUED,
+            id=alloc_id, trial_id=spec.trial_id, task_id=spec.task_id,
+            token_hash=hash_token(token), slots=spec.slots, state=QUEUED,
         )
         alloc = Allocation(alloc_id, spec, token)
         self.allocations[alloc_id] = alloc
@@ -360,6 +386,12 @@ class Cluster:
     def for_trial(self, trial_id: int) -> Allocation | None:
         for alloc in self.allocations.values():
             if alloc.spec.trial_id == trial_id:
+                return alloc
+        return None
+
+    def for_task(self, task_id: int) -> Allocation | None:
+        for alloc in self.allocations.values():
+            if alloc.spec.task_id == task_id:
                 return alloc
         return None
 
@@ -503,7 +535,7 @@ class Cluster:
                 "allocations": len(allocs), "preemptible": job.preemptible,
                 "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
                 "queued_at": first.queued_wall.isoformat().replace("+00:00", "Z"),
-                "experiment_id": first.spec.experiment_id,
+                "experiment_id": first.spec.experiment_id, "task_id": first.spec.task_id,
             })
         return out
 
@@ -515,6 +547,7 @@ class Cluster:
                 await self._schedule()
                 await self._watch()
                 await self._enforce_preemption_timeouts()
+                await self._enforce_idle_timeouts()
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad round must not stop the cluster
@@ -600,6 +633,7 @@ class Cluster:
         if alloc.id not in self.allocations:
             return  # settled while it started
         alloc.state = RUNNING
+        alloc.last_output = time.monotonic()
         if alloc.killed:
             self._terminate(alloc)
         chief_handle = chief.handle
@@ -686,8 +720,8 @@ class Cluster:
                     and self._lost_agent(n.agent_id)]
             if lost and alloc.lost_reason is None:
                 alloc.lost_reason = (f"agent {', '.join(lost)} stopped answering for "
-                                     f"{self.agent_timeout:g} s; the trial's task there is "
-                                     "given up for lost")
+                                     f"{self.agent_timeout:g} s; the {alloc.spec.what}'s task "
+                                     "there is given up for lost")
                 await self._system_log(alloc, alloc.lost_reason)
                 for node in alloc.nodes:
                     if node.agent_id in lost:
@@ -741,6 +775,18 @@ class Cluster:
                                           "it is killed and resumes from its latest checkpoint")
             await self.kill(alloc)
 
+    async def _enforce_idle_timeouts(self) -> None:
+        now = time.monotonic()
+        for alloc in list(self.allocations.values()):
+            timeout = alloc.spec.idle_timeout
+            if timeout is None or alloc.state != RUNNING or alloc.killed \
+                    or now - alloc.last_output < timeout:
+                continue
+            alloc.idle_timed_out = True
+            await self._system_log(alloc, f"no output for {timeout:g} s (its idle_timeout); "
+                                          "the task is killed to free its slots")
+            await self.kill(alloc)
+
     def _forget_token(self, alloc: Allocation) -> None:
         for token_hash, a in list(self._by_token.items()):
             if a is alloc:
@@ -750,12 +796,13 @@ class Cluster:
         lines = await asyncio.to_thread(handle.read_logs)
         if not lines:
             return
+        alloc.last_output = time.monotonic()
         rows = []
         for line in lines:
             # Distributed launchers prefix each worker's lines with its rank.
             ranked = _RANK_PREFIX.match(line.message)
             rows.append({
-                "trial_id": alloc.spec.trial_id, "allocation_id": alloc.id,
+                **alloc.spec.log_key, "allocation_id": alloc.id,
                 "timestamp": datetime.fromtimestamp(line.timestamp or time.time(), timezone.utc),
                 "rank": int(ranked.group(1)) if ranked else None, "stdtype": line.stdtype,
                 "message": ranked.group(2) if ranked else line.message,
@@ -768,7 +815,7 @@ class Cluster:
 
     async def _system_log(self, alloc: Allocation, message: str) -> None:
         await self.store.add_logs([{
-            "trial_id": alloc.spec.trial_id, "allocation_id": alloc.id,
+            **alloc.spec.log_key, "allocation_id": alloc.id,
             "timestamp": datetime.now(timezone.utc), "rank": None, "stdtype": "system",
             "message": message}])
 

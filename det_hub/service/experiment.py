@@ -278,7 +278,7 @@ class ExperimentRun:
 
     async def on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
         async with self.lock:
-            trial = self.trials.get(alloc.spec.trial_id)
+            trial = self.trials.get(alloc.spec.trial_id or -1)
             if trial is None:
                 return
             state = TrialState(trial.state)

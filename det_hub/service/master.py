@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from det_hub.agents import Agent, ContainerSpec, ExitStatus
-from det_hub.config import ConfigError, merge_config, parse_experiment_config
+from det_hub.config import (
+    CommandConfig,
+    ConfigError,
+    merge_config,
+    parse_command_config,
+    parse_experiment_config,
+)
 from det_hub.config.resources import parse_size
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
 from det_hub.service.cluster import Allocation, Cluster, Job, LaunchSpec, PoolSettings
@@ -37,14 +43,15 @@ from det_hub.service.experiment import (
     restored_search_method,
     validation_fields,
 )
-from det_hub.service.serialize import experiment_json
-from det_hub.states import CheckpointState, ExperimentState, TrialState
+from det_hub.service.serialize import command_json, experiment_json
+from det_hub.service.tasks import TaskManager, task_job_id
+from det_hub.states import CheckpointState, ExperimentState, TaskType, TrialState
 from det_hub.storage import build_storage
 from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete
 from det_hub.store import Store, StoreConflict, hash_token, utcnow
 
 if TYPE_CHECKING:
-    from det_hub.store.models import Checkpoint, Experiment, Trial, User
+    from det_hub.store.models import Checkpoint, Experiment, Task, Trial, User
 
 log = logging.getLogger("det_hub.master")
 
@@ -93,6 +100,7 @@ class Master:
                                poll_interval=poll_interval, agent_timeout=agent_timeout,
                                heartbeat_interval=heartbeat_interval)
         self.runs: dict[int, ExperimentRun] = {}
+        self.tasks = TaskManager(store, self.cluster, self._command_launch_spec, self.username)
         self._usernames: dict[int, str] = {}
         self._token_cache: dict[str, tuple[float, User]] = {}
         self.cluster_id = ""
@@ -139,8 +147,12 @@ class Master:
         experiments = await self.store.list_experiments_in_states(live)
         for row in experiments:
             self.runs[row.id] = await self._make_run(row)
+        task_allocations = {}
         for alloc_row in await self.store.list_open_allocations():
-            trial = await self.store.get_trial(alloc_row.trial_id)
+            if alloc_row.task_id is not None:
+                task_allocations[alloc_row.task_id] = alloc_row
+                continue
+            trial = await self.store.get_trial(alloc_row.trial_id or -1)
             run = self.runs.get(trial.experiment_id) if trial else None
             adopted = None
             if run is not None and trial is not None:
@@ -154,7 +166,8 @@ class Master:
                     await run._system_log(trial, "the master restarted while this trial was "
                                                  "queued or starting; it is requeued")
                 continue
-            log.info("adopted allocation %s of trial %d", alloc_row.id, adopted.spec.trial_id)
+            log.info("adopted allocation %s of trial %s", alloc_row.id, adopted.spec.trial_id)
+        await self.tasks.recover(task_allocations)
         for run in list(self.runs.values()):
             await run.recover()
 
@@ -192,7 +205,8 @@ class Master:
                    "weight": job.weight, "state": "QUEUED", "slots_requested": 0,
                    "slots_allocated": 0, "allocations": 0, "preemptible": job.preemptible,
                    "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
-                   "queued_at": None, "experiment_id": int(job.id.removeprefix("exp-"))}
+                   "queued_at": None, "experiment_id": _job_number(job.id, "exp-"),
+                   "task_id": _job_number(job.id, "cmd-")}
         return row
 
     async def update_job(self, who: Principal, job_id: str, *, priority: int | None = None,
@@ -206,8 +220,12 @@ class Master:
                 another pool.
         """
         job = self._queued_job(job_id)
-        experiment_id = int(job.id.removeprefix("exp-"))
-        await self._owned_run(who, experiment_id)
+        experiment_id = _job_number(job.id, "exp-")
+        task_id = _job_number(job.id, "cmd-")
+        if experiment_id is not None:
+            await self._owned_run(who, experiment_id)
+        elif task_id is not None:
+            await self._owned_task(who, task_id)
         if priority is not None and not 1 <= priority <= 99:
             raise BadRequest("priority: must be between 1 and 99")
         if weight is not None and not (math.isfinite(weight) and weight > 0):
@@ -229,21 +247,35 @@ class Master:
             job.weight = weight
         if other is not None:
             self.cluster.move_ahead_of(job, other)
-        row = await self.store.update_experiment(
-            experiment_id, priority=job.priority, weight=job.weight,
-            queue_position=job.position)
-        run = self.runs.get(experiment_id)
-        if run is not None:
-            run.row = row
+        if experiment_id is not None:
+            row = await self.store.update_experiment(
+                experiment_id, priority=job.priority, weight=job.weight,
+                queue_position=job.position)
+            run = self.runs.get(experiment_id)
+            if run is not None:
+                run.row = row
+        elif task_id is not None:
+            # A task's weight lives in its config only: it is not a column of its own.
+            task = self.tasks.live[task_id]
+            config = dict(task.config)
+            config["resources"] = {**(config.get("resources") or {}), "weight": job.weight}
+            updated = await self.store.update_task(
+                task_id, priority=job.priority, queue_position=job.position, config=config)
+            task.priority, task.queue_position = updated.priority, updated.queue_position
+            task.config = updated.config
         self.cluster.set_job(job)
         return job
 
     def _queued_job(self, job_id: str) -> Job:
-        key = job_id if job_id.startswith("exp-") else f"exp-{job_id}"
+        """The queue's job ``exp-N``, ``cmd-N``, or ``N`` (an experiment's id)."""
+        key = job_id if job_id.startswith(("exp-", "cmd-")) else f"exp-{job_id}"
         job = self.cluster.jobs.get(key)
-        if job is None or int(key.removeprefix("exp-")) not in self.runs:
+        experiment_id, task_id = _job_number(key, "exp-"), _job_number(key, "cmd-")
+        live = (experiment_id is not None and experiment_id in self.runs) or \
+            (task_id is not None and task_id in self.tasks.live)
+        if job is None or not live:
             raise NotFound(f"job {job_id} is not in the queue (only jobs of active or paused "
-                           "experiments are)")
+                           "experiments and of commands that have not ended are)")
         return job
 
     async def set_agent_enabled(self, who: Principal, agent_id: str, enabled: bool, *,
@@ -308,6 +340,94 @@ class Master:
         return user, token
 
     # --- experiments --------------------------------------------------------------------
+    # --- commands -----------------------------------------------------------------------
+    async def create_command(self, who: Principal, config_text: str,
+                             context_b64: str | None) -> Task:
+        """Queue a command: its config (Determined's command config, see
+        :mod:`det_hub.config.command`) and an optional context archive.
+
+        Raises:
+            BadRequest: The config is invalid, or asks for what this cluster cannot give;
+                each detail names its config path.
+        """
+        if who.user is None:
+            raise Forbidden("training code cannot create commands")
+        try:
+            config = parse_command_config(config_text)
+        except ConfigError as e:
+            raise BadRequest("the command config is invalid", [
+                {"path": p.path, "message": p.message} for p in e.problems]) from None
+        problems = []
+        pool = config.resources.resource_pool or "default"
+        why = self.cluster.check_request(pool, config.resources.slots)
+        if why is not None:
+            path = "resources.resource_pool" if pool not in self.cluster.pools \
+                else "resources.slots"
+            problems.append({"path": path, "message": why})
+        context = self._decode_context(context_b64)
+        if problems:
+            raise BadRequest("the command config cannot run on this master", problems)
+        return await self.tasks.create(
+            owner_id=who.user.id, config=config.to_dict(), context=context,
+            description=config.description or _command_description(config),
+            resource_pool=pool, priority=config.resources.priority or 42)
+
+    async def list_commands(self, who: Principal) -> list[Task]:
+        """Every command, oldest first (the 1000 newest)."""
+        return await self.store.list_tasks(type=TaskType.COMMAND.value, limit=1000)
+
+    async def get_command(self, who: Principal, task_id: int) -> Task:
+        """One command.
+
+        Raises:
+            NotFound: No command has this id.
+        """
+        task = self.tasks.live.get(task_id) or await self.store.get_task(task_id)
+        if task is None or task.type != TaskType.COMMAND.value:
+            raise NotFound(f"command {task_id} not found")
+        return task
+
+    async def kill_command(self, who: Principal, task_id: int) -> Task:
+        """Kill a command (its owner or an admin); one that has ended is left as it is."""
+        await self._owned_task(who, task_id)
+        if task_id not in self.tasks.live:
+            return await self.get_command(who, task_id)
+        return await self.tasks.kill(task_id)
+
+    async def _owned_task(self, who: Principal, task_id: int) -> Task:
+        task = await self.get_command(who, task_id)
+        if who.user is None or not (who.is_admin or task.owner_id == who.user.id):
+            raise Forbidden(f"only the owner of command {task_id} or an admin can change it")
+        return task
+
+    async def command_json(self, rows: Iterable[Task]) -> list[dict[str, Any]]:
+        return [command_json(t, await self.username(t.owner_id)) for t in rows]
+
+    def command_ended(self, task_id: int) -> bool:
+        """Whether a command has ended and its last log line is stored."""
+        return task_id not in self.tasks.live and self.cluster.for_task(task_id) is None
+
+    def _decode_context(self, context_b64: str | None) -> bytes | None:
+        """A context archive sent as base64, checked.
+
+        Raises:
+            BadRequest: Not base64, or not a valid archive.
+            TooLarge: Larger than allowed once unpacked.
+        """
+        if not context_b64:
+            return None
+        try:
+            context = base64.b64decode(context_b64, validate=True)
+        except (ValueError, TypeError):
+            raise BadRequest("context: not valid base64") from None
+        try:
+            check_context(context)
+        except ContextError as e:
+            if e.too_large:
+                raise TooLarge(str(e)) from None
+            raise BadRequest(str(e)) from None
+        return context
+
     async def create_experiment(self, who: Principal, config_text: str, context_b64: str | None,
                                 *, activate: bool = True,
                                 parent_id: int | None = None) -> Experiment:
@@ -323,18 +443,7 @@ class Master:
             raise BadRequest("the experiment config is invalid", [
                 {"path": p.path, "message": p.message} for p in e.problems]) from None
         problems = self._check_runnable(config)
-        context: bytes | None = None
-        if context_b64:
-            try:
-                context = base64.b64decode(context_b64, validate=True)
-            except (ValueError, TypeError):
-                raise BadRequest("context: not valid base64") from None
-            try:
-                check_context(context)
-            except ContextError as e:
-                if e.too_large:
-                    raise TooLarge(str(e)) from None
-                raise BadRequest(str(e)) from None
+        context = self._decode_context(context_b64)
         if problems:
             raise BadRequest("the experiment config cannot run on this master", problems)
         if context is None and parent_id is not None:
@@ -735,7 +844,10 @@ class Master:
 
     # --- cluster events -----------------------------------------------------------------
     async def _on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
-        run = self.runs.get(alloc.spec.experiment_id)
+        if alloc.spec.task_id is not None:
+            await self.tasks.on_allocation_exit(alloc, status)
+            return
+        run = self.runs.get(alloc.spec.experiment_id or -1)
         if run is None:
             return
         await run.on_allocation_exit(alloc, status)
@@ -744,8 +856,11 @@ class Master:
             self.cluster.forget_job(_job_id(run.id))
 
     async def _on_allocation_state(self, alloc: Allocation, state: str) -> None:
-        run = self.runs.get(alloc.spec.experiment_id)
-        if run is not None:
+        if alloc.spec.task_id is not None:
+            await self.tasks.on_run_state(alloc, state)
+            return
+        run = self.runs.get(alloc.spec.experiment_id or -1)
+        if run is not None and alloc.spec.trial_id is not None:
             await run.on_run_state(alloc.spec.trial_id, state)
 
     async def _launch_spec(self, exp: Experiment, trial: Trial) -> LaunchSpec:
@@ -792,8 +907,36 @@ class Master:
             container=_container_spec(config))
 
 
+    async def _command_launch_spec(self, task: Task) -> LaunchSpec:
+        config = parse_command_config(task.config)
+        env = config.environment.variables_for(
+            "cuda" if "cuda" in self.cluster.slot_kinds(task.resource_pool) else "cpu")
+        env.update({"DET_HUB_MASTER": self.master_url, "DET_HUB_TASK_ID": task_job_id(task),
+                    "DET_HUB_TASK_TYPE": task.type})
+        info = {"master_url": self.master_url, "cluster_id": self.cluster_id,
+                "task_id": task_job_id(task), "task_type": task.type,
+                "container_addrs": ["127.0.0.1"]}
+        return LaunchSpec(
+            task_id=task.id, owner=await self.username(task.owner_id),
+            slots=config.resources.slots, argv=config.argv(), env=env, cluster_info=info,
+            context=await self.store.get_task_context(task.id), job_id=task_job_id(task),
+            container=_container_spec(config), idle_timeout=config.idle_timeout_seconds)
+
+
 def _job_id(experiment_id: int) -> str:
     return f"exp-{experiment_id}"
+
+
+def _job_number(job_id: str, prefix: str) -> int | None:
+    """The id in a job id of this kind (``exp-12`` -> 12), None for a job of another kind."""
+    rest = job_id.removeprefix(prefix)
+    return int(rest) if rest != job_id and rest.isdigit() else None
+
+
+def _command_description(config: CommandConfig) -> str:
+    """A command's default description: ``Command (its command line)``, shortened."""
+    line = " ".join(config.argv())
+    return f"Command ({line if len(line) <= 60 else line[:57] + '...'})"
 
 
 def _container_spec(config: Any) -> ContainerSpec:

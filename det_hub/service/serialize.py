@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from det_hub.store.models import Checkpoint, Experiment, Trial, User
+    from det_hub.store.models import Checkpoint, Experiment, Task, Trial, User
 
 
 def iso(value: datetime | None) -> str | None:
@@ -50,4 +50,15 @@ def checkpoint_json(c: Checkpoint) -> dict[str, Any]:
         "allocation_id": c.allocation_id, "state": c.state,
         "steps_completed": c.steps_completed, "report_time": iso(c.report_time),
         "resources": c.resources, "metadata": c.meta, "size": c.size, "storage": c.storage,
+    }
+
+
+def command_json(t: Task, owner: str) -> dict[str, Any]:
+    entrypoint = t.config.get("entrypoint")
+    return {
+        "id": t.id, "type": t.type, "description": t.description, "owner": owner,
+        "state": t.state, "entrypoint": entrypoint, "resource_pool": t.resource_pool,
+        "priority": t.priority, "slots": (t.config.get("resources") or {}).get("slots", 1),
+        "job_id": f"cmd-{t.id}", "created_at": iso(t.created_at), "ended_at": iso(t.ended_at),
+        "exit_code": t.exit_code, "exit_reason": t.exit_reason, "config": t.config,
     }

@@ -135,13 +135,51 @@ class Trial(Base):
     runner_state: Mapped[str | None] = mapped_column(String(255), default=None)
 
 
+class Task(Base):
+    """A task that is not an experiment's trial: a command (notebooks and shells later)."""
+
+    __tablename__ = "tasks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    type: Mapped[str] = mapped_column(String(32))
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    config: Mapped[dict[str, Any]] = mapped_column(json_type())
+    resource_pool: Mapped[str] = mapped_column(String(255), default="default")
+    priority: Mapped[int] = mapped_column(Integer, default=42)
+    #: Place in the job queue, as ``experiments.queue_position``; ``None`` means creation time.
+    queue_position: Mapped[float | None] = mapped_column(Float, default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    ended_at: Mapped[dt.datetime | None] = mapped_column(default=None)
+    exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
+    exit_reason: Mapped[str | None] = mapped_column(Text, default=None)
+
+
+class TaskContext(Base):
+    """A task's context archive, kept apart for the reason experiment contexts are."""
+
+    __tablename__ = "task_contexts"
+
+    task_id: Mapped[int] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), primary_key=True
+    )
+    archive: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class Allocation(Base):
-    """One attempt to run a trial; its id is ``"<trial id>.<attempt>"``, e.g. ``"7.0"``."""
+    """One attempt to run a trial (id ``"<trial id>.<attempt>"``, e.g. ``"7.0"``) or a task
+    (``"task-<task id>.<attempt>"``); exactly one of ``trial_id`` and ``task_id`` is set."""
 
     __tablename__ = "allocations"
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
-    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), index=True, default=None
+    )
+    task_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), index=True, default=None
+    )
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     state: Mapped[str] = mapped_column(String(32))
     slots: Mapped[int] = mapped_column(Integer)
@@ -209,13 +247,21 @@ class Checkpoint(Base):
 
 
 class TaskLog(Base):
-    """One line of a trial's output."""
+    """One line of a trial's or a task's output; exactly one of the two ids is set."""
 
     __tablename__ = "task_logs"
-    __table_args__ = (Index("ix_task_logs_trial_id_id", "trial_id", "id"),)
+    __table_args__ = (
+        Index("ix_task_logs_trial_id_id", "trial_id", "id"),
+        Index("ix_task_logs_task_id_id", "task_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(big_id_type(), primary_key=True, autoincrement=True)
-    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    trial_id: Mapped[int | None] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), default=None
+    )
+    task_id: Mapped[int | None] = mapped_column(
+        ForeignKey("tasks.id", ondelete="CASCADE"), default=None
+    )
     allocation_id: Mapped[str | None] = mapped_column(String(64), default=None)
     timestamp: Mapped[dt.datetime] = mapped_column(default=utcnow)
     rank: Mapped[int | None] = mapped_column(Integer, default=None)
@@ -236,6 +282,8 @@ __all__ = [
     "LogRow",
     "Metric",
     "MetricRow",
+    "Task",
+    "TaskContext",
     "TaskLog",
     "Token",
     "Trial",

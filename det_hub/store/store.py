@@ -27,6 +27,8 @@ from .models import (
     ExperimentContext,
     Metric,
     MetricRow,
+    Task,
+    TaskContext,
     TaskLog,
     Token,
     Trial,
@@ -433,17 +435,28 @@ class Store:
     # -- allocations ------------------------------------------------------------------------
 
     async def create_allocation(
-        self, *, id: str, trial_id: int, token_hash: str, slots: int, state: str
+        self,
+        *,
+        id: str,
+        token_hash: str,
+        slots: int,
+        state: str,
+        trial_id: int | None = None,
+        task_id: int | None = None,
     ) -> Allocation:
-        """Add an allocation (one attempt at running a trial).
+        """Add an allocation (one attempt at running a trial, or a task).
 
         Raises:
             StoreConflict: the id or token hash is taken.
-            NotFound: no such trial.
+            NotFound: no such trial or task.
+            ValueError: not exactly one of ``trial_id`` and ``task_id`` given.
         """
+        if (trial_id is None) == (task_id is None):
+            raise ValueError("an allocation belongs to a trial or a task: give exactly one")
         allocation = Allocation(
             id=id,
             trial_id=trial_id,
+            task_id=task_id,
             token_hash=token_hash,
             state=_plain(state),
             slots=slots,
@@ -492,6 +505,88 @@ class Store:
         )
         async with self._reading() as session:
             return list(await session.scalars(stmt))
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    async def create_task(
+        self,
+        *,
+        type: str,
+        owner_id: int,
+        state: str,
+        config: dict[str, Any],
+        context: bytes | None = None,
+        description: str = "",
+        resource_pool: str = "default",
+        priority: int = 42,
+    ) -> Task:
+        """Add a task (a command), with its context archive when given.
+
+        Raises:
+            NotFound: no such owner.
+        """
+        task = Task(
+            type=_plain(type),
+            owner_id=owner_id,
+            state=_plain(state),
+            description=description,
+            config=config,
+            resource_pool=resource_pool,
+            priority=priority,
+            queue_position=None,
+            created_at=utcnow(),
+            ended_at=None,
+            exit_code=None,
+            exit_reason=None,
+        )
+        async with self._writing() as session:
+            session.add(task)
+            await session.flush()
+            if context is not None:
+                session.add(TaskContext(task_id=task.id, archive=context))
+        return task
+
+    async def get_task(self, task_id: int) -> Task | None:
+        """The task with this id (without its context archive)."""
+        async with self._reading() as session:
+            return await session.get(Task, task_id)
+
+    async def list_tasks(
+        self,
+        *,
+        type: str | None = None,
+        states: list[str] | None = None,
+        owner_id: int | None = None,
+        limit: int | None = None,
+    ) -> list[Task]:
+        """Tasks matching every filter given, by id (oldest first); ``limit`` keeps the newest."""
+        where: list[ColumnElement[bool]] = []
+        if type is not None:
+            where.append(Task.type == _plain(type))
+        if states is not None:
+            where.append(Task.state.in_([_plain(s) for s in states]))
+        if owner_id is not None:
+            where.append(Task.owner_id == owner_id)
+        stmt = select(Task).where(*where).order_by(Task.id.desc())
+        if limit is not None:
+            stmt = stmt.limit(limit)
+        async with self._reading() as session:
+            return list(reversed(list(await session.scalars(stmt))))
+
+    async def update_task(self, task_id: int, **fields: Any) -> Task:
+        """Set columns of a task (``state``, ``exit_code``, ...).
+
+        Raises:
+            NotFound: no such task.
+            ValueError: a name that is not a column, or the primary key.
+        """
+        return await self._update(Task, task_id, fields)
+
+    async def get_task_context(self, task_id: int) -> bytes | None:
+        """The task's context archive, or ``None`` when it has none."""
+        stmt = select(TaskContext.archive).where(TaskContext.task_id == task_id)
+        async with self._reading() as session:
+            return await session.scalar(stmt)
 
     # -- agents -----------------------------------------------------------------------------
 
@@ -727,8 +822,8 @@ class Store:
         """Add log lines in one statement.
 
         Args:
-            rows: ``{"trial_id", "allocation_id", "timestamp", "rank", "stdtype", "message"}``;
-                ``timestamp`` defaults to now, ``rank`` and ``allocation_id`` to ``None``.
+            rows: ``{"trial_id" or "task_id", "allocation_id", "timestamp", "rank", "stdtype",
+                "message"}``; ``timestamp`` defaults to now, the others to ``None``.
 
         Returns:
             The number of lines added.
@@ -738,7 +833,8 @@ class Store:
         now = utcnow()
         params = [
             {
-                "trial_id": row["trial_id"],
+                "trial_id": row.get("trial_id"),
+                "task_id": row.get("task_id"),
                 "allocation_id": row.get("allocation_id"),
                 "timestamp": _plain(row.get("timestamp") or now),
                 "rank": row.get("rank"),
@@ -758,6 +854,19 @@ class Store:
         stmt = (
             select(TaskLog)
             .where(TaskLog.trial_id == trial_id, TaskLog.id > after_id)
+            .order_by(TaskLog.id)
+            .limit(limit)
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    async def get_task_logs(
+        self, task_id: int, *, after_id: int = 0, limit: int = 1000
+    ) -> list[TaskLog]:
+        """A task's log lines with id greater than ``after_id``, ascending, at most ``limit``."""
+        stmt = (
+            select(TaskLog)
+            .where(TaskLog.task_id == task_id, TaskLog.id > after_id)
             .order_by(TaskLog.id)
             .limit(limit)
         )

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from fake_master import FakeMaster, Reply, Request, closed_port, log_row, ndjson
 
 from det_hub.client import (
@@ -416,3 +417,46 @@ def test_objects_tolerate_missing_fields() -> None:
     assert experiment.is_terminal and experiment.created_at is None and experiment.progress is None
     trial = Trial.from_json({"id": 2})
     assert trial.run_state is None and trial.hparams == {}
+
+
+COMMAND = {
+    "id": 4, "type": "COMMAND", "description": "Command (sh -c exit 3)", "owner": "admin",
+    "state": "RUNNING", "entrypoint": ["sh", "-c", "exit 3"], "resource_pool": "default",
+    "priority": 42, "slots": 1, "job_id": "cmd-4", "created_at": "2026-11-22T10:00:00Z",
+    "ended_at": None, "exit_code": None, "exit_reason": None, "config": {},
+}
+
+
+def test_run_command_sends_the_entrypoint_in_the_config(fake_master: FakeMaster,
+                                                        tmp_path: Path) -> None:
+    fake_master.json("POST", "/commands", {"command": {**COMMAND, "state": "QUEUED"}}, 201)
+    (tmp_path / "prep.py").write_text("print('hi')\n")
+    command = Client(fake_master.url, "t").run_command(
+        ["python3", "prep.py"], config="resources: {slots: 2}\nentrypoint: ignored\n",
+        context_dir=tmp_path)
+    body = fake_master.calls("POST", "/commands")[0].json()
+    assert yaml.safe_load(body["config"]) == {"resources": {"slots": 2},
+                                              "entrypoint": ["python3", "prep.py"]}
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(body["context"])), mode="r:gz") as tar:
+        assert tar.getnames() == ["prep.py"]
+    assert (command.id, command.state, command.job_id, command.is_terminal) == (
+        4, "QUEUED", "cmd-4", False)
+    with pytest.raises(ValueError):
+        Client(fake_master.url, "t").run_command(config={"description": "nothing"})
+
+
+def test_command_logs_follow_until_the_command_ends(fake_master: FakeMaster) -> None:
+    batches = [[log_row(1, "a"), log_row(2, "b")], [log_row(3, "c")]]
+
+    def logs(request: Request) -> Reply:
+        rows = batches.pop(0) if batches and request.query["follow"] == "true" else []
+        return Reply(200, chunks=[ndjson(rows)], content_type="application/x-ndjson")
+
+    fake_master.route("GET", "/commands/4/logs", logs)
+    fake_master.sequence("GET", "/commands/4", [
+        {"command": COMMAND}, {"command": {**COMMAND, "state": "TERMINATED", "exit_code": 3}}])
+    fake_master.json("POST", "/commands/4/kill", {"command": {**COMMAND, "state": "TERMINATING"}})
+    client = Client(fake_master.url, "t")
+    assert [row["message"] for row in client.command_logs(4, follow=True)] == ["a\n", "b\n", "c\n"]
+    assert client.get_command(4).exit_code == 3
+    assert client.kill_command(4).state == "TERMINATING"

@@ -6,11 +6,14 @@ import pytest
 
 from det_hub.states import (
     EXPERIMENT_TRANSITIONS,
+    TASK_TRANSITIONS,
     TRIAL_TRANSITIONS,
     ExperimentState,
     IllegalTransition,
+    TaskState,
     TrialState,
     check_experiment_transition,
+    check_task_transition,
     check_trial_transition,
 )
 
@@ -58,3 +61,38 @@ def test_legal_moves_pass_and_staying_put_is_allowed() -> None:
     check_trial_transition(TrialState.ERROR, TrialState.ACTIVE)
     with pytest.raises(IllegalTransition):
         check_trial_transition(TrialState.ERROR, TrialState.COMPLETED)
+
+
+def test_task_states_run_forwards_only_and_end_in_terminated() -> None:
+    """A command goes QUEUED -> (PULLING) -> STARTING -> RUNNING -> TERMINATING -> TERMINATED,
+    may end from any state short of that, and never moves back."""
+    order = list(TaskState)
+    for state, moves in TASK_TRANSITIONS.items():
+        assert all(order.index(m) > order.index(state) for m in moves), state
+        if state.terminal:
+            assert moves == frozenset()
+        else:
+            assert TaskState.TERMINATED in moves, state
+    assert [s for s in TaskState if s.terminal] == [TaskState.TERMINATED]
+
+
+@pytest.mark.parametrize(("current", "target"), [
+    (TaskState.RUNNING, TaskState.STARTING),
+    (TaskState.TERMINATED, TaskState.RUNNING),
+    (TaskState.TERMINATING, TaskState.RUNNING),
+    (TaskState.QUEUED, TaskState.RUNNING),
+])
+def test_illegal_task_moves_raise(current: TaskState, target: TaskState) -> None:
+    with pytest.raises(IllegalTransition) as err:
+        check_task_transition(current, target)
+    assert str(err.value) == f"task cannot go from {current.value} to {target.value}"
+
+
+def test_legal_task_moves_pass() -> None:
+    for current, target in ((TaskState.QUEUED, TaskState.STARTING),
+                            (TaskState.STARTING, TaskState.RUNNING),
+                            (TaskState.RUNNING, TaskState.TERMINATING),
+                            (TaskState.TERMINATING, TaskState.TERMINATED),
+                            (TaskState.QUEUED, TaskState.TERMINATED),
+                            (TaskState.RUNNING, TaskState.RUNNING)):
+        check_task_transition(current, target)

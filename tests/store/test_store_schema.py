@@ -14,7 +14,7 @@ from det_hub.store.engine import alembic_config, normalize_url
 from det_hub.store.models import Base
 
 #: The newest migration.
-HEAD = "0003"
+HEAD = "0004"
 
 EXPECTED_TABLES = {
     "users",
@@ -27,6 +27,8 @@ EXPECTED_TABLES = {
     "metrics",
     "checkpoints",
     "task_logs",
+    "tasks",
+    "task_contexts",
 }
 
 

@@ -10,6 +10,7 @@ from det_hub.service.handlers import (
     cluster,
     experiments,
     meta,
+    tasks,
     trials,
     users,
 )
@@ -22,6 +23,7 @@ api_routes: list[tuple[Any, ...]] = [
     *checkpoints.routes,
     *allocations.routes,
     *cluster.routes,
+    *tasks.routes,
     *users.routes,
 ]
 

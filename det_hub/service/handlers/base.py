@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError, RequestHandler
 
 from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized, Unavailable
+from det_hub.service.serialize import iso
 
 if TYPE_CHECKING:
     from det_hub.service.master import Master, Principal
@@ -121,3 +125,53 @@ class APIHandler(RequestHandler):
         if raw.lower() in ("0", "false", "no"):
             return False
         raise BadRequest(f"{name}: must be true or false")
+
+    async def stream_logs(
+        self,
+        read: Callable[[int, int], Awaitable[Sequence[Any]]],
+        key: str,
+        ended: Callable[[], Awaitable[bool]],
+    ) -> None:
+        """Answer with log rows as newline-delimited JSON, from the ``after_id``, ``limit`` and
+        ``follow`` query arguments.
+
+        Args:
+            read: ``read(after_id, limit)``: the next stored rows, oldest first.
+            key: the name of the field holding the rows' owner id (``trial_id``, ``task_id``).
+            ended: whether the owner has ended, so that no more lines can come; following
+                stops once it has and every line has been sent.
+        """
+        follow = bool(self.bool_arg("follow"))
+        after = self.int_arg("after_id", 0)
+        remaining = self.int_arg("limit", 0) or None
+        self.set_header("Content-Type", "application/x-ndjson")
+        try:
+            while True:
+                batch = 1000 if remaining is None else min(1000, remaining)
+                rows = await read(after, batch)
+                for r in rows:
+                    self.write(json.dumps({
+                        "id": r.id, key: getattr(r, key), "allocation_id": r.allocation_id,
+                        "timestamp": iso(r.timestamp), "rank": r.rank, "stdtype": r.stdtype,
+                        "message": r.message}) + "\n")
+                if rows:
+                    after = rows[-1].id
+                    await self.flush()
+                    if remaining is not None:
+                        remaining -= len(rows)
+                        if remaining <= 0:
+                            break
+                    if len(rows) == batch:
+                        continue
+                if not follow or self.master.stopping:
+                    break
+                if await ended():
+                    # The last lines are stored before the end is; one more read picks up
+                    # anything written between our read and that check.
+                    if not await read(after, 1):
+                        break
+                    continue
+                await asyncio.sleep(0.25)
+        except StreamClosedError:
+            return
+        self.finish()

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-
-from tornado.iostream import StreamClosedError
+from typing import Any
 
 from det_hub.service.errors import BadRequest
 from det_hub.service.handlers.base import APIHandler
@@ -77,44 +74,16 @@ class TrialLogsHandler(APIHandler):
         """The trial's log lines as newline-delimited JSON."""
         tid = int(trial_id)
         await self.master.get_trial(self.principal, tid)
-        follow = bool(self.bool_arg("follow"))
-        after = self.int_arg("after_id", 0)
-        remaining = self.int_arg("limit", 0) or None
-        self.set_header("Content-Type", "application/x-ndjson")
         store = self.master.store
-        try:
-            while True:
-                batch = 1000 if remaining is None else min(1000, remaining)
-                rows = await store.get_logs(tid, after_id=after, limit=batch)
-                for r in rows:
-                    self.write(json.dumps({
-                        "id": r.id, "trial_id": r.trial_id, "allocation_id": r.allocation_id,
-                        "timestamp": iso(r.timestamp), "rank": r.rank, "stdtype": r.stdtype,
-                        "message": r.message}) + "\n")
-                if rows:
-                    after = rows[-1].id
-                    await self.flush()
-                    if remaining is not None:
-                        remaining -= len(rows)
-                        if remaining <= 0:
-                            break
-                    if len(rows) == batch:
-                        continue
-                if not follow or self.master.stopping:
-                    break
-                trial = await self.master.get_trial(self.principal, tid)
-                if TrialState(trial.state).terminal and \
-                        self.master.cluster.for_trial(tid) is None:
-                    # The last lines are stored before the state changes; one more read
-                    # picks up anything written between our read and the state check.
-                    rest = await store.get_logs(tid, after_id=after, limit=1)
-                    if not rest:
-                        break
-                    continue
-                await asyncio.sleep(0.25)
-        except StreamClosedError:
-            return
-        self.finish()
+
+        async def read(after: int, limit: int) -> list[Any]:
+            return await store.get_logs(tid, after_id=after, limit=limit)
+
+        async def ended() -> bool:
+            trial = await self.master.get_trial(self.principal, tid)
+            return TrialState(trial.state).terminal and self.master.cluster.for_trial(tid) is None
+
+        await self.stream_logs(read, "trial_id", ended)
 
 
 class TrialProgressHandler(APIHandler):
