@@ -172,11 +172,6 @@ class Allocation:
     idle_timed_out: bool = False
 
     @property
-    def slot_ids(self) -> tuple[int, ...]:
-        """The chief's slots."""
-        return self.nodes[0].slot_ids if self.nodes else ()
-
-    @property
     def agent_ids(self) -> list[str]:
         return [n.agent_id for n in self.nodes]
 
@@ -313,9 +308,6 @@ class Cluster:
         self._wake.set()
 
     # --- requests from the experiments ---------------------------------------------------
-    def max_slots(self) -> int:
-        return max((len(a.slots) for a in self.agents.values()), default=0)
-
     async def request(self, spec: LaunchSpec) -> Allocation:
         """Queue an allocation for a trial or a task."""
         prefix = str(spec.trial_id) if spec.trial_id is not None else f"task-{spec.task_id}"
