@@ -22,7 +22,7 @@ import heapq
 from collections.abc import Sequence
 from operator import attrgetter
 
-from det_hub.scheduler._base import Agent, check_fitting_policy
+from det_hub.scheduler._base import Agent, Running, check_fitting_policy
 
 _by_id = attrgetter("id")
 
@@ -89,6 +89,31 @@ class FreeSlots:
         self._shapes: dict[int, tuple[tuple[int, int], ...]] = {}
 
     # --- shapes --------------------------------------------------------------------------
+
+    def holdings(
+        self, running: Sequence[Running]
+    ) -> tuple[dict[str, Running], list[int], dict[str, list[tuple[int, int]]]]:
+        """How the running allocations hold the slots recorded with ``holders``.
+
+        Returns:
+            The running allocations by id; per agent, the slots of allocations already told
+            to stop (they are freeing); and per preemptible allocation not stopping yet, the
+            ``(agent index, slots held there)`` of each agent it holds slots on. A holder
+            ``running`` does not describe is neither stopping nor preemptible.
+        """
+        info = {r.allocation_id: r for r in running}
+        freeing = [0] * len(self.agent_ids)
+        spans: dict[str, list[tuple[int, int]]] = {}
+        for i, held in enumerate(self.held):
+            for aid, count in held.items():
+                r = info.get(aid)
+                if r is None:
+                    continue
+                if r.preempting:
+                    freeing[i] += count
+                elif r.preemptible:
+                    spans.setdefault(aid, []).append((i, count))
+        return info, freeing, spans
     def shapes(self, slots: int) -> tuple[tuple[int, int], ...]:
         """The ways a request of ``slots`` may be laid out here, by slot count alone.
 

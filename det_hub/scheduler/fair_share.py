@@ -141,23 +141,14 @@ class _Room:
         self.pool = pool
         self.jobs = jobs
         n = len(pool.agent_ids)
-        info = {r.allocation_id: r for r in running}
-        self.freeing = [0] * n
+        info, self.freeing, self.spans = pool.holdings(running)
+        #: Per agent: the victims holding slots there.
         self.on_agent: list[list[Running]] = [[] for _ in range(n)]
-        self.spans: dict[str, list[tuple[int, int]]] = {}
-        for i, held in enumerate(pool.held):
-            for aid, count in held.items():
-                r = info.get(aid)
-                if r is None:
-                    continue  # an unknown holder is neither stopping nor ours to stop
-                if r.preempting:
-                    self.freeing[i] += count
-                elif r.preemptible:
-                    self.spans.setdefault(aid, []).append((i, count))
-                    self.on_agent[i].append(r)
-        for aid in self.spans:
+        for aid, span in self.spans.items():
             r = info[aid]
             jobs[_group_of(r)].victims.append(r)
+            for i, _ in span:
+                self.on_agent[i].append(r)
         for job in jobs.values():
             job.victims.sort(key=lambda r: (-r.queued_at, r.allocation_id))
         self.freeing_agents = {i for i, f in enumerate(self.freeing) if f}

@@ -118,20 +118,9 @@ class _Room:
 
     def __init__(self, pool: FreeSlots, running: Sequence[Running]):
         self.pool = pool
-        info = {r.allocation_id: r for r in running}
         n = len(pool.agent_ids)
-        self.freeing = [0] * n
+        info, self.freeing, self.spans = pool.holdings(running)
         self.victims: list[list[_Victim]] = [[] for _ in range(n)]
-        self.spans: dict[str, list[tuple[int, int]]] = {}
-        for i, held in enumerate(pool.held):
-            for aid, count in held.items():
-                r = info.get(aid)
-                if r is None:
-                    continue  # an unknown holder is neither stopping nor ours to stop
-                if r.preempting:
-                    self.freeing[i] += count
-                elif r.preemptible:
-                    self.spans.setdefault(aid, []).append((i, count))
         self.by_priority: dict[int, int] = {}
         #: Per agent: slots its victims hold there.
         self.held_by_victims = [0] * n
