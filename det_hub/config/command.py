@@ -24,12 +24,13 @@ import shlex
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar
 
-from pydantic import BeforeValidator, Field, ValidationError
+from pydantic import BeforeValidator, Field
 
-from det_hub.config._errors import ConfigError, Problem, fail, problems_from_validation_error
+from det_hub.config._errors import Problem, fail
 from det_hub.config._model import ConfigModel
 from det_hub.config.environment import BindMount, EnvironmentConfig
-from det_hub.config.parse import _load
+from det_hub.config.experiment import check_command
+from det_hub.config.parse import parse_model
 from det_hub.config.resources import _pool_name, _size
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.IGNORECASE)
@@ -67,18 +68,7 @@ def _duration(value: Any) -> Any:
 
 
 def _entrypoint(value: Any) -> Any:
-    if isinstance(value, str):
-        if not value.strip():
-            fail("must not be empty")
-        return value
-    if isinstance(value, list):
-        if not value:
-            fail("must not be empty")
-        bad = [i for i, item in enumerate(value) if not isinstance(item, str)]
-        if bad:
-            fail("must be a string", f"[{bad[0]}]")
-        return value
-    fail("must be a command: a string, or a list of its arguments")
+    return check_command(value, "a command: a string, or a list of its arguments")
 
 
 class CommandResources(ConfigModel):
@@ -143,13 +133,7 @@ def parse_command_config(source: str | bytes | Mapping[str, Any]) -> CommandConf
     Raises:
         ConfigError: Listing every problem found, each with the dotted path of its setting.
     """
-    data = _load(source)
-    try:
-        return CommandConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(
-            problems_from_validation_error(exc, list(CommandConfig.model_fields))
-        ) from None
+    return parse_model(CommandConfig, source)
 
 
 __all__ = ["CommandConfig", "CommandResources", "parse_command_config", "parse_duration"]

@@ -28,7 +28,12 @@ _TRIAL_CLASS = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za
 CHECKPOINT_POLICIES = ("best", "all", "none")
 
 
-def _entrypoint(value: Any) -> Any:
+def check_command(value: Any, expected: str) -> Any:
+    """A command's validation: a non-empty string, or a non-empty list of strings.
+
+    Args:
+        expected: what the value must be, for the message when it is neither.
+    """
     if isinstance(value, str):
         if not value.strip():
             fail("must not be empty")
@@ -44,7 +49,11 @@ def _entrypoint(value: Any) -> Any:
         if problems:
             raise problems_error(problems)
         return value
-    fail('must be "module:TrialClass", a command, or a list of command arguments')
+    fail(f"must be {expected}")
+
+
+def _entrypoint(value: Any) -> Any:
+    return check_command(value, '"module:TrialClass", a command, or a list of command arguments')
 
 
 class ReproducibilityConfig(ConfigModel):

@@ -1,4 +1,4 @@
-"""Reading an experiment config from YAML text (or already loaded data)."""
+"""Reading a config (an experiment's, a command's) from YAML text (or already loaded data)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import yaml
 from pydantic import ValidationError
 
 from det_hub.config._errors import ConfigError, Problem, problems_from_validation_error
+from det_hub.config._model import ModelT
 from det_hub.config.experiment import ExperimentConfig
 
 
@@ -24,13 +25,20 @@ def parse_experiment_config(source: str | bytes | Mapping[str, Any]) -> Experime
     Raises:
         ConfigError: Listing every problem found, each with the dotted path of its setting.
     """
+    return parse_model(ExperimentConfig, source)
+
+
+def parse_model(model: type[ModelT], source: str | bytes | Mapping[str, Any]) -> ModelT:
+    """Parse YAML text (or a loaded mapping) and validate it as the config ``model``.
+
+    Raises:
+        ConfigError: Listing every problem found, each with the dotted path of its setting.
+    """
     data = _load(source)
     try:
-        return ExperimentConfig.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(
-            problems_from_validation_error(exc, list(ExperimentConfig.model_fields))
-        ) from None
+        raise ConfigError(problems_from_validation_error(exc, list(model.model_fields))) from None
 
 
 def _load(source: str | bytes | Mapping[str, Any]) -> Mapping[str, Any]:
