@@ -339,7 +339,6 @@ class Master:
         await self.store.add_token(user.id, hash_token(token), description="created by admin")
         return user, token
 
-    # --- experiments --------------------------------------------------------------------
     # --- commands -----------------------------------------------------------------------
     async def create_command(self, who: Principal, config_text: str,
                              context_b64: str | None) -> Task:
@@ -357,20 +356,16 @@ class Master:
         except ConfigError as e:
             raise BadRequest("the command config is invalid", [
                 {"path": p.path, "message": p.message} for p in e.problems]) from None
-        problems = []
-        pool = config.resources.resource_pool or "default"
-        why = self.cluster.check_request(pool, config.resources.slots)
-        if why is not None:
-            path = "resources.resource_pool" if pool not in self.cluster.pools \
-                else "resources.slots"
-            problems.append({"path": path, "message": why})
+        problems = self._placement_problems(config.resources.resource_pool,
+                                            config.resources.slots, "resources.slots")
         context = self._decode_context(context_b64)
         if problems:
             raise BadRequest("the command config cannot run on this master", problems)
         return await self.tasks.create(
             owner_id=who.user.id, config=config.to_dict(), context=context,
             description=config.description or _command_description(config),
-            resource_pool=pool, priority=config.resources.priority or 42)
+            resource_pool=config.resources.resource_pool or "default",
+            priority=config.resources.priority or 42)
 
     async def list_commands(self, who: Principal) -> list[Task]:
         """Every command, oldest first (the 1000 newest)."""
@@ -428,6 +423,7 @@ class Master:
             raise BadRequest(str(e)) from None
         return context
 
+    # --- experiments --------------------------------------------------------------------
     async def create_experiment(self, who: Principal, config_text: str, context_b64: str | None,
                                 *, activate: bool = True,
                                 parent_id: int | None = None) -> Experiment:
@@ -589,13 +585,20 @@ class Master:
             problems.append({"path": "entrypoint", "message": (
                 "trial-class entrypoints (module:Class) need the PyTorch training harness; "
                 "use a script entrypoint such as 'python3 train.py'")})
-        pool = config.resources.resource_pool or "default"
-        why = self.cluster.check_request(pool, config.resources.slots_per_trial)
-        if why is not None:
-            path = "resources.resource_pool" if pool not in self.cluster.pools \
-                else "resources.slots_per_trial"
-            problems.append({"path": path, "message": why})
+        problems += self._placement_problems(config.resources.resource_pool,
+                                             config.resources.slots_per_trial,
+                                             "resources.slots_per_trial")
         return problems
+
+    def _placement_problems(self, pool: str, slots: int, slots_path: str) -> list[dict[str, str]]:
+        """Why a job asking for ``slots`` (set at ``slots_path``) in ``pool`` can never be
+        placed, as config problems; none when it can."""
+        pool = pool or "default"
+        why = self.cluster.check_request(pool, slots)
+        if why is None:
+            return []
+        path = "resources.resource_pool" if pool not in self.cluster.pools else slots_path
+        return [{"path": path, "message": why}]
 
     async def get_experiment(self, experiment_id: int) -> Experiment:
         run = self.runs.get(experiment_id)
