@@ -538,8 +538,7 @@ class Cluster:
                 await self._heartbeat()
                 await self._schedule()
                 await self._watch()
-                await self._enforce_preemption_timeouts()
-                await self._enforce_idle_timeouts()
+                await self._enforce_timeouts()
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad round must not stop the cluster
@@ -718,7 +717,9 @@ class Cluster:
                 for node in alloc.nodes:
                     if node.agent_id in lost:
                         if node.handle is not None:
+                            # Stopped and removed once its agent answers again (_heartbeat).
                             self._orphans.setdefault(node.agent_id, []).append(node.handle)
+                            node.handle = None
                         node.status = ExitStatus(None, reason=alloc.lost_reason)
             statuses = [n.status for n in alloc.nodes]
             failed = [s for s in statuses if s is not None and not s.success]
@@ -756,27 +757,25 @@ class Cluster:
         except AgentUnreachable:
             self.unreachable.setdefault(node.agent_id, time.monotonic())
 
-    async def _enforce_preemption_timeouts(self) -> None:
+    async def _enforce_timeouts(self) -> None:
+        """Kill running allocations past their preemption deadline or their idle timeout."""
         now = time.monotonic()
         for alloc in list(self.allocations.values()):
-            if alloc.preempt_deadline is None or alloc.preempt_deadline > now \
-                    or alloc.killed or alloc.state != RUNNING:
+            if alloc.state != RUNNING or alloc.killed:
                 continue
-            alloc.timed_out = True
-            await self._system_log(alloc, "the trial did not stop within the preemption timeout; "
-                                          "it is killed and resumes from its latest checkpoint")
-            await self.kill(alloc)
-
-    async def _enforce_idle_timeouts(self) -> None:
-        now = time.monotonic()
-        for alloc in list(self.allocations.values()):
-            timeout = alloc.spec.idle_timeout
-            if timeout is None or alloc.state != RUNNING or alloc.killed \
-                    or now - alloc.last_output < timeout:
+            if alloc.preempt_deadline is not None and alloc.preempt_deadline <= now:
+                alloc.timed_out = True
+                await self._system_log(alloc, "the trial did not stop within the preemption "
+                                              "timeout; it is killed and resumes from its "
+                                              "latest checkpoint")
+            elif alloc.spec.idle_timeout is not None \
+                    and now - alloc.last_output >= alloc.spec.idle_timeout:
+                alloc.idle_timed_out = True
+                await self._system_log(alloc, f"no output for {alloc.spec.idle_timeout:g} s "
+                                              "(its idle_timeout); the task is killed to free "
+                                              "its slots")
+            else:
                 continue
-            alloc.idle_timed_out = True
-            await self._system_log(alloc, f"no output for {timeout:g} s (its idle_timeout); "
-                                          "the task is killed to free its slots")
             await self.kill(alloc)
 
     def _forget_token(self, alloc: Allocation) -> None:
@@ -821,14 +820,10 @@ class Cluster:
             alloc.id, state=TERMINATED, ended_at=utcnow(), exit_code=status.exit_code,
             exit_reason=status.reason or (f"signal {status.signal}" if status.signal else None))
         for node in alloc.nodes:
-            if node.handle is not None and node.agent_id not in self._orphans_of(alloc):
+            if node.handle is not None:
                 try:
                     await asyncio.to_thread(self.agents[node.agent_id].reap, node.handle)
                 except AgentUnreachable:
                     self._orphans.setdefault(node.agent_id, []).append(node.handle)
         self._wake.set()
         await self.on_exit(alloc, status)
-
-    def _orphans_of(self, alloc: Allocation) -> set[str]:
-        return {agent_id for agent_id, handles in self._orphans.items()
-                if any(h.allocation_id == alloc.id for h in handles)}
