@@ -328,6 +328,9 @@ class DockerTaskHandle(TaskHandle):
         self._status: ExitStatus | None = None
         #: Set once the container is gone (reaped, or removed by someone else).
         self._removed = False
+        #: The last exit_status() found it running: the alive() that callers ask right after
+        #: answers from that reading rather than asking the engine a second time.
+        self._seen_running = False
 
     def __repr__(self) -> str:
         return f"DockerTaskHandle({self.allocation_id!r}, {self.where})"
@@ -377,15 +380,20 @@ class DockerTaskHandle(TaskHandle):
         return lines
 
     def exit_status(self) -> ExitStatus | None:
+        self._seen_running = False
         if self._status is None:
             state = self._state()
             if state is not None:
                 self._status = exit_status_from_state(state)
+            self._seen_running = state is not None and self._status is None
         return self._status
 
     def alive(self) -> bool:
         if self._status is not None:
             return False
+        if self._seen_running:
+            self._seen_running = False
+            return True
         state = self._state()
         return state is not None and state.get("Status") in _RUNNING_STATES
 
