@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable
 from typing import Any
@@ -13,7 +12,7 @@ from det_hub.client import Client, Command
 from . import _render as r
 from ._connect import UserError, client_from_args
 from .experiment import config_overrides
-from .trial import format_log_line
+from .trial import print_logs
 
 HEADERS = ["ID", "Owner", "Description", "State", "Exit code", "Pool", "Slots", "Started",
            "Ended"]
@@ -31,12 +30,9 @@ def command_rows(commands: Iterable[Command]) -> list[list[Any]]:
 def follow_command(client: Client, command_id: int, *, as_json: bool = False) -> int:
     """Prints a command's logs until it ends; returns its exit code (1 when a signal ended it
     or it never ran), or 130 on Ctrl-C, which stops following only."""
-    try:
-        for line in client.command_logs(command_id, follow=True):
-            print(json.dumps(line) if as_json else format_log_line(line), flush=True)
-    except KeyboardInterrupt:
-        print(f"\nStopped following command {command_id}; it keeps running. "
-              f"(det-hub command kill {command_id} stops it.)", file=sys.stderr)
+    if print_logs(client.command_logs(command_id, follow=True), as_json=as_json, follow=True,
+                  stopped=f"Stopped following command {command_id}; it keeps running. "
+                          f"(det-hub command kill {command_id} stops it.)"):
         return 130
     command = client.get_command(command_id)
     if command.exit_code is None:
@@ -70,15 +66,9 @@ def _list(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     client = client_from_args(args)
-    try:
-        for line in client.command_logs(args.id, follow=args.follow, after_id=args.after_id):
-            print(json.dumps(line) if args.json else format_log_line(line), flush=args.follow)
-    except KeyboardInterrupt:
-        if args.follow:
-            print(f"\nStopped following command {args.id}; it keeps running.", file=sys.stderr)
-            return 130
-        raise
-    return 0
+    return print_logs(client.command_logs(args.id, follow=args.follow, after_id=args.after_id),
+                      as_json=args.json, follow=args.follow,
+                      stopped=f"Stopped following command {args.id}; it keeps running.")
 
 
 def _kill(args: argparse.Namespace) -> int:

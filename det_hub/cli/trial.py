@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from . import _render as r
@@ -21,6 +22,22 @@ def format_log_line(line: dict[str, Any]) -> str:
         parts.append(f"[rank={line['rank']}]")
     parts.append(message)
     return " ".join(parts)
+
+
+def print_logs(lines: Iterable[dict[str, Any]], *, as_json: bool, follow: bool,
+               stopped: str) -> int:
+    """Prints log rows as they come, one JSON object per line with ``as_json`` (NDJSON, as the
+    master streams it, so it pipes into jq). Ctrl-C while following prints ``stopped`` and
+    returns 130; otherwise 0."""
+    try:
+        for line in lines:
+            print(json.dumps(line) if as_json else format_log_line(line), flush=follow)
+    except KeyboardInterrupt:
+        if not follow:
+            raise
+        print(f"\n{stopped}", file=sys.stderr)
+        return 130
+    return 0
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -52,17 +69,9 @@ def _describe(args: argparse.Namespace) -> int:
 
 def _logs(args: argparse.Namespace) -> int:
     client = client_from_args(args)
-    try:
-        for line in client.trial_logs(args.id, follow=args.follow, after_id=args.after_id):
-            # One JSON object per line (NDJSON, as the master streams it), so it pipes into jq.
-            text = json.dumps(line) if args.json else format_log_line(line)
-            print(text, flush=args.follow)
-    except KeyboardInterrupt:
-        if args.follow:
-            print(f"\nStopped following trial {args.id}; it keeps running.", file=sys.stderr)
-            return 130
-        raise
-    return 0
+    return print_logs(client.trial_logs(args.id, follow=args.follow, after_id=args.after_id),
+                      as_json=args.json, follow=args.follow,
+                      stopped=f"Stopped following trial {args.id}; it keeps running.")
 
 
 def _metrics(args: argparse.Namespace) -> int:
