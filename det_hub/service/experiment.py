@@ -349,7 +349,12 @@ class ExperimentRun:
     # --- internals ----------------------------------------------------------------------
     async def _apply(self, actions: list[Action]) -> None:
         for action in actions:
-            if isinstance(action, Create):
+            if isinstance(action, Create) and self.trial_by_request(action.request_id):
+                # The master stopped after creating this trial and before saving the search
+                # state; the restored search asks for it again. It is the same trial, which
+                # recover() already queued if it is to run.
+                await self._apply(self.method.on_trial_created(action.request_id))
+            elif isinstance(action, Create):
                 trial = await self.store.create_trial(
                     experiment_id=self.id, request_id=action.request_id,
                     hparams=dict(action.hparams),
