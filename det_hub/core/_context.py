@@ -27,7 +27,12 @@ DEFAULT_LOCAL_CHECKPOINTS = "checkpoints"
 
 
 class TensorboardMode(enum.Enum):
-    """Accepted for compatibility with Determined; det_hub does not upload TensorBoard files yet."""
+    """Whether reported metrics are also written as TensorBoard event files.
+
+    ``AUTO`` (the default): inside a cluster the chief writes them into the checkpoint
+    storage (see :meth:`det_hub.storage.StorageManager.tensorboard_path`). ``MANUAL``: they are
+    not; training code writes its own.
+    """
 
     AUTO = "AUTO"
     MANUAL = "MANUAL"
@@ -142,7 +147,9 @@ def init(
             config dict or a :class:`~det_hub.storage.StorageManager`. Inside a cluster the
             experiment's storage is used when None.
         preempt_mode: Which ranks watch for preemption (see :class:`PreemptMode`).
-        tensorboard_mode: Accepted for compatibility; has no effect yet.
+        tensorboard_mode: ``AUTO`` writes reported metrics as TensorBoard event files into the
+            checkpoint storage inside a cluster; ``MANUAL`` does not (see
+            :class:`TensorboardMode`).
         metric_batch_interval: Seconds a training-metric row may wait to be batched.
         retry_deadline: Seconds a call to an unreachable master keeps being retried.
 
@@ -155,7 +162,7 @@ def init(
         ...     for op in core_context.searcher.operations():
         ...         ...
     """
-    del tensorboard_mode
+    write_events = TensorboardMode(tensorboard_mode) == TensorboardMode.AUTO
     dist = distributed or DistributedContext()
     info = get_cluster_info()
     if info is None:
@@ -185,12 +192,19 @@ def init(
         storage = build_storage(info.checkpoint_storage)
     else:
         storage = _local_storage(checkpoint_storage)
-    sender = (
-        MetricSender(session, trial_id, batch_interval=metric_batch_interval)
-        if dist.is_chief
-        else None
+    sender = None
+    tensorboard_dir = None
+    if dist.is_chief:
+        sender = MetricSender(session, trial_id, batch_interval=metric_batch_interval)
+        if write_events:
+            tensorboard_dir = storage.tensorboard_path(info.trial.experiment_id, trial_id)
+    train = TrainContext(
+        distributed=dist,
+        session=session,
+        trial_id=trial_id,
+        sender=sender,
+        tensorboard_dir=tensorboard_dir,
     )
-    train = TrainContext(distributed=dist, session=session, trial_id=trial_id, sender=sender)
     return Context(
         distributed=dist,
         train=train,

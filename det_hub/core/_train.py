@@ -7,11 +7,13 @@ import enum
 import logging
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterSession
 from det_hub.core._metric_sender import MetricSender
+from det_hub.core._tensorboard import EventWriter
 
 logger = logging.getLogger("det_hub.core")
 
@@ -95,6 +97,11 @@ class TrainContext:
     Metric rows are queued and posted by a background thread; validation metrics are sent at
     once because the searcher acts on them. Outside a cluster rows go to the ``det_hub.core``
     logger. Only the chief reports; calls on other ranks are ignored.
+
+    Given a ``tensorboard_dir``, the chief also writes every reported metric that is a number
+    there as a TensorBoard scalar tagged ``<group>/<name>`` (``training/loss``) at
+    ``steps_completed``. The event file is created on the first report. A failure to write it
+    is logged once and ends event writing for this trial; it never fails training.
     """
 
     def __init__(
@@ -104,12 +111,39 @@ class TrainContext:
         session: MasterSession | None = None,
         trial_id: int | None = None,
         sender: MetricSender | None = None,
+        tensorboard_dir: Path | None = None,
     ) -> None:
         self._dist = distributed
         self._session = session
         self._trial_id = trial_id
         self._sender = sender
         self._warned_worker = False
+        self._tensorboard_dir = tensorboard_dir
+        self._events: EventWriter | None = None
+
+    def _write_events(self, group: str, steps: int, metrics: Mapping[str, Any]) -> None:
+        if self._tensorboard_dir is None:
+            return
+        try:
+            if self._events is None:
+                self._events = EventWriter(self._tensorboard_dir)
+            self._events.add_scalars(steps, {f"{group}/{k}": v for k, v in metrics.items()})
+        except OSError as exc:
+            self._stop_events(exc)
+
+    def _stop_events(self, exc: OSError) -> None:
+        logger.warning(
+            "cannot write TensorBoard events to %s, no more will be written: %s",
+            self._tensorboard_dir,
+            exc,
+        )
+        self._tensorboard_dir = None
+        events, self._events = self._events, None
+        if events is not None:
+            try:
+                events.close()
+            except OSError:
+                pass  # the same failure, already reported
 
     def _skip_on_worker(self, what: str) -> bool:
         if self._dist.is_chief:
@@ -162,6 +196,7 @@ class TrainContext:
         clean = _check_metrics(metrics, "metrics")
         if self._skip_on_worker("report_metrics"):
             return
+        self._write_events(group, steps, clean)
         if self._sender is None:
             logger.info("%s metrics at step %d: %s", group, steps, clean)
             return
@@ -213,11 +248,24 @@ class TrainContext:
         return None if value is None else float(value)
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait until every metric reported so far has reached the master."""
+        """Wait until every metric reported so far has reached the master (and the
+        TensorBoard event file)."""
+        if self._events is not None:
+            try:
+                self._events.flush()
+            except OSError as exc:
+                self._stop_events(exc)
         if self._sender is not None:
             self._sender.flush(timeout)
 
     def close(self) -> None:
-        """Send what is still queued and stop the background thread."""
+        """Send what is still queued, close the event file and stop the background threads."""
+        events, self._events = self._events, None
+        if events is not None:
+            try:
+                events.close()
+            except OSError as exc:
+                self._stop_events(exc)
+        self._tensorboard_dir = None  # a late report must not start a second file
         if self._sender is not None:
             self._sender.close()

@@ -1,7 +1,12 @@
 """Checkpoint storage backends and the checkpoint garbage-collection policy."""
 
 from det_hub.storage._base import StorageManager, check_uuid, directory_resources
-from det_hub.storage._build import CONTAINER_SHARED_FS, build_storage, storage_in_container
+from det_hub.storage._build import (
+    CONTAINER_SHARED_FS,
+    build_storage,
+    storage_in_container,
+    tensorboard_dir,
+)
 from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete, checkpoints_to_keep
 from det_hub.storage.shared_fs import SharedFSStorage
 
@@ -16,4 +21,5 @@ __all__ = [
     "checkpoints_to_delete",
     "checkpoints_to_keep",
     "directory_resources",
+    "tensorboard_dir",
 ]

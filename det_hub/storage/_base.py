@@ -42,6 +42,20 @@ def directory_resources(path: str | os.PathLike[str]) -> dict[str, int]:
 class StorageManager(abc.ABC):
     """Where checkpoints live. Every checkpoint is a directory of files named by a uuid."""
 
+    def tensorboard_path(self, experiment_id: int, trial_id: int | None = None) -> Path | None:
+        """The local directory of a trial's TensorBoard event files (of the experiment's, when
+        ``trial_id`` is None), or None when this storage keeps none (the default).
+
+        Backends that keep them use one layout under their root::
+
+            tensorboard/experiment/<experiment_id>/trial/<trial_id>/events.out.tfevents.*
+
+        so that a TensorBoard started on ``tensorboard/experiment/<experiment_id>/`` shows each
+        trial of the experiment as a run named ``trial/<trial_id>``.
+        """
+        del experiment_id, trial_id
+        return None
+
     @abc.abstractmethod
     @contextlib.contextmanager
     def store_path(self, storage_id: str) -> Iterator[Path]:

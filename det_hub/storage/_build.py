@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from det_hub.storage._base import StorageManager
@@ -32,6 +33,20 @@ def build_storage(config: Mapping[str, Any]) -> StorageManager:
         f"checkpoint_storage.type: {kind!r} is not supported; supported types: "
         + ", ".join(SUPPORTED_TYPES)
     )
+
+
+def tensorboard_dir(experiment_id: int, config: Mapping[str, Any] | None) -> Path | None:
+    """The directory holding the TensorBoard event files of an experiment's trials, as the
+    host sees it, or None when its ``checkpoint_storage`` config keeps none (or is missing or
+    invalid). See :meth:`StorageManager.tensorboard_path` for the layout.
+    """
+    if not config:
+        return None
+    try:
+        storage = build_storage(config)
+    except ValueError:
+        return None
+    return storage.tensorboard_path(experiment_id)
 
 
 #: Where a container sees a ``shared_fs`` storage's ``host_path``.

@@ -12,7 +12,8 @@ from det_hub.storage._base import StorageManager, check_uuid, directory_resource
 
 
 class SharedFSStorage(StorageManager):
-    """Checkpoints as directories ``host_path/storage_path/<uuid>``.
+    """Checkpoints as directories ``host_path/storage_path/<uuid>``, and TensorBoard event
+    files under ``host_path/storage_path/tensorboard/``.
 
     Writes go straight into the final directory, and restores read from it, with no copy.
 
@@ -79,6 +80,12 @@ class SharedFSStorage(StorageManager):
 
     def resources(self, storage_id: str) -> dict[str, int]:
         return directory_resources(self._existing(storage_id))
+
+    def tensorboard_path(self, experiment_id: int, trial_id: int | None = None) -> Path:
+        """``base_path/tensorboard/experiment/<experiment_id>[/trial/<trial_id>]``, next to the
+        checkpoints (see :meth:`StorageManager.tensorboard_path`)."""
+        path = self.base_path.joinpath("tensorboard", "experiment", str(int(experiment_id)))
+        return path if trial_id is None else path.joinpath("trial", str(int(trial_id)))
 
     def __repr__(self) -> str:
         return f"SharedFSStorage({str(self.base_path)!r})"

@@ -6,6 +6,7 @@ import signal
 import time
 
 import pytest
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from det_hub.testing import MasterProcess
 
@@ -33,7 +34,14 @@ def test_a_trial_runs_to_completion_and_reports_everything(master_any_db: Master
     kept = [c for c in ckpts if c["state"] == "COMPLETED"]
     assert {c["uuid"] for c in kept} >= {trial["latest_checkpoint"]}
     storage = m.data_dir / "checkpoints"
-    assert sorted(p.name for p in storage.iterdir()) == sorted(c["uuid"] for c in kept)
+    assert sorted(p.name for p in storage.iterdir() if p.name != "tensorboard") == sorted(
+        c["uuid"] for c in kept)
+    # The reported metrics are also TensorBoard scalars beside the checkpoints.
+    events = EventAccumulator(str(storage / f"tensorboard/experiment/{eid}/trial/{trial['id']}"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("training/loss")] == list(range(5, 31, 5))
+    assert [(e.step, e.value) for e in events.Scalars("validation/validation_loss")] == [
+        (30, pytest.approx(1 / 30))]
 
 
 def test_a_crash_restarts_from_the_latest_checkpoint(master: MasterProcess) -> None:
