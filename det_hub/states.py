@@ -59,9 +59,29 @@ class CheckpointState(str, enum.Enum):
 
 
 class TaskType(str, enum.Enum):
-    """What a non-experiment task is (notebooks, shells and TensorBoards come later)."""
+    """What a non-experiment task is. Notebooks, shells and TensorBoards serve something
+    (a Jupyter server, an SSH server, a TensorBoard) that users reach through the master's
+    proxy; a command only runs."""
 
     COMMAND = "COMMAND"
+    NOTEBOOK = "NOTEBOOK"
+    SHELL = "SHELL"
+    TENSORBOARD = "TENSORBOARD"
+
+    @property
+    def proxied(self) -> bool:
+        """Whether the task serves something reached through the master's proxy."""
+        return self is not TaskType.COMMAND
+
+    @property
+    def word(self) -> str:
+        """The type in messages and in the REST API's paths: ``notebook``, ``tensorboard``."""
+        return self.value.lower()
+
+    @property
+    def job_prefix(self) -> str:
+        """The task's job ids begin with this: ``cmd-12``, ``notebook-13``."""
+        return "cmd-" if self is TaskType.COMMAND else f"{self.word}-"
 
 
 class TaskState(str, enum.Enum):

@@ -20,9 +20,11 @@ from . import (
     command,
     experiment,
     job,
+    notebook,
     preview,
     resource_pool,
     service,
+    shell,
     trial,
     user,
 )
@@ -54,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     experiment.register(nouns, json_parent)
     trial.register(nouns, json_parent)
     command.register(nouns, json_parent)
+    notebook.register(nouns, json_parent)
+    shell.register(nouns, json_parent)
     checkpoint.register(nouns, json_parent)
     agent.register(nouns, json_parent)
     job.register(nouns, json_parent)

@@ -28,6 +28,7 @@ from ._objects import (
     MetricReport,
     NewUser,
     ResourcePool,
+    Task,
     Trial,
     User,
 )
@@ -735,18 +736,17 @@ class Client:
         )
         return Command.from_json(_object(body, "command"))
 
-    def list_commands(self) -> Listing[Command]:
+    def list_commands(self) -> Listing[Task]:
         """Returns the commands, oldest first."""
-        body = self._get("/commands")
-        return Listing([Command.from_json(c) for c in self._items(body, "commands")], body)
+        return self.list_tasks("command")
 
-    def get_command(self, command_id: int) -> Command:
+    def get_command(self, command_id: int) -> Task:
         """Returns one command."""
-        return Command.from_json(_object(self._get(f"/commands/{int(command_id)}"), "command"))
+        return self.get_task("command", command_id)
 
-    def kill_command(self, command_id: int) -> Command:
+    def kill_command(self, command_id: int) -> Task:
         """Kills a command (its owner or an admin); returns it, TERMINATING or TERMINATED."""
-        return Command.from_json(_object(self._post(f"/commands/{int(command_id)}/kill"), "command"))
+        return self.kill_task("command", command_id)
 
     def command_logs(
         self,
@@ -757,12 +757,82 @@ class Client:
         limit: int | None = None,
         max_reconnects: int = 10,
     ) -> Iterator[dict[str, Any]]:
-        """Yields a command's log lines, ``{"id", "task_id", "allocation_id", "timestamp",
+        """Yields a command's log lines (see :meth:`task_logs`)."""
+        return self.task_logs("command", command_id, follow, after_id, limit=limit,
+                              max_reconnects=max_reconnects)
+
+    # -- notebooks, shells, TensorBoards, and tasks of every type ----------------------------
+
+    def start_notebook(self, *, config: str | Mapping[str, Any] | None = None,
+                       context_dir: str | Path | None = None) -> Task:
+        """Starts a notebook (JupyterLab) on the cluster's slots; its :attr:`Task.url`, below
+        the master's URL, opens it once it is :attr:`Task.ready`.
+
+        Args:
+            config: A task config (YAML text or a mapping): ``resources``, ``environment``,
+                ``bind_mounts``, ``description``, ``idle_timeout``.
+            context_dir: A directory sent along as the notebook's working directory.
+        """
+        return self._start_task("notebook", config, context_dir)
+
+    def start_shell(self, *, config: str | Mapping[str, Any] | None = None,
+                    context_dir: str | Path | None = None) -> Task:
+        """Starts a shell (an SSH server that takes only the key in :attr:`Task.private_key`)
+        on the cluster's slots; ``det-hub shell open`` connects to it."""
+        return self._start_task("shell", config, context_dir)
+
+    def start_tensorboard(self, experiment_ids: Sequence[int], *,
+                          config: str | Mapping[str, Any] | None = None) -> Task:
+        """Starts a TensorBoard over the experiments' metrics (the event files their trials
+        write), on the cluster's slots; its :attr:`Task.url` opens it."""
+        return self._start_task("tensorboard", config, None,
+                                experiment_ids=[int(i) for i in experiment_ids])
+
+    def _start_task(self, kind: str, config: str | Mapping[str, Any] | None,
+                    context_dir: str | Path | None, **extra: Any) -> Task:
+        text = config if isinstance(config, str) else yaml.safe_dump(dict(config or {}))
+        context = pack_context(context_dir) if context_dir is not None else None
+        body = self._json(
+            "POST", f"/{kind}s",
+            json_body={
+                "config": text,
+                "context": base64.b64encode(context).decode("ascii") if context is not None else None,
+                **extra,
+            },
+            timeout=(self.timeout, max(self.timeout, _CREATE_READ_TIMEOUT)),
+        )
+        return Task.from_json(_object(body, kind))
+
+    def list_tasks(self, kind: str) -> Listing[Task]:
+        """Returns the tasks of one type (``command``, ``notebook``, ``shell``,
+        ``tensorboard``), oldest first."""
+        body = self._get(f"/{_kind(kind)}s")
+        return Listing([Task.from_json(c) for c in self._items(body, f"{kind}s")], body)
+
+    def get_task(self, kind: str, task_id: int) -> Task:
+        """Returns one task of this type."""
+        return Task.from_json(_object(self._get(f"/{_kind(kind)}s/{int(task_id)}"), kind))
+
+    def kill_task(self, kind: str, task_id: int) -> Task:
+        """Kills a task (its owner or an admin); returns it, TERMINATING or TERMINATED."""
+        return Task.from_json(_object(self._post(f"/{_kind(kind)}s/{int(task_id)}/kill"), kind))
+
+    def task_logs(
+        self,
+        kind: str,
+        task_id: int,
+        follow: bool = False,
+        after_id: int = 0,
+        *,
+        limit: int | None = None,
+        max_reconnects: int = 10,
+    ) -> Iterator[dict[str, Any]]:
+        """Yields a task's log lines, ``{"id", "task_id", "allocation_id", "timestamp",
         "rank", "stdtype", "message"}``, oldest first; as :meth:`trial_logs`, following ends
-        once the command has ended and every line has been yielded."""
+        once the task has ended and every line has been yielded."""
         return self._stream_logs(
-            f"/commands/{int(command_id)}/logs",
-            lambda: self.get_command(command_id).is_terminal,
+            f"/{_kind(kind)}s/{int(task_id)}/logs",
+            lambda: self.get_task(kind, task_id).is_terminal,
             follow, after_id, limit, max_reconnects)
 
     # -- checkpoints ------------------------------------------------------------------------
@@ -817,6 +887,15 @@ def _parse_log_line(line: bytes) -> dict[str, Any] | None:
 def _segment(value: str) -> str:
     """A value as one URL path segment (agent ids may hold any character)."""
     return quote(value, safe="")
+
+
+TASK_KINDS = ("command", "notebook", "shell", "tensorboard")
+
+
+def _kind(kind: str) -> str:
+    if kind not in TASK_KINDS:
+        raise ValueError(f"no task type {kind!r}; one of {', '.join(TASK_KINDS)}")
+    return kind
 
 
 def _object(body: dict[str, Any], key: str) -> dict[str, Any]:

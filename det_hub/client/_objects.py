@@ -46,6 +46,10 @@ def _opt_float(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
+def _opt_str(value: Any) -> str | None:
+    return str(value) if value is not None else None
+
+
 def _opt_int(value: Any) -> int | None:
     return int(value) if isinstance(value, int) and not isinstance(value, bool) else None
 
@@ -438,19 +442,25 @@ class Job:
 
 
 @dataclass(frozen=True)
-class Command:
-    """A command run on the cluster's slots (``det-hub command run``).
+class Task:
+    """A command, notebook, shell or TensorBoard on the cluster's slots.
 
     Attributes:
+        type: ``COMMAND``, ``NOTEBOOK``, ``SHELL`` or ``TENSORBOARD``.
         state: ``QUEUED``, ``PULLING``, ``STARTING``, ``RUNNING``, ``TERMINATING`` or
             ``TERMINATED``.
         exit_code: The process's exit status once it has ended; ``None`` when a signal ended
             it or it never started.
         exit_reason: Why it ended, in words.
+        ready: A notebook, shell or TensorBoard serves, through ``proxy_path`` of the master.
+        url: The path (below the master's URL) that opens a notebook or TensorBoard in a
+            browser, with its access token; only its owner and admins get it.
+        private_key: A shell's SSH key (OpenSSH format); only its owner and admins get it.
     """
 
     id: int
     state: str
+    type: str = "COMMAND"
     description: str = ""
     owner: str = ""
     entrypoint: list[str] | str | None = None
@@ -462,21 +472,28 @@ class Command:
     ended_at: dt.datetime | None = None
     exit_code: int | None = None
     exit_reason: str | None = None
+    ready: bool = False
+    proxy_path: str | None = None
+    url: str | None = None
+    private_key: str | None = None
+    experiment_ids: list[int] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_terminal(self) -> bool:
-        """Whether the command has ended (TERMINATED)."""
+        """Whether the task has ended (TERMINATED)."""
         return self.state == TaskState.TERMINATED.value
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Command:
-        """Builds a :class:`Command` from the API's command object."""
+    def from_json(cls, data: dict[str, Any]) -> Task:
+        """Builds a :class:`Task` from the API's command, notebook, shell or tensorboard
+        object."""
         entrypoint = data.get("entrypoint")
         reason = data.get("exit_reason")
         return cls(
             id=_int(data.get("id")),
             state=str(data.get("state", "")),
+            type=str(data.get("type") or "COMMAND"),
             description=str(data.get("description") or ""),
             owner=str(data.get("owner") or ""),
             entrypoint=entrypoint if isinstance(entrypoint, (str, list)) else None,
@@ -488,14 +505,24 @@ class Command:
             ended_at=parse_time(data.get("ended_at")),
             exit_code=_opt_int(data.get("exit_code")),
             exit_reason=str(reason) if reason is not None else None,
+            ready=bool(data.get("ready")),
+            proxy_path=_opt_str(data.get("proxy_path")),
+            url=_opt_str(data.get("url")),
+            private_key=_opt_str(data.get("private_key")),
+            experiment_ids=[_int(i) for i in data.get("experiment_ids") or []],
             raw=data,
         )
+
+
+#: A command is a task of type ``COMMAND``; the name stays for code written against it.
+Command = Task
 
 
 __all__ = [
     "Agent",
     "Checkpoint",
     "Command",
+    "Task",
     "Experiment",
     "Job",
     "Listing",

@@ -15,8 +15,10 @@ from det_hub.config._length import Length, LengthUnit
 from det_hub.config.command import (
     CommandConfig,
     CommandResources,
+    TaskConfig,
     parse_command_config,
     parse_duration,
+    parse_task_config,
 )
 from det_hub.config.environment import BindMount, DeviceImages, DeviceVariables, EnvironmentConfig
 from det_hub.config.experiment import ExperimentConfig, ReproducibilityConfig
@@ -60,6 +62,7 @@ __all__ = [
     "S3Config",
     "SearcherConfig",
     "SharedFSConfig",
+    "TaskConfig",
     "grid_hparams",
     "merge_config",
     "overrides_from",
@@ -67,5 +70,6 @@ __all__ = [
     "parse_duration",
     "parse_experiment_config",
     "parse_override",
+    "parse_task_config",
     "sample_hparams",
 ]

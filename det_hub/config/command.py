@@ -1,6 +1,9 @@
-"""The command config: what ``det-hub command run`` runs, on which slots, in what container.
+"""Task configs: what ``det-hub command run`` runs, and on which slots and in what container
+a command, notebook, shell or TensorBoard runs.
 
-Determined's command config, less what only its Kubernetes and Slurm back ends read::
+Determined's command config, less what only its Kubernetes and Slurm back ends read; notebooks,
+shells and TensorBoards take the same settings without ``entrypoint`` (they run a Jupyter server,
+an SSH server or a TensorBoard)::
 
     entrypoint: ["python3", "prepare.py"]   # or one string, split as a shell would
     description: prepare the data
@@ -12,9 +15,10 @@ Determined's command config, less what only its Kubernetes and Slurm back ends r
 ``idle_timeout`` frees slots a command holds while doing nothing: a running command that
 writes no line to stdout or stderr for that long is killed. It is counted from when the
 command starts running (time in the queue does not count), every line of output starts it
-again, and a master restart starts it again for the commands it adopts. It is a number of
-seconds, or a duration such as ``90s``, ``30m``, ``2h`` or ``1d``; without it a command may be
-silent for as long as it likes.
+again, and a master restart starts it again for the commands it adopts. For notebooks, shells and TensorBoards, use through
+the master's proxy counts as well (a request, a WebSocket message, bytes through an SSH tunnel),
+and so does a notebook kernel that is running a cell. It is a number of seconds, or a duration
+such as ``90s``, ``30m``, ``2h`` or ``1d``; without it a task may be idle for as long as it likes.
 """
 
 from __future__ import annotations
@@ -88,23 +92,17 @@ class CommandResources(ConfigModel):
     devices: list[Any] = []
 
 
-class CommandConfig(ConfigModel):
-    """A validated command config with its defaults filled in; see the module's docstring."""
+class TaskConfig(ConfigModel):
+    """A validated notebook, shell or TensorBoard config with its defaults filled in (a command
+    config is one with an ``entrypoint``); see the module's docstring."""
 
     ignored_keys: ClassVar[frozenset[str]] = frozenset({"pbs", "slurm"})
 
-    entrypoint: Annotated[str | list[str], BeforeValidator(_entrypoint)]
     description: str = ""
     resources: CommandResources = CommandResources()
     environment: EnvironmentConfig = EnvironmentConfig()
     bind_mounts: list[BindMount] = []
     idle_timeout: Annotated[int | float | str | None, BeforeValidator(_duration)] = None
-
-    def argv(self) -> list[str]:
-        """The command to run, split as a shell would when it is one string."""
-        if isinstance(self.entrypoint, list):
-            return list(self.entrypoint)
-        return shlex.split(self.entrypoint)
 
     @property
     def idle_timeout_seconds(self) -> float | None:
@@ -113,6 +111,18 @@ class CommandConfig(ConfigModel):
     def to_dict(self) -> dict[str, Any]:
         """The config with defaults filled, as JSON-serialisable data that parses back equal."""
         return self.model_dump(mode="json")
+
+
+class CommandConfig(TaskConfig):
+    """A validated command config with its defaults filled in; see the module's docstring."""
+
+    entrypoint: Annotated[str | list[str], BeforeValidator(_entrypoint)]
+
+    def argv(self) -> list[str]:
+        """The command to run, split as a shell would when it is one string."""
+        if isinstance(self.entrypoint, list):
+            return list(self.entrypoint)
+        return shlex.split(self.entrypoint)
 
     def _semantic_problems(self) -> list[Problem]:
         if isinstance(self.entrypoint, str):
@@ -136,4 +146,14 @@ def parse_command_config(source: str | bytes | Mapping[str, Any]) -> CommandConf
     return parse_model(CommandConfig, source)
 
 
-__all__ = ["CommandConfig", "CommandResources", "parse_command_config", "parse_duration"]
+def parse_task_config(source: str | bytes | Mapping[str, Any]) -> TaskConfig:
+    """Parse and validate a notebook, shell or TensorBoard config (no ``entrypoint``).
+
+    Raises:
+        ConfigError: As :func:`parse_command_config`.
+    """
+    return parse_model(TaskConfig, source)
+
+
+__all__ = ["CommandConfig", "CommandResources", "TaskConfig", "parse_command_config",
+           "parse_duration", "parse_task_config"]

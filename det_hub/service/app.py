@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import tornado.web
+from tornado.httpclient import AsyncHTTPClient
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default
 from traitlets.config import Application, Configurable
 
@@ -40,6 +41,7 @@ from det_hub.agents.local import LocalAgent
 from det_hub.service.cluster import PoolSettings
 from det_hub.service.handlers import api_routes
 from det_hub.service.master import Master
+from det_hub.service.proxy import routes as proxy_routes
 from det_hub.store import Store
 
 API_PREFIX = "/api/v1"
@@ -48,6 +50,9 @@ API_PREFIX = "/api/v1"
 def make_app(master: Master, *, prefix: str = API_PREFIX) -> tornado.web.Application:
     """The tornado application serving the REST API under ``prefix``."""
     handlers: list[Any] = [(prefix + route[0], *route[1:]) for route in api_routes]
+    handlers.extend(proxy_routes)
+    # The proxy's requests to notebooks and TensorBoards: a browser opens many at once.
+    AsyncHTTPClient.configure(None, max_clients=256)
     handlers.append((r"/", tornado.web.RedirectHandler, {"url": prefix + "/health"}))
     # A base64 context of 96 MiB is 128 MiB on the wire; leave room for the config.
     return tornado.web.Application(handlers, master=master, api_routes=api_routes,

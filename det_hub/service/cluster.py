@@ -107,8 +107,11 @@ class LaunchSpec:
     task_id: int | None = None
     job_id: str = ""
     container: ContainerSpec = dataclasses.field(default_factory=ContainerSpec)
-    #: Kill the task once it has written no log line for this many seconds (commands).
+    #: Kill the task once it has been idle this many seconds: written no log line and, for a
+    #: proxied task, not been used through the proxy.
     idle_timeout: float | None = None
+    #: What idle means for this task, for the message that says why it was killed.
+    idle_means: str = "no output"
 
     def __post_init__(self) -> None:
         if (self.trial_id is None) == (self.task_id is None):
@@ -166,9 +169,10 @@ class Allocation:
     timed_out: bool = False
     #: Why the allocation ended when no process said so (its host stopped answering).
     lost_reason: str | None = None
-    #: When the task last wrote a log line, or started running (monotonic seconds).
-    last_output: float = dataclasses.field(default_factory=time.monotonic)
-    #: Killed because it wrote nothing for its ``idle_timeout``.
+    #: When the task last wrote a log line, was used through the proxy, or started running
+    #: (monotonic seconds).
+    last_activity: float = dataclasses.field(default_factory=time.monotonic)
+    #: Killed because it was idle for its ``idle_timeout``.
     idle_timed_out: bool = False
 
     @property
@@ -624,7 +628,7 @@ class Cluster:
         if alloc.id not in self.allocations:
             return  # settled while it started
         alloc.state = RUNNING
-        alloc.last_output = time.monotonic()
+        alloc.last_activity = time.monotonic()
         if alloc.killed:
             self._terminate(alloc)
         chief_handle = chief.handle
@@ -657,6 +661,8 @@ class Cluster:
             "DET_HUB_ALLOCATION_ID": alloc.id,
             "DET_HUB_ALLOCATION_TOKEN": alloc.token,
             "DET_HUB_CLUSTER_INFO": agent.file_path(alloc.id, "cluster_info.json"),
+            # Where the master reaches the task: what a proxied task's server listens on.
+            "DET_HUB_AGENT_ADDRESS": addrs[rank],
         })
         if len(alloc.nodes) > 1:
             env.update({
@@ -769,11 +775,11 @@ class Cluster:
                                               "timeout; it is killed and resumes from its "
                                               "latest checkpoint")
             elif alloc.spec.idle_timeout is not None \
-                    and now - alloc.last_output >= alloc.spec.idle_timeout:
+                    and now - alloc.last_activity >= alloc.spec.idle_timeout:
                 alloc.idle_timed_out = True
-                await self._system_log(alloc, f"no output for {alloc.spec.idle_timeout:g} s "
-                                              "(its idle_timeout); the task is killed to free "
-                                              "its slots")
+                await self._system_log(alloc, f"{alloc.spec.idle_means} for "
+                                              f"{alloc.spec.idle_timeout:g} s (its idle_timeout); "
+                                              "the task is killed to free its slots")
             else:
                 continue
             await self.kill(alloc)
@@ -787,7 +793,7 @@ class Cluster:
         lines = await asyncio.to_thread(handle.read_logs)
         if not lines:
             return
-        alloc.last_output = time.monotonic()
+        alloc.last_activity = time.monotonic()
         rows = []
         for line in lines:
             # Distributed launchers prefix each worker's lines with its rank.

@@ -49,3 +49,18 @@ class TooLarge(APIError):
 
 class Unavailable(APIError):
     status = 503
+
+
+class NotReady(Unavailable):
+    """A proxied task that is not serving (yet, or any more)."""
+
+    def __init__(self, task: Any) -> None:
+        from det_hub.states import TaskType
+
+        word = TaskType(task.type).word
+        if task.state == "TERMINATED":
+            message = f"{word} {task.id} has ended ({task.exit_reason or 'TERMINATED'})"
+        else:
+            message = f"{word} {task.id} is {task.state} and not serving yet; try again shortly"
+        super().__init__(message)
+        self.task = task

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import dataclasses
 import importlib.util
+import json
 import logging
 import math
 import os
 import re
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,15 +28,17 @@ from det_hub.agents import Agent, ContainerSpec, ExitStatus
 from det_hub.config import (
     CommandConfig,
     ConfigError,
+    TaskConfig,
     merge_config,
     parse_command_config,
     parse_experiment_config,
+    parse_task_config,
 )
 from det_hub.config.resources import parse_size
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
-from det_hub.service.cluster import Allocation, Cluster, Job, LaunchSpec, PoolSettings
+from det_hub.service.cluster import RUNNING, Allocation, Cluster, Job, LaunchSpec, PoolSettings
 from det_hub.service.context import ContextError, check_context
-from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, TooLarge
+from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady, TooLarge
 from det_hub.service.experiment import (
     EARLY_EXIT_REASONS,
     WAITING,
@@ -43,10 +47,10 @@ from det_hub.service.experiment import (
     restored_search_method,
     validation_fields,
 )
-from det_hub.service.serialize import command_json, experiment_json
-from det_hub.service.tasks import TaskManager, task_job_id
+from det_hub.service.serialize import experiment_json, task_json
+from det_hub.service.tasks import TaskManager, task_job_id, task_job_number
 from det_hub.states import CheckpointState, ExperimentState, TaskType, TrialState
-from det_hub.storage import build_storage
+from det_hub.storage import build_storage, tensorboard_dir
 from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete
 from det_hub.store import Store, StoreConflict, hash_token, utcnow
 
@@ -100,7 +104,7 @@ class Master:
                                poll_interval=poll_interval, agent_timeout=agent_timeout,
                                heartbeat_interval=heartbeat_interval)
         self.runs: dict[int, ExperimentRun] = {}
-        self.tasks = TaskManager(store, self.cluster, self._command_launch_spec, self.username)
+        self.tasks = TaskManager(store, self.cluster, self._task_launch_spec, self.username)
         self._usernames: dict[int, str] = {}
         self._token_cache: dict[str, tuple[float, User]] = {}
         self.cluster_id = ""
@@ -115,8 +119,10 @@ class Master:
         await self.cluster.load_settings()
         await self._recover()
         self.cluster.start()
+        self.tasks.start()
 
     async def stop(self) -> None:
+        await self.tasks.stop()
         await self.cluster.stop()
 
     def begin_shutdown(self) -> None:
@@ -206,7 +212,7 @@ class Master:
                    "slots_allocated": 0, "allocations": 0, "preemptible": job.preemptible,
                    "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
                    "queued_at": None, "experiment_id": _job_number(job.id, "exp-"),
-                   "task_id": _job_number(job.id, "cmd-")}
+                   "task_id": task_job_number(job.id)}
         return row
 
     async def update_job(self, who: Principal, job_id: str, *, priority: int | None = None,
@@ -221,7 +227,7 @@ class Master:
         """
         job = self._queued_job(job_id)
         experiment_id = _job_number(job.id, "exp-")
-        task_id = _job_number(job.id, "cmd-")
+        task_id = task_job_number(job.id)
         if experiment_id is not None:
             await self._owned_run(who, experiment_id)
         elif task_id is not None:
@@ -267,15 +273,16 @@ class Master:
         return job
 
     def _queued_job(self, job_id: str) -> Job:
-        """The queue's job ``exp-N``, ``cmd-N``, or ``N`` (an experiment's id)."""
-        key = job_id if job_id.startswith(("exp-", "cmd-")) else f"exp-{job_id}"
+        """The queue's job ``exp-N``, ``cmd-N``, ``notebook-N``, ... or ``N`` (an
+        experiment's id)."""
+        key = f"exp-{job_id}" if job_id.isdigit() else job_id
         job = self.cluster.jobs.get(key)
-        experiment_id, task_id = _job_number(key, "exp-"), _job_number(key, "cmd-")
+        experiment_id, task_id = _job_number(key, "exp-"), task_job_number(key)
         live = (experiment_id is not None and experiment_id in self.runs) or \
             (task_id is not None and task_id in self.tasks.live)
         if job is None or not live:
             raise NotFound(f"job {job_id} is not in the queue (only jobs of active or paused "
-                           "experiments and of commands that have not ended are)")
+                           "experiments and of tasks that have not ended are)")
         return job
 
     async def set_agent_enabled(self, who: Principal, agent_id: str, enabled: bool, *,
@@ -339,68 +346,150 @@ class Master:
         await self.store.add_token(user.id, hash_token(token), description="created by admin")
         return user, token
 
-    # --- commands -----------------------------------------------------------------------
-    async def create_command(self, who: Principal, config_text: str,
-                             context_b64: str | None) -> Task:
-        """Queue a command: its config (Determined's command config, see
-        :mod:`det_hub.config.command`) and an optional context archive.
+    # --- tasks: commands, notebooks, shells, TensorBoards --------------------------------
+    async def create_task(self, who: Principal, kind: TaskType, config_text: str,
+                          context_b64: str | None = None,
+                          experiment_ids: Sequence[int] = ()) -> Task:
+        """Queue a task: its config (see :mod:`det_hub.config.command`), an optional context
+        archive, and for a TensorBoard the experiments whose metrics it shows.
 
         Raises:
-            BadRequest: The config is invalid, or asks for what this cluster cannot give;
-                each detail names its config path.
+            BadRequest: The config is invalid, asks for what this cluster cannot give, or a
+                TensorBoard names no experiment or one without TensorBoard files; each detail
+                names its config path.
         """
         if who.user is None:
-            raise Forbidden("training code cannot create commands")
+            raise Forbidden(f"training code cannot start a {kind.word}")
+        if kind.proxied and not config_text.strip():
+            config_text = "{}"  # every setting has a default
         try:
-            config = parse_command_config(config_text)
+            config = (parse_command_config(config_text) if kind is TaskType.COMMAND
+                      else parse_task_config(config_text))
         except ConfigError as e:
-            raise BadRequest("the command config is invalid", [
+            raise BadRequest(f"the {kind.word} config is invalid", [
                 {"path": p.path, "message": p.message} for p in e.problems]) from None
         problems = self._placement_problems(config.resources.resource_pool,
                                             config.resources.slots, "resources.slots")
         context = self._decode_context(context_b64)
         if problems:
-            raise BadRequest("the command config cannot run on this master", problems)
+            raise BadRequest(f"the {kind.word} config cannot run on this master", problems)
+        details: dict[str, Any] | None = None
+        secret: str | None = None
+        if kind is TaskType.TENSORBOARD:
+            details = {"experiment_ids": await self._tensorboard_experiments(experiment_ids)}
+        if kind is TaskType.SHELL:
+            from det_hub.exec.shell import generate_keypair
+
+            secret, public_key = generate_keypair()
+            details = {"public_key": public_key}
+        elif kind.proxied:
+            secret = secrets.token_urlsafe(32)
         return await self.tasks.create(
-            owner_id=who.user.id, config=config.to_dict(), context=context,
-            description=config.description or _command_description(config),
+            type=kind, owner_id=who.user.id, config=config.to_dict(), context=context,
+            description=config.description or _task_description(kind, config, details),
             resource_pool=config.resources.resource_pool or "default",
-            priority=config.resources.priority or 42)
+            priority=config.resources.priority or 42, details=details, secret=secret)
 
-    async def list_commands(self, who: Principal) -> list[Task]:
-        """Every command, oldest first (the 1000 newest)."""
-        return await self.store.list_tasks(type=TaskType.COMMAND.value, limit=1000)
+    async def _tensorboard_experiments(self, experiment_ids: Sequence[int]) -> list[int]:
+        """The experiments a TensorBoard shows, checked: they exist and keep their
+        TensorBoard files where the TensorBoard can read them."""
+        if not experiment_ids:
+            raise BadRequest("experiment_ids: give at least one experiment")
+        ids = list(dict.fromkeys(int(i) for i in experiment_ids))
+        problems = []
+        for exp_id in ids:
+            row = await self.store.get_experiment(exp_id)
+            if row is None:
+                problems.append({"path": "experiment_ids",
+                                 "message": f"experiment {exp_id} not found"})
+            elif tensorboard_dir(row.id, row.config.get("checkpoint_storage")) is None:
+                problems.append({"path": "experiment_ids", "message": (
+                    f"experiment {exp_id} keeps its checkpoints where no TensorBoard files "
+                    "are written (only shared_fs storage has them)")})
+        if problems:
+            raise BadRequest("the TensorBoard cannot show these experiments", problems)
+        return ids
 
-    async def get_command(self, who: Principal, task_id: int) -> Task:
-        """One command.
+    async def list_tasks(self, who: Principal, kind: TaskType) -> list[Task]:
+        """Every task of this type, oldest first (the 1000 newest)."""
+        return await self.store.list_tasks(type=kind.value, limit=1000)
+
+    async def get_task(self, who: Principal, kind: TaskType, task_id: int) -> Task:
+        """One task of this type.
 
         Raises:
-            NotFound: No command has this id.
+            NotFound: No task of this type has this id.
         """
         task = self.tasks.live.get(task_id) or await self.store.get_task(task_id)
-        if task is None or task.type != TaskType.COMMAND.value:
-            raise NotFound(f"command {task_id} not found")
+        if task is None or task.type != kind.value:
+            raise NotFound(f"{kind.word} {task_id} not found")
         return task
 
-    async def kill_command(self, who: Principal, task_id: int) -> Task:
-        """Kill a command (its owner or an admin); one that has ended is left as it is."""
-        await self._owned_task(who, task_id)
+    async def kill_task(self, who: Principal, kind: TaskType, task_id: int) -> Task:
+        """Kill a task (its owner or an admin); one that has ended is left as it is."""
+        await self._owned_task(who, task_id, kind)
         if task_id not in self.tasks.live:
-            return await self.get_command(who, task_id)
+            return await self.get_task(who, kind, task_id)
         return await self.tasks.kill(task_id)
 
-    async def _owned_task(self, who: Principal, task_id: int) -> Task:
-        task = await self.get_command(who, task_id)
-        if who.user is None or not (who.is_admin or task.owner_id == who.user.id):
-            raise Forbidden(f"only the owner of command {task_id} or an admin can change it")
+    async def _owned_task(self, who: Principal, task_id: int,
+                          kind: TaskType | None = None) -> Task:
+        task = self.tasks.live.get(task_id) or await self.store.get_task(task_id)
+        if task is None or (kind is not None and task.type != kind.value):
+            raise NotFound(f"{(kind or TaskType.COMMAND).word} {task_id} not found")
+        if not self.may_change_task(who, task):
+            raise Forbidden(f"only the owner of {TaskType(task.type).word} {task_id} or an "
+                            "admin can change it")
         return task
 
-    async def command_json(self, rows: Iterable[Task]) -> list[dict[str, Any]]:
-        return [command_json(t, await self.username(t.owner_id)) for t in rows]
+    @staticmethod
+    def may_change_task(who: Principal, task: Task) -> bool:
+        """Whether the caller owns the task or is an admin: who may kill it, use what it
+        serves, and see its secret."""
+        return who.user is not None and (who.is_admin or task.owner_id == who.user.id)
 
-    def command_ended(self, task_id: int) -> bool:
-        """Whether a command has ended and its last log line is stored."""
+    async def task_json(self, who: Principal, rows: Iterable[Task]) -> list[dict[str, Any]]:
+        """Tasks as the API shows them; what lets one use a proxied task (its URL with access
+        token, a shell's private key) only to its owner and admins."""
+        return [task_json(t, await self.username(t.owner_id),
+                          with_secret=self.may_change_task(who, t)) for t in rows]
+
+    def task_ended(self, task_id: int) -> bool:
+        """Whether a task has ended and its last log line is stored."""
         return task_id not in self.tasks.live and self.cluster.for_task(task_id) is None
+
+    async def task_ready(self, who: Principal, task_id: int, port: Any) -> Task:
+        """A proxied task's server says it answers on ``port`` (its allocation's token only).
+
+        Raises:
+            Forbidden: Not this task's allocation.
+            BadRequest: Not a port number.
+            Conflict: The task has ended.
+        """
+        if who.allocation is None or who.allocation.spec.task_id != task_id:
+            raise Forbidden(f"only task {task_id}'s own allocation can say it is ready")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise BadRequest("port: must be a TCP port number (1-65535)")
+        try:
+            return await self.tasks.ready(who.allocation, port)
+        except KeyError:
+            raise Conflict(f"task {task_id} has ended") from None
+
+    async def proxy_target(self, task_id: int) -> tuple[Task, str]:
+        """A running proxied task and the ``host:port`` its server answers on.
+
+        Raises:
+            NotFound: No proxied task has this id.
+            NotReady: The task is not serving yet, or has ended.
+        """
+        task = self.tasks.live.get(task_id) or await self.store.get_task(task_id)
+        if task is None or not TaskType(task.type).proxied:
+            raise NotFound(f"no notebook, shell or TensorBoard has id {task_id}")
+        alloc = self.cluster.for_task(task_id)
+        if task_id not in self.tasks.live or alloc is None or alloc.state != RUNNING \
+                or alloc.killed or not task.proxy_address:
+            raise NotReady(task)
+        return task, task.proxy_address
 
     def _decode_context(self, context_b64: str | None) -> bytes | None:
         """A context archive sent as base64, checked.
@@ -910,8 +999,10 @@ class Master:
             container=_container_spec(config))
 
 
-    async def _command_launch_spec(self, task: Task) -> LaunchSpec:
-        config = parse_command_config(task.config)
+    async def _task_launch_spec(self, task: Task) -> LaunchSpec:
+        kind = TaskType(task.type)
+        config = (parse_command_config(task.config) if kind is TaskType.COMMAND
+                  else parse_task_config(task.config))
         env = config.environment.variables_for(
             "cuda" if "cuda" in self.cluster.slot_kinds(task.resource_pool) else "cpu")
         env.update({"DET_HUB_MASTER": self.master_url, "DET_HUB_TASK_ID": task_job_id(task),
@@ -919,11 +1010,49 @@ class Master:
         info = {"master_url": self.master_url, "cluster_id": self.cluster_id,
                 "task_id": task_job_id(task), "task_type": task.type,
                 "container_addrs": ["127.0.0.1"]}
+        container = _container_spec(config)
+        if isinstance(config, CommandConfig):
+            argv = config.argv()
+        else:
+            # What the task serves answers under the proxy's path for it.
+            argv = ["python3", "-m", f"det_hub.exec.{kind.word}"]
+            env["DET_HUB_PROXY_PATH"] = f"/proxy/{task.id}/"
+            env["DET_HUB_TASK_NUMBER"] = str(task.id)
+        if kind is TaskType.NOTEBOOK:
+            env["DET_HUB_NOTEBOOK_TOKEN"] = task.secret or ""
+        elif kind is TaskType.SHELL:
+            env["DET_HUB_SHELL_PUBLIC_KEY"] = (task.details or {}).get("public_key", "")
+        elif kind is TaskType.TENSORBOARD:
+            logdirs, mounts = await self._tensorboard_logdirs(task)
+            env["DET_HUB_TENSORBOARD_LOGDIRS"] = json.dumps(logdirs)
+            container = dataclasses.replace(
+                container, bind_mounts=[*container.bind_mounts, *mounts])
         return LaunchSpec(
             task_id=task.id, owner=await self.username(task.owner_id),
-            slots=config.resources.slots, argv=config.argv(), env=env, cluster_info=info,
+            slots=config.resources.slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_task_context(task.id), job_id=task_job_id(task),
-            container=_container_spec(config), idle_timeout=config.idle_timeout_seconds)
+            container=container, idle_timeout=config.idle_timeout_seconds,
+            idle_means="no output" if kind is TaskType.COMMAND
+            else "no output and no use through the proxy")
+
+    async def _tensorboard_logdirs(
+        self, task: Task,
+    ) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """A TensorBoard's run names and directories (``{"experiment 3": dir}``), and the
+        read-only bind mounts that show a container the same paths."""
+        logdirs: dict[str, str] = {}
+        mounts: dict[str, dict[str, Any]] = {}
+        for exp_id in (task.details or {}).get("experiment_ids", []):
+            row = await self.store.get_experiment(exp_id)
+            path = tensorboard_dir(exp_id, row.config.get("checkpoint_storage")) if row else None
+            if path is None:
+                continue
+            with contextlib.suppress(OSError):  # a bind mount needs it; trials make it too
+                path.mkdir(parents=True, exist_ok=True)
+            logdirs[f"experiment {exp_id}"] = str(path)
+            mounts[str(path)] = {"host_path": str(path), "container_path": str(path),
+                                 "read_only": True, "propagation": "rprivate"}
+        return logdirs, list(mounts.values())
 
 
 def _job_id(experiment_id: int) -> str:
@@ -936,10 +1065,18 @@ def _job_number(job_id: str, prefix: str) -> int | None:
     return int(rest) if rest != job_id and rest.isdigit() else None
 
 
-def _command_description(config: CommandConfig) -> str:
-    """A command's default description: ``Command (its command line)``, shortened."""
-    line = " ".join(config.argv())
-    return f"Command ({line if len(line) <= 60 else line[:57] + '...'})"
+def _task_description(kind: TaskType, config: TaskConfig,
+                      details: dict[str, Any] | None) -> str:
+    """A task's default description: ``Command (its command line)``, shortened;
+    ``TensorBoard (experiments 3, 4)``; ``Notebook``, ``Shell``."""
+    if isinstance(config, CommandConfig):
+        line = " ".join(config.argv())
+        return f"Command ({line if len(line) <= 60 else line[:57] + '...'})"
+    if kind is TaskType.TENSORBOARD and details:
+        ids = details["experiment_ids"]
+        return f"TensorBoard (experiment{'s' if len(ids) > 1 else ''} " \
+               f"{', '.join(str(i) for i in ids)})"
+    return kind.word.capitalize()
 
 
 def _container_spec(config: Any) -> ContainerSpec:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from det_hub.states import TaskState, TaskType
+
 if TYPE_CHECKING:
     from det_hub.store.models import Checkpoint, Experiment, Task, Trial, User
 
@@ -53,12 +55,31 @@ def checkpoint_json(c: Checkpoint) -> dict[str, Any]:
     }
 
 
-def command_json(t: Task, owner: str) -> dict[str, Any]:
-    entrypoint = t.config.get("entrypoint")
-    return {
+def task_json(t: Task, owner: str, *, with_secret: bool = False) -> dict[str, Any]:
+    """A command, notebook, shell or TensorBoard. ``with_secret`` (for its owner and admins)
+    adds what lets one use a proxied task: the URL path with its access token, or a shell's
+    private key."""
+    kind = TaskType(t.type)
+    body = {
         "id": t.id, "type": t.type, "description": t.description, "owner": owner,
-        "state": t.state, "entrypoint": entrypoint, "resource_pool": t.resource_pool,
-        "priority": t.priority, "slots": (t.config.get("resources") or {}).get("slots", 1),
-        "job_id": f"cmd-{t.id}", "created_at": iso(t.created_at), "ended_at": iso(t.ended_at),
-        "exit_code": t.exit_code, "exit_reason": t.exit_reason, "config": t.config,
+        "state": t.state, "entrypoint": t.config.get("entrypoint"),
+        "resource_pool": t.resource_pool, "priority": t.priority,
+        "slots": (t.config.get("resources") or {}).get("slots", 1),
+        "job_id": f"{kind.job_prefix}{t.id}", "created_at": iso(t.created_at),
+        "ended_at": iso(t.ended_at), "exit_code": t.exit_code, "exit_reason": t.exit_reason,
+        "config": t.config,
     }
+    if kind.proxied:
+        body["proxy_path"] = f"/proxy/{t.id}/"
+        body["ready"] = t.state == TaskState.RUNNING.value and bool(t.proxy_address)
+        details = t.details or {}
+        if kind is TaskType.TENSORBOARD:
+            body["experiment_ids"] = details.get("experiment_ids", [])
+        if kind is TaskType.SHELL:
+            body["public_key"] = details.get("public_key")
+            if with_secret:
+                body["private_key"] = t.secret
+        elif with_secret and t.secret:
+            page = "lab" if kind is TaskType.NOTEBOOK else ""
+            body["url"] = f"/proxy/{t.id}/{page}?token={t.secret}"
+    return body

@@ -1,19 +1,28 @@
-"""Tasks that are not an experiment's trials, at run time: commands (notebooks, shells and
-TensorBoards will be tasks of their own types on the same footing).
+"""Tasks that are not an experiment's trials, at run time: commands, notebooks, shells and
+TensorBoards.
 
-A task is a job of the queue by itself (``cmd-<id>``, never preempted), asks the cluster for one
-allocation, and ends when that allocation's process exits or is killed; it never runs again.
-Every change of a task's state goes through :meth:`TaskManager._set_state`, which checks it
-against :data:`det_hub.states.TASK_TRANSITIONS` and stores it.
+A task is a job of the queue by itself (``cmd-<id>``, ``notebook-<id>``, ...; never preempted),
+asks the cluster for one allocation, and ends when that allocation's process exits or is killed;
+it never runs again. Every change of a task's state goes through :meth:`TaskManager._set_state`,
+which checks it against :data:`det_hub.states.TASK_TRANSITIONS` and stores it.
+
+A proxied task (a notebook, shell or TensorBoard) serves something on a port of its agent's
+address; once it answers there it says so (:meth:`TaskManager.ready`), and the master's proxy
+sends its users' traffic to that address.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
 from det_hub.agents import ExitStatus
 from det_hub.service.cluster import QUEUED, RUNNING, STARTING, Allocation, Cluster, Job, LaunchSpec
@@ -32,8 +41,32 @@ _RUN_STATES = {QUEUED: S.QUEUED, STARTING: S.STARTING, RUNNING: S.RUNNING}
 
 
 def task_job_id(task: Task) -> str:
-    """The task's job in the queue: ``cmd-<id>`` for a command."""
-    return f"cmd-{task.id}"
+    """The task's job in the queue: ``cmd-<id>`` for a command, ``notebook-<id>``,
+    ``shell-<id>``, ``tensorboard-<id>``."""
+    return f"{TaskType(task.type).job_prefix}{task.id}"
+
+
+def task_job_number(job_id: str) -> int | None:
+    """The task id in a task's job id, None for a job that is not a task's."""
+    for kind in TaskType:
+        rest = job_id.removeprefix(kind.job_prefix)
+        if rest != job_id and rest.isdigit():
+            return int(rest)
+    return None
+
+
+async def kernels_busy(task: Task) -> bool:
+    """Whether any kernel of a notebook's Jupyter server is running code (False when the
+    server does not answer)."""
+    request = HTTPRequest(
+        f"http://{task.proxy_address}/proxy/{task.id}/api/kernels",
+        headers={"Authorization": f"token {task.secret}"}, connect_timeout=5, request_timeout=5)
+    try:
+        response = await AsyncHTTPClient().fetch(request)
+        kernels = json.loads(response.body)
+    except (OSError, HTTPClientError, ValueError):
+        return False
+    return any(isinstance(k, dict) and k.get("execution_state") == "busy" for k in kernels)
 
 
 class TaskManager:
@@ -54,6 +87,7 @@ class TaskManager:
         #: Tasks their owner (or an admin) killed, so that their end says so.
         self._killed: set[int] = set()
         self.lock = asyncio.Lock()
+        self._watcher: asyncio.Task[None] | None = None
 
     async def job(self, task: Task) -> Job:
         position = task.queue_position
@@ -66,13 +100,48 @@ class TaskManager:
             preemptible=False, kind=task.type, submitted=task.created_at)
 
     # --- lifecycle ----------------------------------------------------------------------
-    async def create(self, *, owner_id: int, config: dict[str, Any], context: bytes | None,
-                     description: str, resource_pool: str, priority: int) -> Task:
-        """Store a command and queue it."""
+    def start(self) -> None:
+        """Begin watching notebooks' kernels (for idle timeouts)."""
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_kernels())
+
+    async def stop(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+
+    async def _watch_kernels(self) -> None:
+        """A notebook whose kernel runs a cell is in use, though nobody watches it: keep its
+        idle time at zero. Each notebook with an ``idle_timeout`` is asked four times within
+        that timeout (at most every 10 s, at least every 0.5 s)."""
+        next_check: dict[int, float] = {}
+        while True:
+            now = time.monotonic()
+            for task in list(self.live.values()):
+                alloc = self.cluster.for_task(task.id)
+                if task.type != TaskType.NOTEBOOK.value or alloc is None \
+                        or alloc.spec.idle_timeout is None or alloc.state != RUNNING \
+                        or not task.proxy_address or next_check.get(task.id, 0.0) > now:
+                    continue
+                next_check[task.id] = now + min(10.0, max(alloc.spec.idle_timeout / 4, 0.5))
+                try:
+                    if await kernels_busy(task):
+                        alloc.last_activity = time.monotonic()
+                except Exception:  # one notebook's odd answer must not end the watch
+                    log.exception("could not ask notebook %d about its kernels", task.id)
+            for task_id in set(next_check) - set(self.live):
+                del next_check[task_id]
+            await asyncio.sleep(0.5)
+
+    async def create(self, *, type: TaskType, owner_id: int, config: dict[str, Any],
+                     context: bytes | None, description: str, resource_pool: str, priority: int,
+                     details: dict[str, Any] | None = None, secret: str | None = None) -> Task:
+        """Store a task and queue it."""
         task = await self.store.create_task(
-            type=TaskType.COMMAND, owner_id=owner_id, state=S.QUEUED, config=config,
-            context=context, description=description, resource_pool=resource_pool,
-            priority=priority)
+            type=type, owner_id=owner_id, state=S.QUEUED, config=config, context=context,
+            description=description, resource_pool=resource_pool, priority=priority,
+            details=details, secret=secret)
         async with self.lock:
             self.live[task.id] = task
             self.cluster.set_job(await self.job(task))
@@ -130,6 +199,29 @@ class TaskManager:
                 await self.cluster.kill(alloc)
             return task
 
+    async def ready(self, alloc: Allocation, port: int) -> Task:
+        """A proxied task's server answers on ``port`` of its agent's address: the proxy may
+        send traffic there from now on.
+
+        Raises:
+            KeyError: The allocation's task has ended.
+        """
+        async with self.lock:
+            task = self.live.get(alloc.spec.task_id or -1)
+            if task is None or not alloc.nodes:
+                raise KeyError(alloc.spec.task_id)
+            address = f"{self.cluster.agents[alloc.nodes[0].agent_id].address}:{port}"
+            row = await self.store.update_task(task.id, proxy_address=address)
+            task.proxy_address = row.proxy_address
+            log.info("%s %d serves at %s", TaskType(task.type).word, task.id, address)
+            return task
+
+    def touch(self, task_id: int) -> None:
+        """The task was used (through the proxy): its idle time starts again."""
+        alloc = self.cluster.for_task(task_id)
+        if alloc is not None:
+            alloc.last_activity = time.monotonic()
+
     async def _stored(self, task_id: int) -> Task:
         task = await self.store.get_task(task_id)
         if task is None:
@@ -151,8 +243,8 @@ class TaskManager:
             if task is None:
                 return
             if alloc.idle_timed_out:
-                reason = (f"killed after {alloc.spec.idle_timeout:g} s without output "
-                          "(idle_timeout)")
+                reason = (f"killed after {alloc.spec.idle_timeout:g} s idle "
+                          f"({alloc.spec.idle_means}; its idle_timeout)")
             elif task.id in self._killed:
                 reason = "killed by its owner or an admin"
             elif status.reason:
@@ -168,7 +260,8 @@ class TaskManager:
         # The last line is stored before the state: a log follower stops at TERMINATED.
         await self.store.add_logs([{
             "task_id": task.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
-            "rank": None, "stdtype": "system", "message": f"the command ended: {reason}"}])
+            "rank": None, "stdtype": "system",
+            "message": f"the {TaskType(task.type).word} ended: {reason}"}])
         await self._set_state(task, S.TERMINATED, ended_at=utcnow(), exit_code=exit_code,
                               exit_reason=reason)
         self.live.pop(task.id, None)
@@ -182,4 +275,4 @@ class TaskManager:
             setattr(task, name, getattr(row, name))
 
 
-__all__ = ["TaskManager", "task_job_id"]
+__all__ = ["TaskManager", "task_job_id", "task_job_number"]

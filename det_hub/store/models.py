@@ -136,7 +136,7 @@ class Trial(Base):
 
 
 class Task(Base):
-    """A task that is not an experiment's trial: a command (notebooks and shells later)."""
+    """A task that is not an experiment's trial: a command, notebook, shell or TensorBoard."""
 
     __tablename__ = "tasks"
 
@@ -154,6 +154,13 @@ class Task(Base):
     ended_at: Mapped[dt.datetime | None] = mapped_column(default=None)
     exit_code: Mapped[int | None] = mapped_column(Integer, default=None)
     exit_reason: Mapped[str | None] = mapped_column(Text, default=None)
+    #: What the task's type needs beyond its config (a TensorBoard's experiment ids, a shell's
+    #: public key).
+    details: Mapped[dict[str, Any] | None] = mapped_column(json_type(), default=None)
+    #: Only the owner sees it: a notebook's or TensorBoard's access token, a shell's private key.
+    secret: Mapped[str | None] = mapped_column(Text, default=None)
+    #: ``host:port`` of what a proxied task serves, once it has said it is ready.
+    proxy_address: Mapped[str | None] = mapped_column(String(255), default=None)
 
 
 class TaskContext(Base):

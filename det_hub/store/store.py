@@ -519,8 +519,10 @@ class Store:
         description: str = "",
         resource_pool: str = "default",
         priority: int = 42,
+        details: dict[str, Any] | None = None,
+        secret: str | None = None,
     ) -> Task:
-        """Add a task (a command), with its context archive when given.
+        """Add a task, with its context archive when given.
 
         Raises:
             NotFound: no such owner.
@@ -538,6 +540,9 @@ class Store:
             ended_at=None,
             exit_code=None,
             exit_reason=None,
+            details=details,
+            secret=secret,
+            proxy_address=None,
         )
         async with self._writing() as session:
             session.add(task)

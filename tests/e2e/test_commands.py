@@ -105,7 +105,7 @@ def test_kill_and_the_idle_timeout_stop_a_command_and_free_its_slot(
     quiet = run(master, {"entrypoint": ["sh", "-c", "echo started; sleep 300"],
                          "idle_timeout": 1.5})
     ended = wait_state(master, quiet, "TERMINATED", timeout=20)
-    assert ended["exit_reason"] == "killed after 1.5 s without output (idle_timeout)"
+    assert ended["exit_reason"] == "killed after 1.5 s idle (no output; its idle_timeout)"
     logs = messages(master, quiet)
     assert logs[0] == "started"
     assert any("its idle_timeout" in m for m in logs)

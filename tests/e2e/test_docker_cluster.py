@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from det_hub.testing import (
     MasterProcess,
@@ -179,3 +180,39 @@ def test_a_more_important_experiment_preempts_a_container_which_resumes(
     # Two containers, both on host-a: the first checkpointed and the second resumed.
     assert messages.count("in container True on agent host-a") == 2
     assert trial_of(master, high)["ended_at"] < trial["ended_at"]
+
+
+def test_notebooks_shells_and_tensorboards_run_in_containers(master: MasterProcess) -> None:
+    from .test_proxied_tasks import execute, started_url, wait_state
+
+    eid = master.create_ok(steps_config("tb", length=10, report_every=5))
+    assert master.wait_state(eid)["state"] == "COMPLETED"
+
+    url = started_url(master, master.cli("notebook", "start", "--no-browser"))
+    nid = int(url.split("/proxy/")[1].split("/")[0])
+    browser = requests.Session()
+    assert browser.get(url, timeout=30).status_code == 200
+    base = f"{master.url}/proxy/{nid}"
+    kernel = browser.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=60)
+    assert kernel.status_code == 201, kernel.text
+    out = execute(f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel.json()['id']}/channels",
+                  f"det_hub_task_{nid}={browser.cookies.get(f'det_hub_task_{nid}')}",
+                  "import os; print(os.path.exists('/.dockerenv'))")
+    assert any(m["msg_type"] == "stream" and m["content"]["text"] == "True\n" for m in out), out
+
+    shell = master.cli("shell", "start", "test -f /.dockerenv && echo in a container")
+    assert (shell.returncode, shell.stdout) == (0, "in a container\n"), shell.stderr
+
+    board_url = started_url(master, master.cli("tensorboard", "start", str(eid), "--no-browser"))
+    bid = int(board_url.split("/proxy/")[1].split("/")[0])
+    assert browser.get(board_url, timeout=30).status_code == 200
+    [trial] = master.trials(eid)
+    run = f"experiment_{eid}/trial/{trial['id']}"
+    tags = master.wait(lambda: (r := browser.get(f"{master.url}/proxy/{bid}/data/plugin/scalars/"
+                                                 "tags", timeout=10)).ok and r.json().get(run))
+    assert "training/loss" in tags
+
+    for kind, tid in (("notebook", nid), ("shell", master.get("/shells")["shells"][0]["id"]),
+                      ("tensorboard", bid)):
+        master.api("POST", f"/{kind}s/{tid}/kill")
+        wait_state(master, kind, tid, "TERMINATED")

@@ -14,7 +14,7 @@ from det_hub.store.engine import alembic_config, normalize_url
 from det_hub.store.models import Base
 
 #: The newest migration.
-HEAD = "0004"
+HEAD = "0005"
 
 EXPECTED_TABLES = {
     "users",

@@ -1,4 +1,6 @@
-"""Commands: run one on the cluster, list and read them, kill one, stream its logs."""
+"""Tasks: commands, notebooks, shells and TensorBoards. Each type has the same resource shape
+(``/commands``, ``/notebooks``, ``/shells``, ``/tensorboards``): start one, list and read them,
+kill one, stream its logs. A proxied task's own process says when it serves (``/ready``)."""
 
 from __future__ import annotations
 
@@ -6,85 +8,128 @@ from typing import Any
 
 from det_hub.service.errors import BadRequest
 from det_hub.service.handlers.base import APIHandler
+from det_hub.states import TaskType
 
 ID = r"(?P<task_id>\d+)"
 
 
-class CommandsHandler(APIHandler):
+class TaskHandlerBase(APIHandler):
+    """A handler for the tasks of one type, given by its route."""
+
+    kind: TaskType
+
+    def initialize(self, kind: TaskType) -> None:
+        self.kind = kind
+
+    async def send_tasks(self, rows: list[Any], *, one: bool, status: int = 200) -> None:
+        body = await self.master.task_json(self.principal, rows)
+        word = self.kind.word
+        self.send({word: body[0]} if one else {f"{word}s": body}, status=status)
+
+
+class TasksHandler(TaskHandlerBase):
     created = frozenset({"post"})
     extra_responses = {"post": {"413": "the context is larger than 96 MiB unpacked"}}
-    body = {"post": {"type": "object", "required": ["config"], "properties": {
+    body = {"post": {"type": "object", "properties": {
         "config": {"type": "string", "description": (
-            "the command config as YAML text (entrypoint, resources, environment, "
-            "bind_mounts, description, idle_timeout)")},
-        "context": {"type": ["string", "null"], "description": "base64 of a .tar.gz"}}}}
-    answers = {"get": "commands", "post": "command"}
+            "the task config as YAML text: resources, environment, bind_mounts, description, "
+            "idle_timeout; a command's also entrypoint (required for commands)")},
+        "context": {"type": ["string", "null"], "description": "base64 of a .tar.gz"},
+        "experiment_ids": {"type": "array", "items": {"type": "integer"},
+                           "description": "a TensorBoard's experiments (tensorboards only)"}}}}
+    answers = {"get": "commands | notebooks | shells | tensorboards",
+               "post": "command | notebook | shell | tensorboard"}
 
     async def get(self) -> None:
-        """List commands, oldest first."""
-        rows = await self.master.list_commands(self.principal)
-        self.send({"commands": await self.master.command_json(rows)})
+        """List the tasks of one type, oldest first."""
+        rows = await self.master.list_tasks(self.principal, self.kind)
+        await self.send_tasks(rows, one=False)
 
     async def post(self) -> None:
-        """Run a command on the cluster."""
+        """Start a task: run a command, or start a notebook, shell or TensorBoard."""
+        kind = self.kind
         body = self.json_body()
-        config = body.get("config")
+        config = body.get("config", "" if kind.proxied else None)
         if not isinstance(config, str):
-            raise BadRequest("config: must be the command config's YAML text")
+            raise BadRequest(f"config: must be the {kind.word} config's YAML text")
         context = body.get("context")
         if context is not None and not isinstance(context, str):
             raise BadRequest("context: must be base64 text or null")
-        task = await self.master.create_command(self.principal, config, context)
-        [command] = await self.master.command_json([task])
-        self.send({"command": command}, status=201)
+        experiment_ids = body.get("experiment_ids") or []
+        if not isinstance(experiment_ids, list) or not all(
+                isinstance(i, int) and not isinstance(i, bool) for i in experiment_ids):
+            raise BadRequest("experiment_ids: must be a list of experiment ids")
+        if experiment_ids and kind is not TaskType.TENSORBOARD:
+            raise BadRequest(f"experiment_ids: only a TensorBoard shows experiments, not a "
+                             f"{kind.word}")
+        task = await self.master.create_task(self.principal, kind, config, context,
+                                             experiment_ids)
+        await self.send_tasks([task], one=True, status=201)
 
 
-class CommandHandler(APIHandler):
-    answers = {"get": "command"}
+class TaskHandler(TaskHandlerBase):
+    answers = {"get": "command | notebook | shell | tensorboard"}
 
     async def get(self, task_id: str) -> None:
-        """One command."""
-        task = await self.master.get_command(self.principal, int(task_id))
-        [command] = await self.master.command_json([task])
-        self.send({"command": command})
+        """One task; its owner and admins also get what lets them use it (a URL with its
+        access token, a shell's private key)."""
+        task = await self.master.get_task(self.principal, self.kind, int(task_id))
+        await self.send_tasks([task], one=True)
 
 
-class CommandKillHandler(APIHandler):
-    answers = {"post": "command"}
+class TaskKillHandler(TaskHandlerBase):
+    answers = {"post": "command | notebook | shell | tensorboard"}
 
     async def post(self, task_id: str) -> None:
-        """Kill a command (its owner or an admin)."""
-        task = await self.master.kill_command(self.principal, int(task_id))
-        [command] = await self.master.command_json([task])
-        self.send({"command": command})
+        """Kill a task (its owner or an admin)."""
+        task = await self.master.kill_task(self.principal, self.kind, int(task_id))
+        await self.send_tasks([task], one=True)
 
 
-class CommandLogsHandler(APIHandler):
+class TaskLogsHandler(TaskHandlerBase):
     query = {"get": {
-        "follow": ("boolean", "keep the stream open until the command ends"),
+        "follow": ("boolean", "keep the stream open until the task ends"),
         "after_id": ("integer", "only lines after this id"),
         "limit": ("integer", "at most this many lines (without follow)"),
     }}
     answers = {"get": "logs (newline-delimited JSON)"}
 
     async def get(self, task_id: str) -> None:
-        """The command's log lines as newline-delimited JSON."""
+        """The task's log lines as newline-delimited JSON."""
         tid = int(task_id)
-        await self.master.get_command(self.principal, tid)
+        await self.master.get_task(self.principal, self.kind, tid)
         store = self.master.store
 
         async def read(after: int, limit: int) -> list[Any]:
             return await store.get_task_logs(tid, after_id=after, limit=limit)
 
         async def ended() -> bool:
-            return self.master.command_ended(tid)
+            return self.master.task_ended(tid)
 
         await self.stream_logs(read, "task_id", ended)
 
 
-routes = [
-    (r"/commands", CommandsHandler),
-    (rf"/commands/{ID}", CommandHandler),
-    (rf"/commands/{ID}/kill", CommandKillHandler),
-    (rf"/commands/{ID}/logs", CommandLogsHandler),
+class TaskReadyHandler(APIHandler):
+    allow_allocation = True
+    body = {"post": {"type": "object", "required": ["port"], "properties": {
+        "port": {"type": "integer", "description": "the port the task's server answers on"}}}}
+    answers = {"post": "ready"}
+
+    async def post(self, task_id: str) -> None:
+        """A proxied task's server answers on this port of its agent's address (the task's
+        own allocation token only)."""
+        await self.master.task_ready(self.principal, int(task_id), self.json_body().get("port"))
+        self.send({"ready": True})
+
+
+routes: list[tuple[Any, ...]] = [
+    route
+    for kind in TaskType
+    for route in (
+        (rf"/{kind.word}s", TasksHandler, {"kind": kind}),
+        (rf"/{kind.word}s/{ID}", TaskHandler, {"kind": kind}),
+        (rf"/{kind.word}s/{ID}/kill", TaskKillHandler, {"kind": kind}),
+        (rf"/{kind.word}s/{ID}/logs", TaskLogsHandler, {"kind": kind}),
+    )
 ]
+routes.append((rf"/tasks/{ID}/ready", TaskReadyHandler))
