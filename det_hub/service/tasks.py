@@ -55,11 +55,11 @@ def task_job_number(job_id: str) -> int | None:
     return None
 
 
-async def kernels_busy(task: Task) -> bool:
+async def kernels_busy(task: Task, base_url: str) -> bool:
     """Whether any kernel of a notebook's Jupyter server is running code (False when the
-    server does not answer)."""
+    server does not answer). ``base_url`` is the master's, under which the notebook serves."""
     request = HTTPRequest(
-        f"http://{task.proxy_address}/proxy/{task.id}/api/kernels",
+        f"http://{task.proxy_address}{base_url}proxy/{task.id}/api/kernels",
         headers={"Authorization": f"token {task.secret}"}, connect_timeout=5, request_timeout=5)
     try:
         response = await AsyncHTTPClient().fetch(request)
@@ -78,8 +78,10 @@ class TaskManager:
         cluster: Cluster,
         launch_spec: Callable[[Task], Awaitable[LaunchSpec]],
         username: Callable[[int], Awaitable[str]],
+        base_url: str = "/",
     ) -> None:
         self.store = store
+        self.base_url = base_url
         self.cluster = cluster
         self._launch_spec = launch_spec
         self._username = username
@@ -101,8 +103,8 @@ class TaskManager:
 
     # --- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
-        """Begin watching notebooks' kernels (for idle timeouts)."""
-        self._watcher = asyncio.get_running_loop().create_task(self._watch_kernels())
+        """Begin watching proxied tasks' activity (for idle timeouts)."""
+        self._watcher = asyncio.get_running_loop().create_task(self._watch_activity())
 
     async def stop(self) -> None:
         if self._watcher is not None:
@@ -111,22 +113,27 @@ class TaskManager:
                 await self._watcher
             self._watcher = None
 
-    async def _watch_kernels(self) -> None:
-        """A notebook whose kernel runs a cell is in use, though nobody watches it: keep its
-        idle time at zero. Each notebook with an ``idle_timeout`` is asked four times within
-        that timeout (at most every 10 s, at least every 0.5 s)."""
+    async def _watch_activity(self) -> None:
+        """What counts as use besides output and proxy traffic, for idle timeouts: a proxied
+        task that is still starting its server is not idle, and a notebook whose kernel runs a
+        cell is in use, though nobody watches it. Each notebook with an ``idle_timeout`` is
+        asked four times within that timeout (at most every 10 s, at least every 0.5 s)."""
         next_check: dict[int, float] = {}
         while True:
             now = time.monotonic()
             for task in list(self.live.values()):
                 alloc = self.cluster.for_task(task.id)
-                if task.type != TaskType.NOTEBOOK.value or alloc is None \
-                        or alloc.spec.idle_timeout is None or alloc.state != RUNNING \
-                        or not task.proxy_address or next_check.get(task.id, 0.0) > now:
+                if alloc is None or alloc.spec.idle_timeout is None or alloc.state != RUNNING \
+                        or not TaskType(task.type).proxied:
+                    continue
+                if not task.proxy_address:
+                    alloc.last_activity = now
+                    continue
+                if task.type != TaskType.NOTEBOOK.value or next_check.get(task.id, 0.0) > now:
                     continue
                 next_check[task.id] = now + min(10.0, max(alloc.spec.idle_timeout / 4, 0.5))
                 try:
-                    if await kernels_busy(task):
+                    if await kernels_busy(task, self.base_url):
                         alloc.last_activity = time.monotonic()
                 except Exception:  # one notebook's odd answer must not end the watch
                     log.exception("could not ask notebook %d about its kernels", task.id)
@@ -213,6 +220,7 @@ class TaskManager:
             address = f"{self.cluster.agents[alloc.nodes[0].agent_id].address}:{port}"
             row = await self.store.update_task(task.id, proxy_address=address)
             task.proxy_address = row.proxy_address
+            alloc.last_activity = time.monotonic()  # idle from now, not from its start
             log.info("%s %d serves at %s", TaskType(task.type).word, task.id, address)
             return task
 

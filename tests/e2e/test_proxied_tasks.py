@@ -44,12 +44,14 @@ def started_url(master: MasterProcess, done: subprocess.CompletedProcess[str]) -
     return url
 
 
-def execute(ws_url: str, cookie: str, code: str) -> list[dict[str, Any]]:
+def execute(ws_url: str, cookie: str, code: str,
+            headers: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Run code in a kernel over its WebSocket (Jupyter's messaging protocol, JSON frames);
     the iopub messages until the kernel is idle again."""
 
     async def go() -> list[dict[str, Any]]:
-        conn = await websocket_connect(HTTPRequest(ws_url, headers={"Cookie": cookie}))
+        conn = await websocket_connect(HTTPRequest(
+            ws_url, headers={"Cookie": cookie, **(headers or {})}))
         msg_id = uuid.uuid4().hex
         conn.write_message(json.dumps({
             "header": {"msg_id": msg_id, "username": "test", "session": uuid.uuid4().hex,

@@ -24,7 +24,8 @@ class OpenAPIHandler(APIHandler):
         """This API's OpenAPI 3 document."""
         from det_hub.service.openapi import openapi_document
 
-        self.send(openapi_document(self.application.settings["api_routes"]))
+        self.send(openapi_document(self.application.settings["api_routes"],
+                                   self.master.base_url.rstrip("/") or "/"))
 
 
 class MeHandler(APIHandler):

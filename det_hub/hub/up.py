@@ -1,0 +1,137 @@
+"""``det-hub up``: the embedded cluster. JupyterHub on http://127.0.0.1:8000 with the det_hub
+master as its service (SQLite store, local agent) and notebooks as local processes.
+
+Everything lives in the data directory: the generated ``jupyterhub_config.py`` (rewritten at
+every start; put your own settings in ``jupyterhub_config.local.py`` beside it), the hub's
+database and cookie secret, the master's store and checkpoints, users' home directories, and
+the sign-in password (``hub-password``, made on first start). Any user name signs in with that
+password; ``admin`` is a hub admin, and so a det_hub admin. This is a single-machine setup for
+trying det_hub and for development; a shared deployment writes its own hub config around
+:func:`det_hub.hub.configure`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+#: Where ``make`` installs configurable-http-proxy when none is on the PATH.
+LOCAL_PROXY = Path(sys.prefix) / "node_modules" / ".bin" / "configurable-http-proxy"
+
+
+def find_proxy() -> str | None:
+    """configurable-http-proxy: ``$DET_HUB_PROXY_COMMAND``, the PATH, or the one ``make``
+    installs into the virtual environment."""
+    configured = os.environ.get("DET_HUB_PROXY_COMMAND")
+    if configured:
+        return configured
+    found = shutil.which("configurable-http-proxy")
+    if found:
+        return found
+    return str(LOCAL_PROXY) if LOCAL_PROXY.exists() else None
+
+
+def password(data_dir: Path) -> str:
+    """The sign-in password, made on first start and kept (mode 0600) in the data directory."""
+    path = data_dir / "hub-password"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_urlsafe(12) + "\n")
+    return path.read_text().strip()
+
+
+def hub_config(args: argparse.Namespace, data_dir: Path, proxy: str) -> str:
+    """The text of the ``jupyterhub_config.py`` that ``det-hub up`` runs."""
+    homes = data_dir / "users"
+    hub_db = f"sqlite:///{data_dir / 'jupyterhub.sqlite'}"
+    lines = [
+        "# Written by det-hub up at every start; settings of your own go in",
+        "# jupyterhub_config.local.py beside this file.",
+        "import os",
+        "from det_hub.hub import configure",
+        "",
+        f"c.JupyterHub.ip = {args.host!r}",
+        f"c.JupyterHub.port = {args.port}",
+        f"c.JupyterHub.hub_bind_url = 'http://127.0.0.1:{args.hub_port}'",
+        f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{args.proxy_api_port}'",
+        f"c.ConfigurableHTTPProxy.command = [{proxy!r}]",
+        f"c.JupyterHub.db_url = {hub_db!r}",
+        f"c.JupyterHub.cookie_secret_file = {str(data_dir / 'jupyterhub_cookie_secret')!r}",
+        f"c.JupyterHub.pid_file = {str(data_dir / 'jupyterhub.pid')!r}",
+        "c.JupyterHub.authenticator_class = 'dummy'",
+        f"c.DummyAuthenticator.password = {password(data_dir)!r}",
+        "c.Authenticator.allow_all = True",
+        "c.Authenticator.admin_users = {'admin'}",
+        "c.JupyterHub.spawner_class = 'simple'",
+        f"c.SimpleLocalProcessSpawner.home_dir_template = {str(homes / '{username}')!r}",
+        "c.Spawner.default_url = '/lab'",
+        # This Python's, whatever the PATH of the hub's environment.
+        f"c.Spawner.cmd = [{sys.executable!r}, '-m', 'jupyterhub.singleuser']",
+        # det-hub and this Python first on the PATH of notebook terminals.
+        f"c.Spawner.environment = {{'PATH': {str(Path(sys.executable).parent)!r} + ':' + "
+        "os.environ.get('PATH', '')}",
+        # Notebook servers run as the hub's own user, which may be root on a test machine.
+        "c.Spawner.args = ['--allow-root'] if os.geteuid() == 0 else []",
+        f"configure(c, port={args.master_port}, data_dir={str(data_dir)!r})",
+        f"_local = {str(data_dir / 'jupyterhub_config.local.py')!r}",
+        "if os.path.exists(_local):",
+        "    load_subconfig(_local)",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="det-hub up", description="Run JupyterHub with the det_hub master as its service, "
+        "a local agent and an SQLite store, on this machine.")
+    parser.add_argument("--data-dir", default=os.environ.get("DET_HUB_DATA_DIR", "~/.det_hub"),
+                        help="where everything is kept (default ~/.det_hub)")
+    parser.add_argument("--host", default="127.0.0.1", help="the hub's address (127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8000, help="the hub's port (8000)")
+    parser.add_argument("--hub-port", type=int, default=8081,
+                        help="the hub's internal API port (8081)")
+    parser.add_argument("--proxy-api-port", type=int, default=8001,
+                        help="configurable-http-proxy's API port (8001)")
+    parser.add_argument("--master-port", type=int, default=8082,
+                        help="the det_hub master's port, behind the hub (8082)")
+    return parser.parse_args(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    proxy = find_proxy()
+    if proxy is None:
+        print("det-hub up: configurable-http-proxy is not installed; install it with npm "
+              "(npm install -g configurable-http-proxy), or run make up, which installs it",
+              file=sys.stderr)
+        return 1
+    data_dir = Path(args.data_dir).expanduser().resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    config = data_dir / "jupyterhub_config.py"
+    config.write_text(hub_config(args, data_dir, proxy))
+    print(f"det_hub: JupyterHub at http://{args.host}:{args.port}/ -- sign in as admin "
+          f"(or any name) with the password in {data_dir / 'hub-password'}: "
+          f"{password(data_dir)}", flush=True)
+    # A session of its own: Ctrl-C reaches the hub once, from here, and it stops its service
+    # and notebook servers cleanly.
+    proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)],
+                            cwd=data_dir, start_new_session=True)
+
+    def stop(signum: int, _frame: object) -> None:
+        proc.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    return proc.wait()
+
+
+__all__ = ["find_proxy", "hub_config", "main"]
