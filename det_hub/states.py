@@ -61,27 +61,41 @@ class CheckpointState(str, enum.Enum):
 class TaskType(str, enum.Enum):
     """What a non-experiment task is. Notebooks, shells and TensorBoards serve something
     (a Jupyter server, an SSH server, a TensorBoard) that users reach through the master's
-    proxy; a command only runs."""
+    proxy; a command only runs. A hub server is a user's JupyterHub notebook server that
+    DetSpawner starts: the task holds its slots, and the spawner runs the container on them."""
 
     COMMAND = "COMMAND"
     NOTEBOOK = "NOTEBOOK"
     SHELL = "SHELL"
     TENSORBOARD = "TENSORBOARD"
+    HUB_SERVER = "HUB_SERVER"
 
     @property
     def proxied(self) -> bool:
         """Whether the task serves something reached through the master's proxy."""
-        return self is not TaskType.COMMAND
+        return self in (TaskType.NOTEBOOK, TaskType.SHELL, TaskType.TENSORBOARD)
 
     @property
-    def word(self) -> str:
-        """The type in messages and in the REST API's paths: ``notebook``, ``tensorboard``."""
+    def reserves_only(self) -> bool:
+        """Whether the task only holds slots, for something else to run on them."""
+        return self is TaskType.HUB_SERVER
+
+    @property
+    def key(self) -> str:
+        """The type in the REST API: its objects' key and, with an ``s``, its collection
+        (``notebook``, ``/notebooks``; ``hub_server``, ``/hub_servers``)."""
         return self.value.lower()
 
     @property
+    def word(self) -> str:
+        """The type in messages: ``notebook``, ``notebook server``."""
+        return "notebook server" if self is TaskType.HUB_SERVER else self.key
+
+    @property
     def job_prefix(self) -> str:
-        """The task's job ids begin with this: ``cmd-12``, ``notebook-13``."""
-        return "cmd-" if self is TaskType.COMMAND else f"{self.word}-"
+        """The task's job ids begin with this: ``cmd-12``, ``notebook-13``,
+        ``hub-server-14``."""
+        return "cmd-" if self is TaskType.COMMAND else f"{self.key.replace('_', '-')}-"
 
 
 class TaskState(str, enum.Enum):

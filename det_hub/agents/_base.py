@@ -137,6 +137,11 @@ class Agent(LoggingConfigurable, metaclass=_AgentMeta):
     #: Whether tasks run in containers, which see host paths only through bind mounts.
     uses_containers: bool = False
 
+    def connection(self) -> dict[str, Any] | None:
+        """How another program reaches this agent's container engine (a hub spawner that runs
+        containers on slots it holds): None for an agent without one."""
+        return None
+
     @abc.abstractmethod
     def launch(self, spec: TaskSpec) -> TaskHandle:
         """Start a task. Raises on failure to start; nothing is left running then."""

@@ -44,7 +44,14 @@ from det_hub.agents._base import (
     TaskHandle,
     TaskSpec,
 )
-from det_hub.agents.slots import GpuInfo, SlotInfo, cpu_slots, gpu_slots, parse_gpu_query
+from det_hub.agents.slots import (
+    GpuInfo,
+    SlotInfo,
+    cpu_slots,
+    gpu_slots,
+    parse_gpu_query,
+    slot_resources,
+)
 
 #: Labels every task container carries; :meth:`DockerAgent.attach` finds containers by them.
 LABEL_ALLOCATION = "det_hub.allocation"
@@ -185,6 +192,17 @@ def compat_site_dir(mounts: Sequence[Mapping[str, Any]]) -> str:
     return _in_container(here, mounts) if os.path.isdir(here) else ""
 
 
+def slot_create_kwargs(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """``containers.create`` arguments for :func:`~det_hub.agents.slots.slot_resources`:
+    exactly the GPUs by device request, or the CPU cores by cpuset."""
+    if resources.get("gpus"):
+        return {"device_requests": [DeviceRequest(device_ids=list(resources["gpus"]),
+                                                  capabilities=[["gpu"]])]}
+    if resources.get("cpus"):
+        return {"cpuset_cpus": ",".join(map(str, resources["cpus"]))}
+    return {}
+
+
 def container_create_kwargs(
     spec: TaskSpec,
     slots: Sequence[SlotInfo],
@@ -216,7 +234,6 @@ def container_create_kwargs(
     argv = list(spec.argv)
     if argv and argv[0] in PYTHON_NAMES:
         argv[0] = python
-    cuda = bool(slots) and all(s.kind == "cuda" for s in slots)
 
     env: dict[str, str] = dict(spec.env)
     env["PYTHONUNBUFFERED"] = "1"
@@ -257,18 +274,11 @@ def container_create_kwargs(
         kwargs["cap_add"] = list(container.add_capabilities)
     if container.drop_capabilities:
         kwargs["cap_drop"] = list(container.drop_capabilities)
-    if cuda:
-        kwargs["device_requests"] = [DeviceRequest(
-            device_ids=[s.uuid or s.device for s in slots], capabilities=[["gpu"]])]
-        # The runtime exposes only the requested GPUs and numbers them from 0 in the container,
-        # so the task's view is 0..n-1 whatever their indices on the host.
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in range(len(slots)))
-    else:
-        env["CUDA_VISIBLE_DEVICES"] = ""
-        cpus = sorted({c for s in slots for c in s.cpus})
-        if cpus:
-            kwargs["cpuset_cpus"] = ",".join(map(str, cpus))
-        env["OMP_NUM_THREADS"] = str(max(1, len(cpus)))
+    # The runtime exposes only the requested GPUs and numbers them from 0 in the container,
+    # so the task's view is 0..n-1 whatever their indices on the host.
+    resources = slot_resources(slots)
+    env.update(resources["environment"])
+    kwargs.update(slot_create_kwargs(resources))
 
     for key, value in (extra or {}).items():
         if key in AGENT_OWNED_KWARGS:
@@ -515,6 +525,15 @@ class DockerAgent(Agent):
             self.log.warning("agent %s: %s; no slots until it answers", self.agent_id, e)
 
     # -- the engine
+
+    def connection(self) -> dict[str, Any]:
+        """The engine's address and TLS files, and the settings a container on this agent's
+        slots gets besides them: ``docker_host``, ``tls_verify``, ``tls_ca_cert``,
+        ``tls_client_cert``, ``tls_client_key``, ``mounts``, ``shm_size``, ``python``."""
+        return {"docker_host": self.docker_host, "tls_verify": self.tls_verify,
+                "tls_ca_cert": self.tls_ca_cert, "tls_client_cert": self.tls_client_cert,
+                "tls_client_key": self.tls_client_key, "mounts": list(self.mounts),
+                "shm_size": self.shm_size, "python": self.python}
 
     def _tls_config(self) -> TLSConfig | None:
         if not self.docker_host.startswith("tcp://"):

@@ -6,6 +6,8 @@ import dataclasses
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
+from typing import Any
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +25,20 @@ class SlotInfo:
     cpus: tuple[int, ...] = ()
     description: str = ""
     uuid: str = ""
+
+
+def slot_resources(slots: Sequence[SlotInfo]) -> dict[str, Any]:
+    """What a container on these slots gets, as JSON-able data: ``gpus`` (the ids a runtime's
+    device request names: UUIDs where known) when they are GPU slots, else ``cpus`` (the cores
+    to pin it to), and the ``environment`` that goes with them (``CUDA_VISIBLE_DEVICES``
+    numbering the requested GPUs from 0, as the runtime shows them; ``OMP_NUM_THREADS`` on
+    CPU slots)."""
+    if slots and all(s.kind == "cuda" for s in slots):
+        return {"gpus": [s.uuid or s.device for s in slots], "cpus": [], "environment": {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(len(slots)))}}
+    cpus = sorted({c for s in slots for c in s.cpus})
+    return {"gpus": [], "cpus": cpus, "environment": {
+        "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": str(max(1, len(cpus)))}}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -80,7 +80,8 @@ def hub_config(args: argparse.Namespace, data_dir: Path, proxy: str) -> str:
         "os.environ.get('PATH', '')}",
         # Notebook servers run as the hub's own user, which may be root on a test machine.
         "c.Spawner.args = ['--allow-root'] if os.geteuid() == 0 else []",
-        f"configure(c, port={args.master_port}, data_dir={str(data_dir)!r})",
+        f"configure(c, port={args.master_port}, data_dir={str(data_dir)!r}, "
+        f"master_config={args.master_config!r})",
         f"_local = {str(data_dir / 'jupyterhub_config.local.py')!r}",
         "if os.path.exists(_local):",
         "    load_subconfig(_local)",
@@ -103,6 +104,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="configurable-http-proxy's API port (8001)")
     parser.add_argument("--master-port", type=int, default=8082,
                         help="the det_hub master's port, behind the hub (8082)")
+    parser.add_argument("--master-config", metavar="FILE",
+                        help="the master's det_hub_config.py (agents, resource pools, ...)")
     return parser.parse_args(list(argv))
 
 

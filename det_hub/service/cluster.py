@@ -112,6 +112,9 @@ class LaunchSpec:
     idle_timeout: float | None = None
     #: What idle means for this task, for the message that says why it was killed.
     idle_means: str = "no output"
+    #: Hold the slots only: nothing is started on the agents (a hub notebook server, which its
+    #: spawner runs on them). The allocation runs until it is killed or its agent is lost.
+    reserve_only: bool = False
 
     def __post_init__(self) -> None:
         if (self.trial_id is None) == (self.task_id is None):
@@ -345,7 +348,7 @@ class Cluster:
                 or any(n.agent_id not in self.agents for n in nodes):
             await self._discard(alloc)
             return None
-        for node in nodes:
+        for node in [] if spec.reserve_only else nodes:
             try:
                 node.handle = await asyncio.to_thread(
                     self.agents[node.agent_id].attach, row.id, node.log_offset, node.pid)
@@ -425,9 +428,16 @@ class Cluster:
     async def kill(self, alloc: Allocation) -> None:
         """Stop a started allocation: SIGTERM, then SIGKILL after the grace period.
 
-        One still starting is signalled as soon as its processes exist.
+        One still starting is signalled as soon as its processes exist; one that only holds
+        slots gives them back at once.
         """
         alloc.killed = True
+        if alloc.spec.reserve_only and alloc.state == RUNNING:
+            # Nothing to signal: the next watch round ends it, as it ends any exited task.
+            for node in alloc.nodes:
+                node.status = node.status or ExitStatus(0, reason="its slots were given back")
+            self._wake.set()
+            return
         self._terminate(alloc)
 
     def _terminate(self, alloc: Allocation) -> None:
@@ -611,7 +621,7 @@ class Cluster:
                 agent_id=chief.agent_id, placements=[n.record() for n in alloc.nodes])
             await self.on_state(alloc, STARTING)
             addrs = [self.agents[n.agent_id].address for n in alloc.nodes]
-            results = await asyncio.gather(
+            results = [] if alloc.spec.reserve_only else await asyncio.gather(
                 *(self._launch_node(alloc, rank, addrs) for rank in range(len(alloc.nodes))),
                 return_exceptions=True)
             failures = [r for r in results if isinstance(r, BaseException)]

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from det_hub.agents import Agent, ContainerSpec, ExitStatus
+from det_hub.agents.slots import slot_resources
 from det_hub.config import (
     CommandConfig,
     ConfigError,
@@ -340,18 +341,22 @@ class Master:
         exactly while the hub says they are one."""
         assert self.hub is not None
         model = await self.hub.user_for_token(token)
-        if model is None:
-            return None
-        admin = bool(model.get("admin"))
-        user = await self.store.get_user(model["name"])
+        return None if model is None else (await self.hub_principal(model)).user
+
+    async def hub_principal(self, model: dict[str, Any]) -> Principal:
+        """The caller a hub user stands for (signed in through the hub, or holding a hub
+        token), given the hub's model of them (``name``, ``admin``): the det_hub user of that
+        name, made on first sight, an admin exactly while the hub says they are one."""
+        name, admin = str(model["name"]), bool(model.get("admin"))
+        user = await self.store.get_user(name)
         if user is None:
             try:
-                user = await self.store.create_user(model["name"], admin=admin)
+                user = await self.store.create_user(name, admin=admin)
             except StoreConflict:  # made by a request at the same moment
-                user = await self.store.get_user(model["name"])
+                user = await self.store.get_user(name)
         if user is not None and user.admin != admin:
             user = await self.store.update_user(user.id, admin=admin)
-        return user
+        return Principal(user=user)
 
     async def username(self, user_id: int) -> str:
         if user_id not in self._usernames:
@@ -479,8 +484,28 @@ class Master:
     async def task_json(self, who: Principal, rows: Iterable[Task]) -> list[dict[str, Any]]:
         """Tasks as the API shows them; what lets one use a proxied task (its URL with access
         token, a shell's private key) only to its owner and admins."""
-        return [task_json(t, await self.username(t.owner_id),
-                          with_secret=self.may_change_task(who, t)) for t in rows]
+        rows = list(rows)
+        shown = [task_json(t, await self.username(t.owner_id),
+                           with_secret=self.may_change_task(who, t)) for t in rows]
+        for task, body in zip(rows, shown, strict=True):
+            if TaskType(task.type).reserves_only and self.may_change_task(who, task):
+                body["placement"] = self.placement(task.id)
+        return shown
+
+    def placement(self, task_id: int) -> dict[str, Any] | None:
+        """Where a running task's slots are, and what a container on them gets (for a hub
+        server's spawner): the agent, its Docker host, the slots' GPUs or CPU cores and the
+        environment that goes with them. None while it waits for slots, or after it ended."""
+        alloc = self.cluster.for_task(task_id)
+        if alloc is None or alloc.state != RUNNING or not alloc.nodes:
+            return None
+        node = alloc.nodes[0]
+        agent = self.cluster.agents[node.agent_id]
+        slots = [s for s in agent.slots if s.id in node.slot_ids]
+        return {"agent_id": agent.agent_id, "agent_type": agent.kind,
+                "address": agent.address, "slot_ids": list(node.slot_ids),
+                "docker": agent.connection() if agent.uses_containers else None,
+                **slot_resources(slots)}
 
     def task_ended(self, task_id: int) -> bool:
         """Whether a task has ended and its last log line is stored."""
@@ -1041,6 +1066,8 @@ class Master:
         container = _container_spec(config)
         if isinstance(config, CommandConfig):
             argv = config.argv()
+        elif kind.reserves_only:
+            argv = []
         else:
             # What the task serves answers under the proxy's path for it.
             argv = ["python3", "-m", f"det_hub.exec.{kind.word}"]
@@ -1059,7 +1086,9 @@ class Master:
             task_id=task.id, owner=await self.username(task.owner_id),
             slots=config.resources.slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_task_context(task.id), job_id=task_job_id(task),
-            container=container, idle_timeout=config.idle_timeout_seconds,
+            container=container, reserve_only=kind.reserves_only,
+            # A hub server's idleness is the hub's to judge (its idle culler stops it).
+            idle_timeout=None if kind.reserves_only else config.idle_timeout_seconds,
             idle_means="no output" if kind is TaskType.COMMAND
             else "no output and no use through the proxy")
 

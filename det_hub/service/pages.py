@@ -1,59 +1,565 @@
-"""Pages for people in browsers, behind the hub's sign-in: for now the home page, which shows
-who is signed in, the experiments and the running notebooks, shells and TensorBoards."""
+"""Pages for people in browsers, behind the hub's sign-in, under the service's prefix
+(``/services/det-hub/``):
+
+- ``<prefix>``: the dashboard: experiments, with filters, and the live notebooks, shells,
+  TensorBoards and commands;
+- ``<prefix>experiments/<id>``: an experiment: metric charts, its trials with their
+  hyperparameters, its checkpoints, and pause/activate/kill/archive for its owner and admins;
+- ``<prefix>trials/<id>/logs``: a trial's logs, followed while it runs;
+- ``<prefix>admin``: for hub admins: agents and their slots, the job queue and its controls,
+  each user's usage in slot-hours, and what runs, with kill, drain and enable actions.
+
+Pages are rendered here from ``templates/``; a small script in ``static/`` draws the charts
+(Plotly.js, served from the ``plotly`` package: nothing comes from the internet) and follows
+logs through JSON endpoints beside the pages, signed in by the same hub cookie. Every POST must
+carry the ``_xsrf`` token the pages put in their forms, and every change goes through the
+master's methods, which allow it to the work's owner or an admin, as the REST API does.
+"""
 
 from __future__ import annotations
 
+import functools
 import html
+import importlib.util
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
-from tornado.web import authenticated
+from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authenticated
 
+from det_hub import __version__
+from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Unavailable
 from det_hub.service.hub import page_base
-from det_hub.states import TaskType
+from det_hub.service.serialize import checkpoint_json, iso, trial_json
+from det_hub.states import ExperimentState, TaskType, TrialState
+from det_hub.store import utcnow
 
+# The hub's sign-in handler base comes from jupyterhub (an optional extra, present whenever
+# pages are served); type checkers see the tornado handler it extends.
 if TYPE_CHECKING:
-    from det_hub.service.master import Master
+    from det_hub.service.master import Master, Principal
+    from det_hub.store.models import MetricRow, Task, TaskLog, Trial
+
+    _PageBase = RequestHandler
+else:
+    _PageBase = page_base()
+
+TEMPLATES = Path(__file__).parent / "templates"
+STATIC = Path(__file__).parent / "static"
+
+#: Experiments per page of the dashboard.
+PAGE_SIZE = 50
+#: Points per trial and metric group in a chart (the store downsamples to about this many).
+CHART_POINTS = 500
+#: Log lines per read, on the page and from its follower.
+LOG_BATCH = 1000
+
+EXPERIMENT_ACTIONS = ("pause", "activate", "kill", "archive", "unarchive")
+AGENT_ACTIONS = ("enable", "drain", "disable")
 
 
-def _table(headers: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows) or f'<tr><td colspan="{len(headers)}">none</td></tr>'
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+@functools.cache
+def plotly_js() -> Path | None:
+    """Plotly.js as the ``plotly`` Python package bundles it; None without the package."""
+    spec = importlib.util.find_spec("plotly")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        path = Path(folder) / "package_data" / "plotly.min.js"
+        if path.is_file():
+            return path
+    return None
+
+
+# --- what the pages show, without HTTP ---------------------------------------------------
+@dataclass(frozen=True)
+class ExperimentFilters:
+    """The dashboard's filters, as its query string gives them.
+
+    Attributes:
+        state: an experiment state's name, or "" for any.
+        owner: "" for anyone, "mine", or a user name.
+        archived: "no" (the default), "yes" (only archived ones) or "all".
+        name: text the name must hold, ignoring case.
+        offset: experiments skipped, for paging.
+    """
+
+    state: str = ""
+    owner: str = ""
+    archived: str = "no"
+    name: str = ""
+    offset: int = 0
+
+    @classmethod
+    def parse(cls, args: Mapping[str, str]) -> ExperimentFilters:
+        """Read the filters from query arguments.
+
+        Raises:
+            BadRequest: A value no form offers, naming the argument.
+        """
+        state = args.get("state", "").strip()
+        if state and state not in ExperimentState.__members__:
+            raise BadRequest(f"state: {state!r} is not an experiment state")
+        archived = args.get("archived", "").strip() or "no"
+        if archived not in ("no", "yes", "all"):
+            raise BadRequest("archived: must be no, yes or all")
+        raw_offset = args.get("offset", "").strip() or "0"
+        if not raw_offset.isdigit():
+            raise BadRequest("offset: must be a whole number >= 0")
+        return cls(state=state, owner=args.get("owner", "").strip(), archived=archived,
+                   name=args.get("name", "").strip(), offset=int(raw_offset))
+
+    def query(self, **changes: Any) -> str:
+        """These filters, with ``changes``, as a query string (for paging links)."""
+        values = {"state": self.state, "owner": self.owner, "archived": self.archived,
+                  "name": self.name, "offset": self.offset, **changes}
+        return urlencode({k: v for k, v in values.items()
+                          if v not in ("", 0) and not (k == "archived" and v == "no")})
+
+    @property
+    def any(self) -> bool:
+        """Whether any filter narrows the list."""
+        return bool(self.state or self.owner or self.name or self.archived != "no")
+
+
+def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, Any]]:
+    """Chart traces from trials' metric rows: one per trial, group and numeric metric, as
+    ``{"metric", "trial_id", "group", "x": steps, "y": values}``; ordered by metric, then
+    trial, then group (training first). Values that are not finite numbers are left out."""
+    traces: dict[tuple[str, int, str], dict[str, Any]] = {}
+    for trial_id, rows in metrics.items():
+        for row in rows:
+            for name, value in row.metrics.items():
+                if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                        or not math.isfinite(value):
+                    continue
+                trace = traces.setdefault((name, trial_id, row.group), {
+                    "metric": name, "trial_id": trial_id, "group": row.group, "x": [],
+                    "y": []})
+                trace["x"].append(row.steps_completed)
+                trace["y"].append(value)
+
+    def order(key: tuple[str, int, str]) -> tuple[str, int, int, str]:
+        name, trial_id, group = key
+        return name, trial_id, {"training": 0, "validation": 1}.get(group, 2), group
+
+    return [traces[k] for k in sorted(traces, key=order)]
+
+
+def job_changes(form: Mapping[str, str]) -> dict[str, Any]:
+    """The keyword arguments of :meth:`Master.update_job` a job form asks for: ``priority``,
+    ``weight`` and ``ahead_of``, as text. The master checks the ranges.
+
+    Raises:
+        BadRequest: Nothing to change, a value that is not a number, or a priority given with
+            ``ahead_of`` (which takes the priority of the job it moves ahead of).
+    """
+    changes: dict[str, Any] = {}
+    priority = form.get("priority", "").strip()
+    if priority:
+        if not re.fullmatch(r"\d+", priority):
+            raise BadRequest("priority: must be a whole number from 1 to 99")
+        changes["priority"] = int(priority)
+    weight = form.get("weight", "").strip()
+    if weight:
+        try:
+            changes["weight"] = float(weight)
+        except ValueError:
+            raise BadRequest("weight: must be a number greater than 0") from None
+        if not math.isfinite(changes["weight"]):
+            raise BadRequest("weight: must be a number greater than 0")
+    ahead_of = form.get("ahead_of", "").strip()
+    if ahead_of:
+        if "priority" in changes:
+            raise BadRequest("priority: cannot be given with ahead_of, which gives the job the "
+                             "priority of the job it moves ahead of")
+        changes["ahead_of"] = ahead_of
+    if not changes:
+        raise BadRequest("nothing to change: give a priority, a weight or a job to move "
+                         "ahead of")
+    return changes
+
+
+def json_script(value: Any) -> str:
+    """JSON that is safe inside a ``<script>`` element: no ``<``, ``>`` or ``&`` that could
+    end it or open a comment."""
+    text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def when(value: datetime | str | None) -> str:
+    """A time for people: ``2025-03-01 12:00:05``, in UTC; "" for none."""
+    if value is None or value == "":
+        return ""
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return value.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def size(num_bytes: int | None) -> str:
+    """A size for people: ``512 B``, ``1.5 MiB``."""
+    value = float(num_bytes or 0)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return ""  # not reached
+
+
+def slot_hours(hours: float) -> str:
+    """Slot-hours for people: whole ones when there are many, four decimals (about a second
+    of a slot) when there are few."""
+    return f"{hours:.0f}" if hours >= 100 else f"{hours:.2f}" if hours >= 1 else f"{hours:.4f}"
+
+
+def hparams_text(hparams: Mapping[str, Any] | None) -> str:
+    """Hyperparameters on one line: ``lr=0.01, layers=[64, 32]``."""
+    return ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
+                     for k, v in (hparams or {}).items())
+
+
+def log_line_json(row: TaskLog) -> dict[str, Any]:
+    return {"id": row.id, "timestamp": iso(row.timestamp), "rank": row.rank,
+            "stdtype": row.stdtype, "message": row.message}
+
+
+# --- handlers ----------------------------------------------------------------------------
+class PageHandler(_PageBase):
+    """A page: signed in through the hub, rendered from ``templates/``; a POST must carry the
+    page's ``_xsrf`` token."""
+
+    #: Only hub admins may open it.
+    admin_only = False
+    principal: Principal
+
+    @property
+    def master(self) -> Master:
+        return self.application.settings["master"]
+
+    def get_template_path(self) -> str:
+        return str(TEMPLATES)
+
+    async def prepare(self) -> None:
+        # Who is signed in, first: the error pages below show it.
+        prepared = super().prepare()
+        if prepared is not None:
+            await prepared
+        if self.master.stopping:
+            raise Unavailable("the master is shutting down; try again shortly")
+        if self.request.method not in ("GET", "HEAD"):
+            # The hub's cookie check already takes a POST without the token for one from
+            # nobody; this says why.
+            self.check_xsrf_cookie()
+        if self.current_user:
+            self.principal = await self.master.hub_principal(self.current_user)
+            if self.admin_only and not self.principal.is_admin:
+                raise Forbidden("this page is for hub admins only")
+
+    def get_template_namespace(self) -> dict[str, Any]:
+        namespace = super().get_template_namespace()
+        model = self.current_user or {}
+        hub = self.master.hub
+        namespace.update(
+            base=self.master.base_url, hub_prefix=hub.auth.hub_prefix if hub else "/hub/",
+            user_name=model.get("name"), is_admin=bool(model.get("admin")),
+            xsrf=self.xsrf_token.decode(), version=__version__, when=when, size=size,
+            json_script=json_script, hparams_text=hparams_text, slot_hours=slot_hours,
+            post_button=self.post_button, section="")
+        return namespace
+
+    def post_button(self, action: str, label: str, *, next_page: str = "", danger: bool = False,
+                    title: str = "") -> str:
+        """A form of one button that POSTs to ``action`` (with the XSRF token, and the page to
+        come back to), as HTML for ``{% raw %}``."""
+        back = (f'<input type="hidden" name="next" value="{html.escape(next_page)}">'
+                if next_page else "")
+        attrs = (' class="danger"' if danger else "") + (
+            f' title="{html.escape(title)}"' if title else "")
+        return (f'<form method="post" action="{html.escape(action)}" class="inline">'
+                f'{self.xsrf_form_html()}{back}<button type="submit"{attrs}>'
+                f"{html.escape(label)}</button></form>")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        details: list[Any] = []
+        if isinstance(exc, APIError):
+            message, details = exc.message, exc.details
+        elif isinstance(exc, HTTPError) and exc.log_message:
+            message = exc.log_message % exc.args if exc.args else exc.log_message
+        else:
+            message = self._reason
+        self.render("error.html", status=status_code, reason=self._reason, message=message,
+                    details=details)
+
+    def done(self, default: str) -> None:
+        """Answer a form: back to the page it came from (its ``next`` field, when that is one
+        of these pages), else to ``default``."""
+        target = self.get_body_argument("next", "")
+        base = self.master.base_url
+        if not target.startswith(base) or "//" in target or "\\" in target:
+            target = default
+        self.redirect(target, status=303)
+
+    async def live_tasks(self) -> list[dict[str, Any]]:
+        """The tasks that have not ended, oldest first, as the API shows them to this user
+        (with the URL that opens a notebook or TensorBoard for its owner and admins)."""
+        rows: list[Task] = sorted(self.master.tasks.live.values(), key=lambda t: t.id)
+        return await self.master.task_json(self.principal, rows)
+
+
+class DataHandler(PageHandler):
+    """A page's JSON endpoint: the same sign-in, answered in JSON, errors too."""
+
+    def set_default_headers(self) -> None:
+        self.set_header("Cache-Control", "no-store")
+
+    async def prepare(self) -> None:
+        await super().prepare()
+        if not self.current_user:
+            raise Forbidden("not signed in: open the page first")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        if isinstance(exc, APIError):
+            body = exc.body()
+        else:
+            body = {"error": getattr(exc, "log_message", None) or self._reason, "details": []}
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(body))
+
+    def send(self, body: dict[str, Any]) -> None:
+        self.set_header("Content-Type", "application/json; charset=UTF-8")
+        self.finish(json.dumps(body))
+
+
+class DashboardPage(PageHandler):
+    """``<prefix>``: experiments with filters, and the live tasks."""
+
+    @authenticated
+    async def get(self) -> None:
+        store = self.master.store
+        filters = ExperimentFilters.parse(
+            {k: self.get_query_argument(k, "") for k in ("state", "owner", "archived", "name",
+                                                          "offset")})
+        owner_id: int | None = None
+        nobody = False
+        if filters.owner == "mine":
+            assert self.principal.user is not None
+            owner_id = self.principal.user.id
+        elif filters.owner:
+            owner = await store.get_user(filters.owner)
+            owner_id, nobody = (owner.id, False) if owner else (None, True)
+        rows, total = ([], 0) if nobody else await store.list_experiments(
+            states=[filters.state] if filters.state else None,
+            archived={"no": False, "yes": True}.get(filters.archived), owner_id=owner_id,
+            name_contains=filters.name or None, limit=PAGE_SIZE, offset=filters.offset)
+        self.render(
+            "dashboard.html", section="dashboard", filters=filters,
+            experiments=await self.master.experiment_json(rows), total=total,
+            page_size=PAGE_SIZE, states=list(ExperimentState.__members__),
+            users=[u.username for u in await store.list_users()],
+            tasks=await self.live_tasks())
+
+
+class ExperimentPage(PageHandler):
+    """``<prefix>experiments/<id>``: charts, trials, checkpoints and actions."""
+
+    @authenticated
+    async def get(self, experiment_id: str) -> None:
+        m, eid = self.master, int(experiment_id)
+        row = await m.get_experiment(eid)
+        [experiment] = await m.experiment_json([row])
+        trials = await experiment_trials(m, eid)
+        checkpoints = await m.store.list_checkpoints(experiment_id=eid)
+        who = self.principal
+        self.render(
+            "experiment.html", section="dashboard", experiment=experiment,
+            original_config=row.original_config,
+            trials=[trial_json(t) for t in trials],
+            checkpoints=[checkpoint_json(c) for c in checkpoints],
+            series=await chart_data(m, trials), plotly=plotly_js() is not None,
+            live=not ExperimentState(row.state).terminal,
+            may_change=who.user is not None and (who.is_admin or row.owner_id == who.user.id))
+
+
+class ExperimentMetricsData(DataHandler):
+    """``<prefix>experiments/<id>/metrics``: the charts' data, for their refresh."""
+
+    async def get(self, experiment_id: str) -> None:
+        eid = int(experiment_id)
+        row = await self.master.get_experiment(eid)
+        trials = await experiment_trials(self.master, eid)
+        self.send({"state": row.state, "live": not ExperimentState(row.state).terminal,
+                   "series": await chart_data(self.master, trials)})
+
+
+class ExperimentAction(PageHandler):
+    """``POST <prefix>experiments/<id>/<action>``: pause, activate, kill, archive or
+    unarchive (the owner or an admin)."""
+
+    @authenticated
+    async def post(self, experiment_id: str, action: str) -> None:
+        eid, who, m = int(experiment_id), self.principal, self.master
+        if action == "pause":
+            await m.pause(who, eid)
+        elif action == "activate":
+            await m.activate(who, eid)
+        elif action == "kill":
+            await m.kill(who, eid)
+        else:
+            await m.set_archived(who, eid, action == "archive")
+        self.done(f"{m.base_url}experiments/{eid}")
+
+
+class TrialLogsPage(PageHandler):
+    """``<prefix>trials/<id>/logs``: the first lines, and a script that follows the rest."""
+
+    @authenticated
+    async def get(self, trial_id: str) -> None:
+        tid = int(trial_id)
+        trial = await self.master.get_trial(self.principal, tid)
+        # Asked before the read: a trial's last line is stored before its end is.
+        ended = await trial_ended(self.master, self.principal, tid)
+        rows = await self.master.store.get_logs(tid, limit=LOG_BATCH)
+        self.render("logs.html", section="dashboard", trial=trial_json(trial),
+                    lines=[log_line_json(r) for r in rows],
+                    after_id=rows[-1].id if rows else 0,
+                    ended=ended and len(rows) < LOG_BATCH)
+
+
+class TrialLogsData(DataHandler):
+    """``<prefix>trials/<id>/logs/lines?after_id=N``: the next lines, and whether the trial
+    has ended (then, once a read returns fewer than ``batch`` lines, there are no more)."""
+
+    async def get(self, trial_id: str) -> None:
+        tid = int(trial_id)
+        raw = self.get_query_argument("after_id", "0") or "0"
+        if not raw.isdigit():
+            raise BadRequest("after_id: must be a whole number >= 0")
+        ended = await trial_ended(self.master, self.principal, tid)
+        rows = await self.master.store.get_logs(tid, after_id=int(raw), limit=LOG_BATCH)
+        self.send({"logs": [log_line_json(r) for r in rows], "ended": ended,
+                   "batch": LOG_BATCH})
+
+
+class TaskKill(PageHandler):
+    """``POST <prefix>tasks/<id>/kill``: kill a notebook, shell, TensorBoard or command (its
+    owner or an admin)."""
+
+    @authenticated
+    async def post(self, task_id: str) -> None:
+        tid = int(task_id)
+        task = self.master.tasks.live.get(tid) or await self.master.store.get_task(tid)
+        if task is None:
+            raise NotFound(f"task {tid} not found")
+        await self.master.kill_task(self.principal, TaskType(task.type), tid)
+        self.done(self.master.base_url)
+
+
+class AdminPage(PageHandler):
+    """``<prefix>admin``: the cluster, the queue, usage, and what runs."""
+
+    admin_only = True
+
+    @authenticated
+    async def get(self) -> None:
+        m = self.master
+        allocations = m.cluster.allocations
+        holders = {a.id: {"owner": a.spec.owner, "job_id": a.spec.job_id,
+                          "experiment_id": a.spec.experiment_id, "task_id": a.spec.task_id}
+                   for a in allocations.values()}
+        runs = sorted(m.runs.values(), key=lambda r: r.id)
+        usage = await m.store.slot_hours_by_user(utcnow())
+        self.render(
+            "admin.html", section="admin", pools=m.cluster.pools_view(),
+            agents=m.cluster.agents_view(), holders=holders, jobs=m.list_jobs(),
+            usage=sorted(usage.items(), key=lambda kv: (-kv[1], kv[0])),
+            experiments=await m.experiment_json([r.row for r in runs]),
+            tasks=await self.live_tasks())
+
+
+class AdminJobUpdate(PageHandler):
+    """``POST <prefix>admin/jobs/<job id>``: a job's priority, weight or place in the
+    queue."""
+
+    admin_only = True
+
+    @authenticated
+    async def post(self, job_id: str) -> None:
+        form = {k: self.get_body_argument(k, "") for k in ("priority", "weight", "ahead_of")}
+        await self.master.update_job(self.principal, job_id, **job_changes(form))
+        self.done(f"{self.master.base_url}admin#jobs")
+
+
+class AdminAgentAction(PageHandler):
+    """``POST <prefix>admin/agents/<id>/<action>``: ``enable`` an agent, ``drain`` it (no new
+    work; what runs there finishes) or ``disable`` it (no new work; trials there checkpoint
+    and move to other agents)."""
+
+    admin_only = True
+
+    @authenticated
+    async def post(self, agent_id: str, action: str) -> None:
+        await self.master.set_agent_enabled(self.principal, agent_id, action == "enable",
+                                            drain=action != "disable")
+        self.done(f"{self.master.base_url}admin#agents")
+
+
+async def experiment_trials(master: Master, experiment_id: int) -> list[Trial]:
+    """An experiment's trials by id: the live ones while it runs, else the stored ones."""
+    run = master.runs.get(experiment_id)
+    if run is not None:
+        return sorted(run.trials.values(), key=lambda t: t.id)
+    return await master.store.list_trials(experiment_id)
+
+
+async def trial_ended(master: Master, who: Principal, trial_id: int) -> bool:
+    """Whether a trial has ended and its last log line is stored.
+
+    Raises:
+        NotFound: No such trial.
+    """
+    trial = await master.get_trial(who, trial_id)
+    return TrialState(trial.state).terminal and master.cluster.for_trial(trial_id) is None
+
+
+async def chart_data(master: Master, trials: Sequence[Trial]) -> list[dict[str, Any]]:
+    """The charts' traces of these trials, from their downsampled metrics (as
+    ``GET /trials/<id>/metrics?max_points=...`` serves them)."""
+    metrics = {t.id: await master.store.get_metrics(t.id, max_points=CHART_POINTS)
+               for t in trials}
+    return metric_series(metrics)
 
 
 def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
-    """The pages' routes under the service's prefix."""
-
-    class HomePage(page_base()):  # type: ignore[misc]
-        """``<prefix>``: the signed-in user, the experiments, the live tasks."""
-
-        @property
-        def master(self) -> Master:
-            return self.application.settings["master"]
-
-        @authenticated
-        async def get(self) -> None:
-            model = self.current_user
-            experiments, _ = await self.master.store.list_experiments(limit=100)
-            owners = {e.owner_id: await self.master.username(e.owner_id) for e in experiments}
-            tasks = [t for t in self.master.tasks.live.values()
-                     if TaskType(t.type) is not TaskType.COMMAND]
-            who = html.escape(model["name"]) + (" (admin)" if model.get("admin") else "")
-            self.write(
-                "<!doctype html><html><head><meta charset='utf-8'><title>det_hub</title>"
-                "</head><body>"
-                f"<h1>det_hub</h1><p id='user'>Signed in as {who}.</p>"
-                "<h2>Experiments</h2>" + _table(
-                    ["ID", "Name", "State", "Owner", "Progress"],
-                    [[e.id, e.name, e.state, owners[e.owner_id],
-                      f"{(e.progress or 0) * 100:.0f}%"] for e in experiments]) +
-                "<h2>Notebooks, shells and TensorBoards</h2>" + _table(
-                    ["ID", "Type", "Description", "State"],
-                    [[t.id, t.type, t.description, t.state] for t in tasks]) +
-                "</body></html>")
-
-    return [(base_url, HomePage)]
+    """The pages' routes, their JSON endpoints and static files under the service's
+    prefix."""
+    base = re.escape(base_url)
+    eid, tid = r"(?P<experiment_id>\d+)", r"(?P<trial_id>\d+)"
+    routes: list[tuple[Any, ...]] = [
+        (base, DashboardPage),
+        (rf"{base}experiments/{eid}", ExperimentPage),
+        (rf"{base}experiments/{eid}/metrics", ExperimentMetricsData),
+        (rf"{base}experiments/{eid}/(?P<action>{'|'.join(EXPERIMENT_ACTIONS)})",
+         ExperimentAction),
+        (rf"{base}trials/{tid}/logs", TrialLogsPage),
+        (rf"{base}trials/{tid}/logs/lines", TrialLogsData),
+        (rf"{base}tasks/(?P<task_id>\d+)/kill", TaskKill),
+        (rf"{base}admin", AdminPage),
+        (rf"{base}admin/jobs/(?P<job_id>[^/]+)", AdminJobUpdate),
+        (rf"{base}admin/agents/(?P<agent_id>[^/]+)/(?P<action>{'|'.join(AGENT_ACTIONS)})",
+         AdminAgentAction),
+    ]
+    plotly = plotly_js()
+    if plotly is not None:
+        routes.append((rf"{base}static/(plotly\.min\.js)", StaticFileHandler,
+                       {"path": str(plotly.parent)}))
+    routes.append((rf"{base}static/(.+)", StaticFileHandler, {"path": str(STATIC)}))
+    return routes
 
 
-__all__ = ["page_handlers"]
+__all__ = ["ExperimentFilters", "job_changes", "json_script", "metric_series", "page_handlers"]

@@ -312,12 +312,15 @@ class Store:
         states: list[str] | None = None,
         archived: bool | None = None,
         owner_id: int | None = None,
+        name_contains: str | None = None,
         limit: int = 100,
         offset: int = 0,
     ) -> tuple[list[Experiment], int]:
         """One page of experiments, newest first, and how many match in all.
 
         ``None`` leaves a filter out; an empty ``states`` list matches nothing.
+        ``name_contains`` matches names holding that text, ignoring case; ``%`` and ``_`` in
+        it are plain characters.
         """
         where: list[ColumnElement[bool]] = []
         if states is not None:
@@ -326,6 +329,9 @@ class Store:
             where.append(Experiment.archived.is_(archived))
         if owner_id is not None:
             where.append(Experiment.owner_id == owner_id)
+        if name_contains:
+            text = name_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+            where.append(Experiment.name.ilike(f"%{text}%", escape="\\"))
         page = (
             select(Experiment)
             .where(*where)
@@ -877,3 +883,42 @@ class Store:
         )
         async with self._reading() as session:
             return list(await session.scalars(stmt))
+
+    # -- usage ------------------------------------------------------------------------------
+
+    async def slot_hours_by_user(self, now: dt.datetime) -> dict[str, float]:
+        """How many slot-hours each user's trials and tasks have held: the sum, over every
+        allocation that started, of ``slots × ((ended_at, or now while it runs) − started_at)``.
+
+        Args:
+            now: where allocations still running are counted up to.
+
+        Returns:
+            ``{username: slot-hours}`` for the users with any usage.
+        """
+        columns = (User.username, Allocation.slots, Allocation.started_at, Allocation.ended_at)
+        of_trials = (
+            select(*columns)
+            .select_from(Allocation)
+            .join(Trial, Allocation.trial_id == Trial.id)
+            .join(Experiment, Trial.experiment_id == Experiment.id)
+            .join(User, Experiment.owner_id == User.id)
+        )
+        of_tasks = (
+            select(*columns)
+            .select_from(Allocation)
+            .join(Task, Allocation.task_id == Task.id)
+            .join(User, Task.owner_id == User.id)
+        )
+        now = _plain(now)
+        hours: dict[str, float] = {}
+        # Summed here rather than in SQL: SQLite and PostgreSQL subtract timestamps in ways
+        # that have no common expression.
+        async with self._reading() as session:
+            for stmt in (of_trials, of_tasks):
+                for username, slots, started, ended in await session.execute(stmt):
+                    if started is None:  # never started: it held nothing
+                        continue
+                    held = max(((ended or now) - started).total_seconds(), 0.0)
+                    hours[username] = hours.get(username, 0.0) + slots * held / 3600.0
+        return hours

@@ -4,6 +4,7 @@ are det_hub users (each may change only their own work) and hub admins are det_h
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -17,7 +18,14 @@ import requests
 import yaml
 
 from det_hub.hub.up import find_proxy
-from det_hub.testing import free_port, pack
+from det_hub.testing import (
+    container_python_mounts,
+    free_port,
+    pack,
+    remove_agent_containers,
+    required_env,
+    write_docker_config,
+)
 
 from .conftest import REPO, STEPS, steps_config
 
@@ -29,19 +37,19 @@ SERVICE = "/services/det-hub"
 class Hub:
     """``det-hub up`` on free ports, with its data directory in a test's tmp_path."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}{SERVICE}/api/v1"
         self.log = data_dir / "up.log"
-        data_dir.mkdir(parents=True)
+        data_dir.mkdir(parents=True, exist_ok=True)
         ports = [str(free_port()) for _ in range(3)]
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "det_hub.cli.main", "up", "--data-dir", str(data_dir),
                  "--port", str(self.port), "--hub-port", ports[0], "--proxy-api-port",
-                 ports[1], "--master-port", ports[2]],
+                 ports[1], "--master-port", ports[2], *(extra_args or [])],
                 stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
         self.wait(lambda: self._answers(f"{self.api}/health"), 90)
         self.password = (data_dir / "hub-password").read_text().strip()
@@ -169,3 +177,97 @@ def test_a_users_notebook_server_reaches_the_master_as_that_user(hub: Hub) -> No
             "", "exec(open('whoami.py').read())", headers=auth)
     out = (hub.data_dir / "users" / "carol" / "whoami.out").read_text()
     assert "carol" in out, out
+
+
+SPAWNER_CONFIG = """
+import sys
+c.JupyterHub.spawner_class = "det_hub.spawner.DetSpawner"
+c.DockerSpawner.image = {image!r}
+c.DockerSpawner.remove = True
+c.DockerSpawner.name_template = "det-hub-test-{{username}}"
+c.DockerSpawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser", "--allow-root"]
+c.DockerSpawner.mounts = {mounts!r}
+c.DetSpawner.queue_timeout = 120
+c.DetSpawner.poll_interval = 0.5
+"""
+
+
+@pytest.fixture
+def docker_hub(tmp_path: Path) -> Iterator[Hub]:
+    """``det-hub up`` with DetSpawner, on one Docker engine of a single slot."""
+    host, image = required_env("DET_HUB_TEST_DOCKER_HOST", "DET_HUB_TEST_IMAGE")
+    if find_proxy() is None:
+        pytest.fail("configurable-http-proxy is not installed (make install-test installs it)")
+    master_config = write_docker_config(
+        tmp_path / "det_hub_config.py", [host], image, ["host-a"],
+        [f"c.DockerAgent.cpu_slot_cores = {os.cpu_count() or 1}"])
+    data = tmp_path / "hub"
+    data.mkdir()
+    mounts = [{"type": "bind", "source": m["host_path"], "target": m["container_path"],
+               "read_only": True} for m in container_python_mounts()]
+    (data / "jupyterhub_config.local.py").write_text(
+        SPAWNER_CONFIG.format(image=image, mounts=mounts))
+    running = Hub(data, ["--master-config", str(master_config)])
+    yield running
+    running.stop()
+    remove_agent_containers([host], ["host-a"])
+    from docker.client import DockerClient
+
+    with contextlib.closing(DockerClient(base_url=host, version="auto")) as engine:
+        for container in engine.containers.list(all=True, filters={"name": "det-hub-test-"}):
+            container.remove(force=True)
+
+
+def server_ready(hub: Hub, user: str, token: str) -> bool:
+    model = requests.get(f"{hub.url}/hub/api/users/{user}", timeout=10,
+                         headers={"Authorization": f"token {token}"}).json()
+    return bool(model["servers"].get("", {}).get("ready"))
+
+
+def test_detspawner_servers_take_slots_from_the_scheduler(docker_hub: Hub) -> None:
+    hub = docker_hub
+    admin = hub.token("admin")
+    dana, erin = hub.token("dana"), hub.token("erin")
+    for user, token in (("dana", dana),):
+        started = requests.post(f"{hub.url}/hub/api/users/{user}/server", timeout=60,
+                                headers={"Authorization": f"token {token}"})
+        assert started.status_code in (201, 202), started.text
+    hub.wait(lambda: server_ready(hub, "dana", dana), 120)
+    # Reached through the hub's proxy, in a container on the agent's engine.
+    status = requests.get(f"{hub.url}/user/dana/api/status", timeout=10,
+                          headers={"Authorization": f"token {dana}"})
+    assert status.status_code == 200, status.text
+    [held] = hub.call("GET", "/hub_servers", admin).json()["hub_servers"]
+    assert (held["owner"], held["state"], held["job_id"]) == (
+        "dana", "RUNNING", f"hub-server-{held['id']}")
+    assert held["placement"]["agent_id"] == "host-a" and held["placement"]["cpus"]
+    busy = [s for a in hub.call("GET", "/agents", admin).json()["agents"] for s in a["slots"]
+            if s["allocation_id"]]
+    assert len(busy) == 1
+
+    # The only slot is taken: erin's server waits in the queue, and the spawn page says so.
+    started = requests.post(f"{hub.url}/hub/api/users/erin/server", timeout=60,
+                            headers={"Authorization": f"token {erin}"})
+    assert started.status_code == 202, started.text
+    with requests.get(f"{hub.url}/hub/api/users/erin/server/progress", stream=True,
+                      timeout=60, headers={"Authorization": f"token {erin}"}) as events:
+        news = next(line for line in events.iter_lines(decode_unicode=True)
+                    if "place" in (line or ""))
+    assert "Waiting for 1 slot(s) in resource pool default: place" in news
+    jobs = {j["job_id"]: j for j in hub.call("GET", "/jobs", admin).json()["jobs"]}
+    [waiting] = [j for j in jobs.values() if j["owner"] == "erin"]
+    assert (waiting["type"], waiting["state"], waiting["preemptible"]) == (
+        "HUB_SERVER", "QUEUED", False)
+
+    # Dana stops hers: its slot goes to erin's.
+    stopped = requests.delete(f"{hub.url}/hub/api/users/dana/server", timeout=60,
+                              headers={"Authorization": f"token {dana}"})
+    assert stopped.status_code in (202, 204), stopped.text
+    hub.wait(lambda: server_ready(hub, "erin", erin), 120)
+    servers = {s["owner"]: s for s in hub.call("GET", "/hub_servers", admin).json()[
+        "hub_servers"]}
+    assert servers["dana"]["state"] == "TERMINATED" and servers["erin"]["state"] == "RUNNING"
+    requests.delete(f"{hub.url}/hub/api/users/erin/server", timeout=60,
+                    headers={"Authorization": f"token {erin}"})
+    hub.wait(lambda: all(s["state"] == "TERMINATED" for s in hub.call(
+        "GET", "/hub_servers", admin).json()["hub_servers"]), 60)

@@ -1,12 +1,22 @@
 """Fair share: shares by weight, the least served job first, preemption from jobs above their
-share, backfilling, and convergence over passes."""
+share, backfilling, convergence over passes, and making room within a pass."""
 
 from __future__ import annotations
 
 import pytest
 from scheduler_checks import Cluster, agent, busy, check_decision
 
-from det_hub.scheduler import Agent, Decision, FairShareScheduler, Request, Running, fair_shares
+from det_hub.scheduler import (
+    Agent,
+    Decision,
+    FairShareScheduler,
+    Placement,
+    Request,
+    Running,
+    fair_shares,
+)
+from det_hub.scheduler._placement import FreeSlots
+from det_hub.scheduler.fair_share import _Job, _Room
 
 
 def decide(agents: list[Agent], pending: list[Request], running: list[Running] = (),
@@ -143,6 +153,24 @@ def test_slots_being_freed_count_and_are_reserved() -> None:
     assert [x.allocation_id for x in decision.assignments] == ["c0"]
 
 
+def test_a_request_that_finds_no_room_does_not_stop_the_next_of_its_job() -> None:
+    # Shares 4/3 each. b, the furthest below, first: b-big (4) cannot get room, h may give
+    # one slot only (it must keep more than 4/3 - 4/3 = 0 of its 2). a, 1/3 below, could take
+    # nothing from anyone; b's next request, b-small (2), still gets the free slot and h's
+    # latest allocation.
+    agents = [agent("x", 4, [None, "a-run", "h-run1", "h-run2"])]
+    running = [Running("a-run", 1, group="a", queued_at=0),
+               Running("h-run1", 1, group="h", queued_at=1),
+               Running("h-run2", 1, group="h", queued_at=2)]
+    pending = [Request("h-more", 2, group="h", queued_at=10),
+               Request("b-big", 4, group="b", queued_at=11),
+               Request("b-small", 2, group="b", queued_at=12),
+               Request("a-more", 3, group="a", queued_at=13)]
+    assert decide(agents, pending, running) == Decision(preemptions=["h-run2"])
+    _, reserved = FairShareScheduler()._schedule(agents, pending, running)
+    assert reserved == {"b-small": (Placement("x", (0,)),)}
+
+
 def test_disabled_agents_drain() -> None:
     running = trials("a", 4, running=True)
     agents = [agent("off", 4, [r.allocation_id for r in running], enabled=False),
@@ -177,3 +205,26 @@ def test_a_multi_host_request_gets_room_on_equal_parts() -> None:
     agents = [agent(f"x{j}", 4, [f"a{4 * j + i}" for i in range(4)]) for j in range(3)]
     decision = decide(agents, [Request("b0", 8, group="b", queued_at=50)], running)
     assert sorted(decision.preemptions) == sorted(f"a{i}" for i in range(4, 12))
+
+
+# --- making room within a pass --------------------------------------------------------------
+def test_room_is_found_for_a_requester_further_below_its_share_than_the_one_before() -> None:
+    # Within a pass, a job whose smallest allocation may not go for a requester is passed
+    # over until it changes, as the requesters after it are no further below their share.
+    # Should one be further below after all, the job is considered again.
+    agents = [agent("x", 2, [None, "h0"]), agent("y", 2, ["h1", "g1"]), agent("z", 1, ["g0"])]
+    running = [Running("h0", 1, group="h"), Running("h1", 1, group="h", preemptible=False),
+               Running("g0", 1, group="g"), Running("g1", 1, group="g", preemptible=False)]
+    jobs = {}
+    for name, share, allocated in (("h", 1.8, 2.0), ("g", 1.0, 2.0), ("b", 0.5, 0.0),
+                                   ("a", 1.5, 0.0)):
+        jobs[name] = _Job(name, 1.0)
+        jobs[name].share, jobs[name].allocated = share, allocated
+    room = _Room(FreeSlots(agents, "best", holders=True), running, jobs)
+    # b, 0.5 below its share, may take from g (whose only victim is on too small an agent
+    # for 2 slots), not from h: h would keep 1 of its 1.8 (it must keep more than 1.3).
+    assert room.make_room(Request("b0", 2, group="b"), jobs["b"]) is None
+    # a, 1.5 below, may take from h (it keeps 1, more than 0.3): h0 goes, next to x's free
+    # slot.
+    assert room.make_room(Request("a0", 2, group="a"), jobs["a"]) == ["h0"]
+    assert room.reserved == {"a0": [(0, (0,))]}

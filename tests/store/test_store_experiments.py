@@ -195,3 +195,26 @@ async def test_returned_objects_are_usable_after_the_call(
     assert page[0].name == "mnist"
     assert page[0].config["searcher"]["name"] == "single"
     assert abs(utcnow() - page[0].created_at) < dt.timedelta(minutes=1)
+
+
+async def test_experiments_are_found_by_part_of_their_name(
+        store: Store, user: User, make_experiment: Any) -> None:
+    mnist = await make_experiment(user.id, name="MNIST baseline")
+    cifar = await make_experiment(user.id, name="cifar_10 50%")
+    await make_experiment(user.id, name="cifar-10")
+
+    async def found(text: str) -> list[int]:
+        rows, total = await store.list_experiments(name_contains=text)
+        assert total == len(rows)
+        return [r.id for r in rows]
+
+    assert await found("mnist") == [mnist.id]  # ignoring case
+    assert await found("BASE") == [mnist.id]
+    # % and _ are the text itself, not LIKE's wildcards.
+    assert await found("0 50%") == [cifar.id]
+    assert await found("cifar_") == [cifar.id]
+    assert await found("%") == [cifar.id]
+    # With the other filters, and counted over every page.
+    page, total = await store.list_experiments(name_contains="CIFAR", owner_id=user.id, limit=1)
+    assert ([r.id for r in page], total) == ([cifar.id + 1], 2)
+    assert await found("nothing") == []

@@ -23,8 +23,8 @@ class TaskHandlerBase(APIHandler):
 
     async def send_tasks(self, rows: list[Any], *, one: bool, status: int = 200) -> None:
         body = await self.master.task_json(self.principal, rows)
-        word = self.kind.word
-        self.send({word: body[0]} if one else {f"{word}s": body}, status=status)
+        key = self.kind.key
+        self.send({key: body[0]} if one else {f"{key}s": body}, status=status)
 
 
 class TasksHandler(TaskHandlerBase):
@@ -126,10 +126,10 @@ routes: list[tuple[Any, ...]] = [
     route
     for kind in TaskType
     for route in (
-        (rf"/{kind.word}s", TasksHandler, {"kind": kind}),
-        (rf"/{kind.word}s/{ID}", TaskHandler, {"kind": kind}),
-        (rf"/{kind.word}s/{ID}/kill", TaskKillHandler, {"kind": kind}),
-        (rf"/{kind.word}s/{ID}/logs", TaskLogsHandler, {"kind": kind}),
+        (rf"/{kind.key}s", TasksHandler, {"kind": kind}),
+        (rf"/{kind.key}s/{ID}", TaskHandler, {"kind": kind}),
+        (rf"/{kind.key}s/{ID}/kill", TaskKillHandler, {"kind": kind}),
+        (rf"/{kind.key}s/{ID}/logs", TaskLogsHandler, {"kind": kind}),
     )
 ]
 routes.append((rf"/tasks/{ID}/ready", TaskReadyHandler))

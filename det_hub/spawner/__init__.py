@@ -1,0 +1,317 @@
+"""DetSpawner: JupyterHub notebook servers on det_hub's cluster.
+
+A DockerSpawner whose servers take their slots from det_hub's scheduler, like any other job:
+before a server starts, the spawner asks the master for slots (``POST /api/v1/hub_servers``,
+with the user's own server token); while none are free the server waits in the queue and the
+spawn page shows its place; once the scheduler has placed it, the container starts on the Docker
+host that holds the slots, with exactly their GPUs (a device request naming them) or CPU cores
+(a cpuset). Stopping the server, or the hub's idle culler stopping it, gives the slots back.
+
+In ``jupyterhub_config.py``, after :func:`det_hub.hub.configure`::
+
+    c.JupyterHub.spawner_class = "det_hub.spawner.DetSpawner"
+    c.DockerSpawner.image = "det-hub:cuda"
+    c.DetSpawner.profiles = [
+        {"display_name": "CPU only", "slots": 1, "resource_pool": "cpu"},
+        {"display_name": "1 GPU", "slots": 1, "resource_pool": "gpu"},
+        {"display_name": "4 GPUs", "slots": 4, "resource_pool": "gpu",
+         "image": "det-hub:cuda"},
+    ]
+
+The agents are the master's Docker agents (``c.MasterApp.docker_agents``); containers share
+their hosts' network (``network_name = "host"``), so each server listens on a port of its own
+on its agent's address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import socket
+import time
+from typing import Any
+
+import yaml
+from docker.api.client import APIClient
+from docker.tls import TLSConfig
+from docker.types import DeviceRequest
+from dockerspawner import DockerSpawner
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
+from traitlets import Dict, Float, Integer, List, Unicode, default
+
+#: One engine client per Docker host, shared by the spawners placed there.
+_CLIENTS: dict[str, APIClient] = {}
+
+
+class SpawnError(Exception):
+    """Why a server could not start, in words for the spawn page."""
+
+    jupyterhub_message = ""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.jupyterhub_message = message
+
+
+class DetSpawner(DockerSpawner):
+    """Notebook servers in containers on slots det_hub's scheduler gives them."""
+
+    master_url = Unicode(
+        config=True,
+        help="""The det_hub master's URL (default: DET_HUB_MASTER of c.Spawner.environment,
+        which det_hub.hub.configure sets).""")
+    slots = Integer(1, config=True, help="Slots a server holds when no profile says otherwise.")
+    resource_pool = Unicode("default", config=True, help="The resource pool servers take "
+                            "their slots from when no profile says otherwise.")
+    priority = Integer(42, config=True, help="The servers' priority in the job queue (1-99).")
+    profiles = List(
+        Dict(), config=True,
+        help="""Choices on the spawn page: dicts with display_name, slots, resource_pool and
+        optionally image and priority. Empty: no choice, the defaults above.""")
+    queue_timeout = Float(
+        600.0, config=True,
+        help="Seconds a server may wait in the queue for slots before its start fails.")
+    poll_interval = Float(1.0, config=True, help="Seconds between asking the master "
+                          "whether the server's slots are there.")
+
+    #: The master's task that holds this server's slots.
+    task_id = Integer(0)
+    #: Where the slots are (the master's placement), while the server runs.
+    placement = Dict()
+
+    @default("network_name")
+    def _default_network_name(self) -> str:
+        return "host"
+
+    @default("use_internal_ip")
+    def _default_use_internal_ip(self) -> bool:
+        # On the host's network there is nothing to publish: no port bindings.
+        return True
+
+    @default("start_timeout")
+    def _default_start_timeout(self) -> int:
+        # The wait in the queue is part of the start; queue_timeout bounds it.
+        return int(self.queue_timeout) + 120
+
+    @default("master_url")
+    def _default_master_url(self) -> str:
+        return str((self.environment or {}).get("DET_HUB_MASTER", "")).rstrip("/")
+
+    # --- the spawn page -------------------------------------------------------------------
+    @default("options_form")
+    def _default_options_form(self) -> str:
+        if not self.profiles:
+            return ""
+        options = "".join(
+            f'<option value="{i}">{html.escape(str(p.get("display_name", f"Profile {i}")))}'
+            "</option>" for i, p in enumerate(self.profiles))
+        return f'<label for="profile">Resources</label><select name="profile" ' \
+               f'class="form-control">{options}</select>'
+
+    def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
+        return {"profile": int((formdata.get("profile") or ["0"])[0])}
+
+    def _wanted(self) -> dict[str, Any]:
+        """Slots, pool, priority and image this server asks for: its profile's, or the
+        defaults."""
+        wanted: dict[str, Any] = {"slots": self.slots, "resource_pool": self.resource_pool,
+                                  "priority": self.priority}
+        choice = self.user_options.get("profile")
+        if self.profiles and choice is not None:
+            if not isinstance(choice, int) or not 0 <= choice < len(self.profiles):
+                raise SpawnError(f"no profile {choice!r}; there are {len(self.profiles)}")
+            wanted.update({k: v for k, v in self.profiles[choice].items()
+                           if k in ("slots", "resource_pool", "priority", "image")})
+        return wanted
+
+    # --- the master -----------------------------------------------------------------------
+    async def _call(self, method: str, path: str, body: Any = None, *,
+                    token: str | None = None) -> dict[str, Any]:
+        if not self.master_url:
+            raise SpawnError("DetSpawner does not know the det_hub master: call "
+                             "det_hub.hub.configure(c) or set c.DetSpawner.master_url")
+        request = HTTPRequest(
+            f"{self.master_url}/api/v1{path}", method=method,
+            body=json.dumps(body if body is not None else {}) if method != "GET" else None,
+            headers={"Authorization": f"token {token or self.api_token}",
+                     "Content-Type": "application/json"}, request_timeout=30)
+        try:
+            response = await AsyncHTTPClient().fetch(request)
+        except HTTPClientError as e:
+            detail = e.response.body.decode(errors="replace") if e.response else str(e)
+            raise SpawnError(f"the det_hub master refused: {detail}") from None
+        except OSError as e:
+            raise SpawnError(f"the det_hub master at {self.master_url} did not answer: "
+                             f"{e}") from None
+        return json.loads(response.body)
+
+    async def _reserve(self, wanted: dict[str, Any]) -> dict[str, Any]:
+        config = {"description": f"Notebook server of {self.user.name}"
+                                 + (f" ({self.name})" if self.name else ""),
+                  "resources": {"slots": wanted["slots"],
+                                "resource_pool": wanted["resource_pool"],
+                                "priority": wanted["priority"]}}
+        made = await self._call("POST", "/hub_servers", {"config": yaml.safe_dump(config)})
+        return made["hub_server"]
+
+    async def _release(self, task_id: int, token: str) -> None:
+        """Give the slots of the master's task ``task_id`` back (with the server's token,
+        which the hub clears with the rest of the state when the server stops)."""
+        if task_id:
+            try:
+                await self._call("POST", f"/hub_servers/{task_id}/kill", token=token)
+            except Exception as e:  # never hide why the start failed
+                self.log.warning("could not give back the slots of %s: %s", self._log_name, e)
+
+    async def _wait_for_slots(self, task: dict[str, Any]) -> dict[str, Any]:
+        """The task's placement once the scheduler has given it slots."""
+        deadline = time.monotonic() + self.queue_timeout
+        while True:
+            if task.get("placement"):
+                return dict(task["placement"])
+            if task["state"] == "TERMINATED":
+                raise SpawnError(f"the server's slots were not given: {task.get('exit_reason')}")
+            if time.monotonic() > deadline:
+                raise SpawnError(
+                    f"no {task.get('slots', 1)} free slot(s) in resource pool "
+                    f"{task.get('resource_pool')!r} within {self.queue_timeout:g} s; "
+                    "try again later, or ask for fewer")
+            self._queue_news = await self._queue_place(task)
+            await asyncio.sleep(self.poll_interval)
+            task = (await self._call("GET", f"/hub_servers/{self.task_id}"))["hub_server"]
+
+    async def _queue_place(self, task: dict[str, Any]) -> str:
+        try:
+            job = (await self._call("GET", f"/jobs/{task['job_id']}"))["job"]
+        except SpawnError:
+            return "Waiting for free slots"
+        place = job.get("queue_position")
+        return (f"Waiting for {task.get('slots', 1)} slot(s) in resource pool "
+                f"{task.get('resource_pool')}: place {place} in the queue" if place
+                else "Waiting for free slots")
+
+    async def progress(self) -> Any:
+        """The spawn page's progress: the place in the queue while the server waits."""
+        while self.task_id and not self.placement:
+            yield {"progress": 10, "message": getattr(self, "_queue_news", "Asking for slots")}
+            await asyncio.sleep(self.poll_interval)
+        yield {"progress": 60, "message": "Slots assigned; starting the server's container"}
+
+    # --- the container --------------------------------------------------------------------
+    @property
+    def client(self) -> APIClient:
+        """The engine of the Docker host that holds this server's slots."""
+        docker = (self.placement or {}).get("docker") or {}
+        host = docker.get("docker_host")
+        if not host:
+            return super().client
+        if host not in _CLIENTS:
+            tls = None
+            if host.startswith("tcp://") and (docker.get("tls_verify")
+                                              or docker.get("tls_client_cert")):
+                cert = docker.get("tls_client_cert")
+                key = docker.get("tls_client_key")
+                tls = TLSConfig(client_cert=(cert, key) if cert and key else None,
+                                ca_cert=docker.get("tls_ca_cert") or None,
+                                verify=bool(docker.get("tls_verify")))
+            _CLIENTS[host] = APIClient(base_url=host, version="auto", tls=tls)
+        return _CLIENTS[host]
+
+    def get_env(self) -> dict[str, str]:
+        env = super().get_env()
+        env.update((self.placement or {}).get("environment") or {})
+        return env
+
+    async def start(self) -> tuple[str, int]:
+        wanted = self._wanted()
+        if wanted.get("image"):
+            self.image = wanted["image"]
+        task = await self._reserve(wanted)
+        self.task_id = int(task["id"])
+        try:
+            self.placement = await self._wait_for_slots(task)
+            if not self.placement.get("docker"):
+                raise SpawnError(f"agent {self.placement.get('agent_id')} runs no containers: "
+                                 f"give DetSpawner a resource pool of Docker agents")
+            self._give_slots_to_container()
+            # On the host's network: the server listens on the agent's address.
+            self.ip = self.placement.get("address") or "127.0.0.1"
+            self.port = _free_port(self.ip)
+            return await super().start()
+        except BaseException:
+            # The placement stays: a container made on its host is still to be removed.
+            task_id, self.task_id = self.task_id, 0
+            await self._release(task_id, self.api_token)
+            raise
+
+    def _give_slots_to_container(self) -> None:
+        """The container gets exactly the placement's GPUs (a device request naming them) or
+        CPU cores (a cpuset), on top of the configured ``extra_host_config``."""
+        if not hasattr(self, "_configured_host_config"):
+            self._configured_host_config = self.extra_host_config  # type: ignore[has-type]
+        resources: dict[str, Any] = {}
+        if self.placement.get("gpus"):
+            resources["device_requests"] = [DeviceRequest(
+                device_ids=list(self.placement["gpus"]), capabilities=[["gpu"]])]
+        elif self.placement.get("cpus"):
+            resources["cpuset_cpus"] = ",".join(map(str, self.placement["cpus"]))
+        configured = self._configured_host_config
+        if callable(configured):
+            async def merged(spawner: DetSpawner) -> dict[str, Any]:
+                value = configured(spawner)
+                if asyncio.iscoroutine(value):
+                    value = await value
+                return {**(value or {}), **resources}
+
+            self.extra_host_config = merged
+        else:
+            self.extra_host_config = {**(configured or {}), **resources}  # type: ignore[assignment]
+
+    async def get_ip_and_port(self) -> tuple[str, int]:
+        return self.ip, self.port
+
+    async def stop(self, now: bool = False) -> None:
+        task_id, token = self.task_id, self.api_token  # DockerSpawner.stop clears the state
+        try:
+            if self.placement:
+                await super().stop(now=now)
+            else:  # never placed: no container was made anywhere
+                self.clear_state()
+        finally:
+            await self._release(task_id, token)
+
+    # --- what the hub keeps across its restarts --------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        state = super().get_state()
+        if self.task_id:
+            state.update(det_hub_task=self.task_id, det_hub_placement=dict(self.placement),
+                         det_hub_port=self.port, det_hub_ip=self.ip)
+        return state
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        super().load_state(state)
+        self.task_id = int(state.get("det_hub_task") or 0)
+        self.placement = dict(state.get("det_hub_placement") or {})
+        if state.get("det_hub_port"):
+            self.port = int(state["det_hub_port"])
+            self.ip = str(state.get("det_hub_ip") or self.ip)
+
+    def clear_state(self) -> None:
+        super().clear_state()
+        self.task_id = 0
+        self.placement = {}
+
+
+def _free_port(host: str) -> int:
+    """A port nothing listens on at ``host`` now (for a host of its own network: checked
+    here, where the engine is local; a remote host's port is very likely free as well)."""
+    with socket.socket() as s:
+        try:
+            s.bind((host, 0))
+        except OSError:
+            s.bind(("", 0))
+        return int(s.getsockname()[1])
+
+
+__all__ = ["DetSpawner", "SpawnError"]

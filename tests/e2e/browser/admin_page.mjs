@@ -1,0 +1,113 @@
+// det_hub's pages in a real browser: Debian's Chromium, driven by playwright-core.
+//
+//   node admin_page.mjs HUB_URL USER PASSWORD OUTDIR
+//
+// Signs in at the hub's login page as USER (a hub admin), opens det_hub's dashboard, follows
+// its link to the admin page, checks that the job queue shows a running experiment's job and
+// changes that job's priority through the page's form, opens the experiment's page and waits
+// for its Plotly chart to draw a trace with points and for the chart's refresh to be
+// answered, then opens a trial's logs and waits for the follower's first answer. Screenshots go to OUTDIR. Every request must go
+// to the hub (nothing from the internet), and no page may throw a script error.
+// Exits 0 when all of that holds; prints what failed otherwise.
+
+import { mkdirSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { chromium } from "playwright-core";
+
+const [hubUrl, user, password, outdir] = process.argv.slice(2);
+if (!outdir) {
+  console.error("usage: node admin_page.mjs HUB_URL USER PASSWORD OUTDIR");
+  process.exit(2);
+}
+mkdirSync(outdir, { recursive: true });
+const origin = new URL(hubUrl).origin;
+const service = origin + "/services/det-hub/";
+const problems = [];
+const report = {};
+
+function check(ok, what) {
+  if (!ok) throw new Error(what);
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+});
+let page;
+try {
+  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
+  page = await context.newPage();
+  page.on("pageerror", (e) => problems.push("script error: " + e.message));
+  // Nothing may come from elsewhere (a CDN): refuse it, and say so.
+  await context.route("**/*", (route) => {
+    const url = route.request().url();
+    if (new URL(url).origin !== origin) {
+      problems.push("a page asked for " + url);
+      return route.abort();
+    }
+    return route.continue();
+  });
+
+  // Sign in at the hub.
+  await page.goto(origin + "/hub/login");
+  await page.fill("#username_input", user);
+  await page.fill("#password_input", password);
+  await Promise.all([page.waitForNavigation(), page.click("#login_submit")]);
+
+  // The dashboard, through the hub's OAuth sign-in to the service, links to the admin page.
+  await page.goto(service);
+  await page.locator("#experiments tbody tr").first().waitFor({ timeout: 15000 });
+  report.experiments_listed = await page.locator("#experiments tbody tr").count();
+  await page.screenshot({ path: path.join(outdir, "dashboard.png"), fullPage: true });
+  await Promise.all([page.waitForNavigation(), page.click('header nav a:text-is("Admin")')]);
+  check((await page.textContent("h1")).includes("Cluster administration"),
+    "the admin page did not open: " + (await page.textContent("body")).slice(0, 500));
+  const row = page.locator('#job-table tr[data-job^="exp-"]').filter({ hasText: "SCHEDULED" }).first();
+  await row.waitFor({ timeout: 15000 });
+  const job = await row.getAttribute("data-job");
+  const experimentUrl = await row.locator("a").first().getAttribute("href");
+  report.job = job;
+  await page.screenshot({ path: path.join(outdir, "admin.png"), fullPage: true });
+
+  // The priority form posts with the page's XSRF token, as a browser sends it.
+  await row.locator('input[name="priority"]').fill("7");
+  await Promise.all([page.waitForNavigation(), row.locator('input[name="priority"] + button').click()]);
+  const priority = await page.locator(`#job-table tr[data-job="${job}"] input[name="priority"]`).inputValue();
+  check(priority === "7", `the job's priority reads ${priority} after setting it to 7`);
+  report.priority = Number(priority);
+
+  // The experiment's page: a chart with points, and its refresh answered.
+  const refreshed = page.waitForResponse(
+    (r) => r.url().endsWith("/metrics") && r.status() === 200, { timeout: 20000 });
+  await page.goto(new URL(experimentUrl, origin).href);
+  await page.waitForFunction(() => {
+    const chart = document.querySelector("#charts .js-plotly-plot");
+    return chart && chart.data && chart.data.some((t) => t.x && t.x.length > 0);
+  }, null, { timeout: 30000 });
+  report.traces = await page.evaluate(() => Array.from(
+    document.querySelectorAll("#charts .js-plotly-plot"),
+    (chart) => chart.data.map((t) => ({ name: t.name, points: t.x.length }))).flat());
+  await refreshed;
+  await page.screenshot({ path: path.join(outdir, "experiment.png"), fullPage: true });
+
+  // A trial's logs, followed.
+  const logs = page.locator("#trials a", { hasText: "Logs" }).first();
+  await Promise.all([page.waitForNavigation(), logs.click()]);
+  await page.waitForFunction(() => {
+    const status = document.getElementById("log-status");
+    return status && /Following|ended/.test(status.textContent);
+  }, null, { timeout: 15000 });
+  report.log_status = await page.textContent("#log-status");
+  await page.screenshot({ path: path.join(outdir, "logs.png"), fullPage: true });
+} catch (e) {
+  problems.push(e.message);
+  if (page) await page.screenshot({ path: path.join(outdir, "failure.png"), fullPage: true }).catch(() => {});
+} finally {
+  await browser.close();
+}
+writeFileSync(path.join(outdir, "report.json"), JSON.stringify(report, null, 2));
+console.log(JSON.stringify(report));
+if (problems.length) {
+  console.error(problems.join("\n"));
+  process.exit(1);
+}
