@@ -149,6 +149,80 @@ class MasterProcess:
         return done
 
 
+#: Where ``det-hub up`` serves the master, below the hub's URL.
+SERVICE = "/services/det-hub"
+
+
+class HubProcess:
+    """``det-hub up`` on free ports of 127.0.0.1, with its own data directory: JupyterHub with
+    the master as its service, for tests and benchmarks. ``extra_args`` go to ``det-hub up``.
+    """
+
+    def __init__(self, data_dir: Path, extra_args: list[str] | None = None) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api = f"{self.url}{SERVICE}/api/v1"
+        self.log = data_dir / "up.log"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        ports = [str(free_port()) for _ in range(3)]
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "det_hub.cli.main", "up", "--data-dir", str(data_dir),
+                 "--port", str(self.port), "--hub-port", ports[0], "--proxy-api-port",
+                 ports[1], "--master-port", ports[2], "--spawner", "local",
+                 *(extra_args or [])],
+                stdout=log, stderr=subprocess.STDOUT, cwd=Path(__file__).resolve().parent.parent)
+        self.wait(lambda: self._answers(f"{self.api}/health"), 90)
+        self.password = (data_dir / "hub-password").read_text().strip()
+
+    @staticmethod
+    def _answers(url: str) -> bool:
+        try:
+            return requests.get(url, timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def wait(self, what: Any, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"det-hub up exited:\n{self.log.read_text()[-4000:]}")
+            value = what()
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"timed out; det-hub up log:\n{self.log.read_text()[-4000:]}")
+
+    def login(self, name: str) -> requests.Session:
+        """A browser session signed in to the hub as ``name``."""
+        browser = requests.Session()
+        browser.get(f"{self.url}/hub/login", timeout=10)
+        done = browser.post(f"{self.url}/hub/login", timeout=30, data={
+            "username": name, "password": self.password,
+            "_xsrf": browser.cookies.get("_xsrf", path="/hub/")}, allow_redirects=False)
+        assert done.status_code == 302, done.text[:500]
+        return browser
+
+    def token(self, name: str) -> str:
+        """A hub API token of ``name``'s, made as a user makes one on the hub's token page."""
+        browser = self.login(name)
+        made = browser.post(f"{self.url}/hub/api/users/{name}/tokens", timeout=10,
+                            json={"note": "test"}, headers={
+                                "X-XSRFToken": browser.cookies.get("_xsrf", path="/hub/")})
+        assert made.status_code == 201, made.text
+        return str(made.json()["token"])
+
+    def call(self, method: str, path: str, token: str, **kwargs: Any) -> requests.Response:
+        return requests.request(method, f"{self.api}{path}", timeout=30,
+                                headers={"Authorization": f"token {token}"}, **kwargs)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+
+
 def targz(files: dict[str, str]) -> bytes:
     """A gzipped tar archive of ``files`` (name -> text): a context archive made in place."""
     buf = io.BytesIO()
@@ -230,6 +304,24 @@ def write_docker_config(path: Path, hosts: Sequence[str], image: str,
     ]))
     return path
 
+
+
+def detspawner_config(image: str, name_prefix: str) -> str:
+    """Lines for a hub's ``jupyterhub_config.local.py`` that run notebook servers through
+    DetSpawner in containers of a bare test ``image``, named ``<name_prefix><user>``, with this
+    Python bind-mounted (see :func:`container_python_mounts`)."""
+    mounts = [{"type": "bind", "source": m["host_path"], "target": m["container_path"],
+               "read_only": True} for m in container_python_mounts()]
+    return "\n".join([
+        'c.JupyterHub.spawner_class = "det_hub.spawner.DetSpawner"',
+        f"c.DockerSpawner.image = {image!r}",
+        "c.DockerSpawner.remove = True",
+        f'c.DockerSpawner.name_template = "{name_prefix}{{username}}"',
+        f'c.DockerSpawner.cmd = [{sys.executable!r}, "-m", "jupyterhub.singleuser", '
+        '"--allow-root"]',
+        f"c.DockerSpawner.mounts = {mounts!r}",
+        "",
+    ])
 
 def remove_agent_containers(hosts: Sequence[str], agent_ids: Sequence[str]) -> None:
     """Remove the containers these agents left on the engines ``hosts``: tasks outlive the

@@ -18,6 +18,20 @@ from typing import Any
 
 SERVICE_NAME = "det-hub"
 
+#: Hub scopes that give det_hub powers short of making someone a hub admin (grant them with a
+#: role in ``c.JupyterHub.load_roles``). Filters (``!user=...``) are not honoured: granted
+#: without one, or not at all.
+ADMIN_SCOPE = "custom:det-hub:admin"
+MANAGE_SCOPE = "custom:det-hub:manage"
+CLUSTER_SCOPE = "custom:det-hub:cluster"
+CUSTOM_SCOPES = {
+    ADMIN_SCOPE: {"description": "Everything a det_hub admin may do."},
+    MANAGE_SCOPE: {"description": "Pause, activate, kill, archive and reprioritise anyone's "
+                                  "det_hub experiments, and kill anyone's tasks."},
+    CLUSTER_SCOPE: {"description": "Enable, disable and drain det_hub agents, and reorder "
+                                   "any job of the queue."},
+}
+
 
 def service_url(port: int) -> str:
     """Where the master listens for the hub (and the hub's proxy forwards to)."""
@@ -33,6 +47,7 @@ def configure(
     db_url: str | None = None,
     master_config: str | Path | None = None,
     master_args: Sequence[str] = (),
+    cull_idle: float | None = None,
 ) -> None:
     """Add the det_hub master to a JupyterHub config.
 
@@ -44,6 +59,8 @@ def configure(
         db_url: The master's store (default SQLite in the data directory).
         master_config: A ``det_hub_config.py`` with agents, resource pools, ...
         master_args: More ``det-hub master`` options.
+        cull_idle: Stop notebook servers idle this many seconds (jupyterhub-idle-culler, as
+            a hub service), so that the slots of DetSpawner's servers go back to the queue.
     """
     argv = [sys.executable, "-m", "det_hub.cli.main", "master"]
     if data_dir is not None:
@@ -59,6 +76,8 @@ def configure(
         "name": name, "url": url, "command": argv, "display": True,
         # Users have signed in to the hub already; no second consent page.
         "oauth_no_confirm": True,
+        # A browser's sign-in carries the det_hub scopes its user holds.
+        "oauth_client_allowed_scopes": sorted(CUSTOM_SCOPES),
     })
     c.JupyterHub.services = services
 
@@ -72,10 +91,21 @@ def configure(
     # The master reads users to know who is a hub admin (a notebook server's token may not).
     roles.append({"name": f"{name}-service", "scopes": ["read:users", "list:users"],
                   "services": [name]})
+    if cull_idle is not None:
+        services.append({"name": "idle-culler", "command": [
+            sys.executable, "-m", "jupyterhub_idle_culler", f"--timeout={int(cull_idle)}",
+            f"--cull-every={max(1, int(cull_idle) // 2)}"]})
+        c.JupyterHub.services = services
+        roles.append({"name": "idle-culler", "services": ["idle-culler"], "scopes": [
+            "list:users", "read:users:activity", "read:servers", "delete:servers"]})
     c.JupyterHub.load_roles = roles
 
+    c.JupyterHub.custom_scopes = {**_current(c.JupyterHub, "custom_scopes", {}),
+                                  **CUSTOM_SCOPES}
+    # A notebook server's token: to the master, with the det_hub scopes its user holds.
     c.Spawner.server_token_scopes = [
-        "users:activity!user", "access:servers!server", f"access:services!service={name}"]
+        "users:activity!user", "access:servers!server", f"access:services!service={name}",
+        *sorted(CUSTOM_SCOPES)]
     environment = dict(_current(c.Spawner, "environment", {}))
     environment.setdefault("DET_HUB_MASTER", f"{url}/services/{name}")
     environment.setdefault("DET_HUB_TOKEN", _server_token)
@@ -97,4 +127,5 @@ def _server_token(spawner: Any) -> str:
     return str(spawner.api_token)
 
 
-__all__ = ["SERVICE_NAME", "configure", "service_url"]
+__all__ = ["ADMIN_SCOPE", "CLUSTER_SCOPE", "CUSTOM_SCOPES", "MANAGE_SCOPE", "SERVICE_NAME",
+           "configure", "service_url"]

@@ -1,13 +1,20 @@
 """``det-hub up``: the embedded cluster. JupyterHub on http://127.0.0.1:8000 with the det_hub
-master as its service (SQLite store, local agent) and notebooks as local processes.
+master as its service (SQLite store, local agent).
 
 Everything lives in the data directory: the generated ``jupyterhub_config.py`` (rewritten at
 every start; put your own settings in ``jupyterhub_config.local.py`` beside it), the hub's
 database and cookie secret, the master's store and checkpoints, users' home directories, and
 the sign-in password (``hub-password``, made on first start). Any user name signs in with that
-password; ``admin`` is a hub admin, and so a det_hub admin. This is a single-machine setup for
-trying det_hub and for development; a shared deployment writes its own hub config around
-:func:`det_hub.hub.configure`.
+password; ``admin`` is a hub admin, and so a det_hub admin.
+
+Notebook servers run as local processes, or (``--spawner`` chooses; by default when a Docker
+engine answers at ``$DOCKER_HOST`` or the local socket and has the notebook image, ``--image``,
+default ``det-hub:cpu`` built from ``docker/``) in containers through DetSpawner: the engine
+becomes the master's Docker agent of a ``notebooks`` resource pool, whose slots the servers
+take.
+
+This is a single-machine setup for trying det_hub and for development; a shared deployment
+writes its own hub config around :func:`det_hub.hub.configure`.
 """
 
 from __future__ import annotations
@@ -48,7 +55,97 @@ def password(data_dir: Path) -> str:
     return path.read_text().strip()
 
 
-def hub_config(args: argparse.Namespace, data_dir: Path, proxy: str) -> str:
+def docker_engine() -> str | None:
+    """The Docker engine of this machine, when one answers: ``$DOCKER_HOST``, else the local
+    socket."""
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        from docker.client import DockerClient
+
+        client = DockerClient(base_url=host, version="auto", timeout=3)
+    except Exception:  # no SDK, no engine: no containers
+        return None
+    try:
+        client.ping()
+        return host
+    except Exception:
+        return None
+    finally:
+        client.close()
+
+
+def has_image(host: str, image: str) -> bool:
+    """Whether the engine at ``host`` has ``image`` (nothing is pulled)."""
+    from docker.client import DockerClient
+
+    client = DockerClient(base_url=host, version="auto", timeout=10)
+    try:
+        client.images.get(image)
+        return True
+    except Exception:
+        return False
+    finally:
+        client.close()
+
+
+def choose_spawner(requested: str, image: str) -> tuple[str, str | None]:
+    """``("docker", engine)`` or ``("local", None)``: ``auto`` takes Docker when an engine
+    answers and has the notebook image.
+
+    Raises:
+        SystemExit: ``docker`` was asked for and no engine answers.
+    """
+    if requested == "local":
+        return "local", None
+    host = docker_engine()
+    if requested == "docker":
+        if host is None:
+            raise SystemExit("det-hub up: --spawner docker, but no Docker engine answers "
+                             "(set DOCKER_HOST, or start dockerd)")
+        return "docker", host
+    if host is not None and has_image(host, image):
+        return "docker", host
+    return "local", None
+
+
+def docker_master_config(data_dir: Path, host: str) -> Path:
+    """A ``det_hub_config.py`` that adds the engine as the Docker agent of the ``notebooks``
+    pool, beside the local agent that runs trials."""
+    path = data_dir / "det_hub_config.up.py"
+    path.write_text(
+        "# Written by det-hub up: the local agent runs trials; notebook servers take the\n"
+        "# slots of the Docker engine's agent, in the notebooks pool.\n"
+        f"c.MasterApp.docker_agents = [{{'agent_id': 'docker', 'docker_host': {host!r}, "
+        "'resource_pool': 'notebooks'}]\n")
+    return path
+
+
+def spawner_lines(spawner: str, image: str, homes: Path) -> list[str]:
+    """The hub config's notebook servers: local processes, or DetSpawner's containers."""
+    if spawner == "docker":
+        return [
+            "c.JupyterHub.spawner_class = 'det_hub.spawner.DetSpawner'",
+            f"c.DockerSpawner.image = {image!r}",
+            "c.DockerSpawner.remove = True",
+            "c.DetSpawner.resource_pool = 'notebooks'",
+            "c.Spawner.default_url = '/lab'",
+        ]
+    return [
+        "c.JupyterHub.spawner_class = 'simple'",
+        f"c.SimpleLocalProcessSpawner.home_dir_template = {str(homes / '{username}')!r}",
+        "c.Spawner.default_url = '/lab'",
+        # This Python's, whatever the PATH of the hub's environment.
+        f"c.Spawner.cmd = [{sys.executable!r}, '-m', 'jupyterhub.singleuser']",
+        # det-hub and this Python first on the PATH of notebook terminals.
+        f"c.Spawner.environment = {{'PATH': {str(Path(sys.executable).parent)!r} + ':' + "
+        "os.environ.get('PATH', '')}",
+        # Notebook servers run as the hub's own user, which may be root on a test machine.
+        "c.Spawner.args = ['--allow-root'] if os.geteuid() == 0 else []",
+    ]
+
+
+def hub_config(args: argparse.Namespace, data_dir: Path, proxy: str,
+               spawner: str = "local", master_config: str | None = None) -> str:
     """The text of the ``jupyterhub_config.py`` that ``det-hub up`` runs."""
     homes = data_dir / "users"
     hub_db = f"sqlite:///{data_dir / 'jupyterhub.sqlite'}"
@@ -70,18 +167,10 @@ def hub_config(args: argparse.Namespace, data_dir: Path, proxy: str) -> str:
         f"c.DummyAuthenticator.password = {password(data_dir)!r}",
         "c.Authenticator.allow_all = True",
         "c.Authenticator.admin_users = {'admin'}",
-        "c.JupyterHub.spawner_class = 'simple'",
-        f"c.SimpleLocalProcessSpawner.home_dir_template = {str(homes / '{username}')!r}",
-        "c.Spawner.default_url = '/lab'",
-        # This Python's, whatever the PATH of the hub's environment.
-        f"c.Spawner.cmd = [{sys.executable!r}, '-m', 'jupyterhub.singleuser']",
-        # det-hub and this Python first on the PATH of notebook terminals.
-        f"c.Spawner.environment = {{'PATH': {str(Path(sys.executable).parent)!r} + ':' + "
-        "os.environ.get('PATH', '')}",
-        # Notebook servers run as the hub's own user, which may be root on a test machine.
-        "c.Spawner.args = ['--allow-root'] if os.geteuid() == 0 else []",
+        *spawner_lines(spawner, args.image, homes),
         f"configure(c, port={args.master_port}, data_dir={str(data_dir)!r}, "
-        f"master_config={args.master_config!r})",
+        f"master_config={master_config or args.master_config!r}, "
+        f"cull_idle={args.cull_idle!r})",
         f"_local = {str(data_dir / 'jupyterhub_config.local.py')!r}",
         "if os.path.exists(_local):",
         "    load_subconfig(_local)",
@@ -104,6 +193,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         help="configurable-http-proxy's API port (8001)")
     parser.add_argument("--master-port", type=int, default=8082,
                         help="the det_hub master's port, behind the hub (8082)")
+    parser.add_argument("--spawner", choices=("auto", "local", "docker"), default="auto",
+                        help="notebook servers as local processes, or in containers on "
+                        "det_hub's slots (DetSpawner); auto: docker when an engine answers and "
+                        "has the image")
+    parser.add_argument("--image", default="det-hub:cpu",
+                        help="the notebook servers' image with --spawner docker (det-hub:cpu)")
+    parser.add_argument("--cull-idle", metavar="SECONDS", type=float,
+                        help="stop notebook servers idle this long (jupyterhub-idle-culler)")
     parser.add_argument("--master-config", metavar="FILE",
                         help="the master's det_hub_config.py (agents, resource pools, ...)")
     return parser.parse_args(list(argv))
@@ -119,8 +216,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     data_dir = Path(args.data_dir).expanduser().resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    spawner, engine = choose_spawner(args.spawner, args.image)
+    master_config = None
+    if engine is not None and args.master_config is None:
+        master_config = str(docker_master_config(data_dir, engine))
     config = data_dir / "jupyterhub_config.py"
-    config.write_text(hub_config(args, data_dir, proxy))
+    config.write_text(hub_config(args, data_dir, proxy, spawner, master_config))
+    where = f"containers of {args.image} on {engine}" if engine else "local processes"
+    print(f"det_hub: notebook servers run as {where}", flush=True)
     print(f"det_hub: JupyterHub at http://{args.host}:{args.port}/ -- sign in as admin "
           f"(or any name) with the password in {data_dir / 'hub-password'}: "
           f"{password(data_dir)}", flush=True)

@@ -36,6 +36,7 @@ from det_hub.config import (
     parse_task_config,
 )
 from det_hub.config.resources import parse_size
+from det_hub.hub import ADMIN_SCOPE, CLUSTER_SCOPE, MANAGE_SCOPE
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
 from det_hub.service.cluster import RUNNING, Allocation, Cluster, Job, LaunchSpec, PoolSettings
 from det_hub.service.context import ContextError, check_context
@@ -67,14 +68,25 @@ _USERNAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.@-]{0,63}$")
 
 @dataclasses.dataclass(frozen=True)
 class Principal:
-    """Who is calling: a user, or the training code of one allocation."""
+    """Who is calling: a user, or the training code of one allocation. A hub user brings the
+    det_hub scopes the hub granted them (:data:`det_hub.hub.CUSTOM_SCOPES`)."""
 
     user: User | None = None
     allocation: Allocation | None = None
+    scopes: frozenset[str] = frozenset()
 
     @property
     def is_admin(self) -> bool:
-        return self.user is not None and self.user.admin
+        return self.user is not None and (self.user.admin or ADMIN_SCOPE in self.scopes)
+
+    def may(self, scope: str) -> bool:
+        """Whether an admin, or a user holding this det_hub scope."""
+        return self.user is not None and (self.is_admin or scope in self.scopes)
+
+    def may_change(self, owner_id: int) -> bool:
+        """Whether the caller may change work this user owns: its owner, an admin, or one
+        who may manage anyone's work."""
+        return self.user is not None and (self.user.id == owner_id or self.may(MANAGE_SCOPE))
 
     @property
     def trial_id(self) -> int | None:
@@ -115,7 +127,7 @@ class Master:
         self.tasks = TaskManager(store, self.cluster, self._task_launch_spec, self.username,
                                  base_url)
         self._usernames: dict[int, str] = {}
-        self._token_cache: dict[str, tuple[float, User]] = {}
+        self._token_cache: dict[str, tuple[float, Principal]] = {}
         self.cluster_id = ""
         #: Set while the process shuts down: requests are answered 503 so clients retry.
         self.stopping = False
@@ -237,7 +249,9 @@ class Master:
         job = self._queued_job(job_id)
         experiment_id = _job_number(job.id, "exp-")
         task_id = task_job_number(job.id)
-        if experiment_id is not None:
+        if who.may(CLUSTER_SCOPE):
+            pass  # may reorder any job
+        elif experiment_id is not None:
             await self._owned_run(who, experiment_id)
         elif task_id is not None:
             await self._owned_task(who, task_id)
@@ -296,7 +310,7 @@ class Master:
 
     async def set_agent_enabled(self, who: Principal, agent_id: str, enabled: bool, *,
                                 drain: bool = True) -> dict[str, Any]:
-        if not who.is_admin:
+        if not who.may(CLUSTER_SCOPE):
             raise Forbidden("only an admin can enable or disable agents")
         if agent_id not in self.cluster.agents:
             raise NotFound(f"agent {agent_id!r} not found")
@@ -327,21 +341,21 @@ class Master:
             return Principal(allocation=alloc)
         cached = self._token_cache.get(token_hash)
         if cached and cached[0] > time.monotonic():
-            return Principal(user=cached[1])
+            return cached[1]
         user = await self.store.user_for_token(token_hash)
-        if user is None and self.hub is not None:
-            user = await self._hub_user(token)
-        if user is None:
+        principal = Principal(user=user) if user is not None else None
+        if principal is None and self.hub is not None:
+            principal = await self._hub_principal(token)
+        if principal is None:
             return None
-        self._token_cache[token_hash] = (time.monotonic() + 30.0, user)
-        return Principal(user=user)
+        self._token_cache[token_hash] = (time.monotonic() + 30.0, principal)
+        return principal
 
-    async def _hub_user(self, token: str) -> User | None:
-        """The user a hub token belongs to: made a det_hub user on first sight, an admin
-        exactly while the hub says they are one."""
+    async def _hub_principal(self, token: str) -> Principal | None:
+        """Who a hub token belongs to (see :meth:`hub_principal`), None if nobody."""
         assert self.hub is not None
         model = await self.hub.user_for_token(token)
-        return None if model is None else (await self.hub_principal(model)).user
+        return None if model is None else await self.hub_principal(model)
 
     async def hub_principal(self, model: dict[str, Any]) -> Principal:
         """The caller a hub user stands for (signed in through the hub, or holding a hub
@@ -356,7 +370,7 @@ class Master:
                 user = await self.store.get_user(name)
         if user is not None and user.admin != admin:
             user = await self.store.update_user(user.id, admin=admin)
-        return Principal(user=user)
+        return Principal(user=user, scopes=frozenset(model.get("scopes") or ()))
 
     async def username(self, user_id: int) -> str:
         if user_id not in self._usernames:
@@ -479,7 +493,7 @@ class Master:
     def may_change_task(who: Principal, task: Task) -> bool:
         """Whether the caller owns the task or is an admin: who may kill it, use what it
         serves, and see its secret."""
-        return who.user is not None and (who.is_admin or task.owner_id == who.user.id)
+        return who.may_change(task.owner_id)
 
     async def task_json(self, who: Principal, rows: Iterable[Task]) -> list[dict[str, Any]]:
         """Tasks as the API shows them; what lets one use a proxied task (its URL with access
@@ -759,7 +773,7 @@ class Master:
 
     async def _owned_run(self, who: Principal, experiment_id: int) -> ExperimentRun | None:
         row = await self.get_experiment(experiment_id)
-        if who.user is None or not (who.is_admin or row.owner_id == who.user.id):
+        if not who.may_change(row.owner_id):
             raise Forbidden(f"only the owner of experiment {experiment_id} or an admin can "
                             "change it")
         return self.runs.get(experiment_id)

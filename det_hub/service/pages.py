@@ -34,6 +34,7 @@ from urllib.parse import urlencode
 from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authenticated
 
 from det_hub import __version__
+from det_hub.hub import MANAGE_SCOPE
 from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Unavailable
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
@@ -265,7 +266,10 @@ class PageHandler(_PageBase):
         hub = self.master.hub
         namespace.update(
             base=self.master.base_url, hub_prefix=hub.auth.hub_prefix if hub else "/hub/",
-            user_name=model.get("name"), is_admin=bool(model.get("admin")),
+            user_name=model.get("name"),
+            is_admin=bool(getattr(self, "principal", None) and self.principal.is_admin),
+            may_manage=bool(getattr(self, "principal", None)
+                            and self.principal.may(MANAGE_SCOPE)),
             xsrf=self.xsrf_token.decode(), version=__version__, when=when, size=size,
             json_script=json_script, hparams_text=hparams_text, slot_hours=slot_hours,
             post_button=self.post_button, section="")
@@ -383,7 +387,7 @@ class ExperimentPage(PageHandler):
             checkpoints=[checkpoint_json(c) for c in checkpoints],
             series=await chart_data(m, trials), plotly=plotly_js() is not None,
             live=not ExperimentState(row.state).terminal,
-            may_change=who.user is not None and (who.is_admin or row.owner_id == who.user.id))
+            may_change=who.may_change(row.owner_id))
 
 
 class ExperimentMetricsData(DataHandler):

@@ -25,10 +25,9 @@ import requests
 import yaml
 
 from det_hub.hub.up import find_proxy
-from det_hub.testing import pack
+from det_hub.testing import SERVICE, HubProcess, pack
 
 from .conftest import REPO, STEPS, _reap_tasks, steps_config
-from .test_hub import SERVICE, Hub
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +39,7 @@ BOBS_NAME = "bob's <script>alert(1)</script>"
 
 @dataclasses.dataclass
 class Cluster:
-    hub: Hub
+    hub: HubProcess
     admin: str  # the admin's hub API token
     short: int  # alice's finished experiment
     long: int  # alice's experiment that runs through the module
@@ -64,7 +63,7 @@ class Cluster:
         return str(self.api(f"/experiments/{experiment_id}")["experiment"]["state"])
 
 
-def _create(hub: Hub, token: str, config: dict[str, Any]) -> int:
+def _create(hub: HubProcess, token: str, config: dict[str, Any]) -> int:
     made = hub.call("POST", "/experiments", token, json={
         "config": yaml.safe_dump(config), "context": pack(STEPS)})
     assert made.status_code == 201, made.text
@@ -76,7 +75,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if find_proxy() is None:
         pytest.fail("configurable-http-proxy is not installed (make install-test installs it)")
     data = tmp_path_factory.mktemp("dashboard")
-    hub = Hub(data / "hub")
+    hub = HubProcess(data / "hub")
     try:
         alice, bob, admin = hub.token("alice"), hub.token("bob"), hub.token("admin")
         running = Cluster(hub, admin, 0, 0, 0)

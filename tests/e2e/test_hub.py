@@ -8,7 +8,6 @@ import contextlib
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,98 +18,29 @@ import yaml
 
 from det_hub.hub.up import find_proxy
 from det_hub.testing import (
-    container_python_mounts,
-    free_port,
+    SERVICE,
+    HubProcess,
+    detspawner_config,
     pack,
     remove_agent_containers,
     required_env,
     write_docker_config,
 )
 
-from .conftest import REPO, STEPS, steps_config
+from .conftest import STEPS, steps_config
 
 pytestmark = pytest.mark.slow
 
-SERVICE = "/services/det-hub"
-
-
-class Hub:
-    """``det-hub up`` on free ports, with its data directory in a test's tmp_path."""
-
-    def __init__(self, data_dir: Path, extra_args: list[str] | None = None) -> None:
-        self.data_dir = data_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.api = f"{self.url}{SERVICE}/api/v1"
-        self.log = data_dir / "up.log"
-        data_dir.mkdir(parents=True, exist_ok=True)
-        ports = [str(free_port()) for _ in range(3)]
-        with self.log.open("w") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "det_hub.cli.main", "up", "--data-dir", str(data_dir),
-                 "--port", str(self.port), "--hub-port", ports[0], "--proxy-api-port",
-                 ports[1], "--master-port", ports[2], *(extra_args or [])],
-                stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        self.wait(lambda: self._answers(f"{self.api}/health"), 90)
-        self.password = (data_dir / "hub-password").read_text().strip()
-
-    @staticmethod
-    def _answers(url: str) -> bool:
-        try:
-            return requests.get(url, timeout=2).status_code == 200
-        except requests.RequestException:
-            return False
-
-    def wait(self, what: Any, timeout: float) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"det-hub up exited:\n{self.log.read_text()[-4000:]}")
-            value = what()
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"timed out; det-hub up log:\n{self.log.read_text()[-4000:]}")
-
-    def login(self, name: str) -> requests.Session:
-        """A browser session signed in to the hub as ``name``."""
-        browser = requests.Session()
-        browser.get(f"{self.url}/hub/login", timeout=10)
-        done = browser.post(f"{self.url}/hub/login", timeout=30, data={
-            "username": name, "password": self.password,
-            "_xsrf": browser.cookies.get("_xsrf", path="/hub/")}, allow_redirects=False)
-        assert done.status_code == 302, done.text[:500]
-        return browser
-
-    def token(self, name: str) -> str:
-        """A hub API token of ``name``'s, made as a user makes one on the hub's token page."""
-        browser = self.login(name)
-        made = browser.post(f"{self.url}/hub/api/users/{name}/tokens", timeout=10,
-                            json={"note": "test"}, headers={
-                                "X-XSRFToken": browser.cookies.get("_xsrf", path="/hub/")})
-        assert made.status_code == 201, made.text
-        return str(made.json()["token"])
-
-    def call(self, method: str, path: str, token: str, **kwargs: Any) -> requests.Response:
-        return requests.request(method, f"{self.api}{path}", timeout=30,
-                                headers={"Authorization": f"token {token}"}, **kwargs)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
-
-
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[Hub]:
+def hub(tmp_path: Path) -> Iterator[HubProcess]:
     if find_proxy() is None:
         pytest.fail("configurable-http-proxy is not installed (make install-test installs it)")
-    running = Hub(tmp_path / "hub")
+    running = HubProcess(tmp_path / "hub")
     yield running
     running.stop()
 
 
-def test_browsers_sign_in_through_the_hub_and_see_the_service(hub: Hub) -> None:
+def test_browsers_sign_in_through_the_hub_and_see_the_service(hub: HubProcess) -> None:
     # Not signed in: sent to the hub's OAuth flow, and on to its login page.
     first = requests.get(f"{hub.url}{SERVICE}/", timeout=10, allow_redirects=False)
     assert first.status_code == 302 and "/hub/api/oauth2/authorize" in first.headers["Location"]
@@ -124,7 +54,7 @@ def test_browsers_sign_in_through_the_hub_and_see_the_service(hub: Hub) -> None:
     assert "Signed in as admin (admin)." in boss.text
 
 
-def test_hub_tokens_are_api_tokens_and_only_owners_and_admins_change_work(hub: Hub) -> None:
+def test_hub_tokens_are_api_tokens_and_only_owners_and_admins_change_work(hub: HubProcess) -> None:
     alice, bob, admin = hub.token("alice"), hub.token("bob"), hub.token("admin")
     made = hub.call("POST", "/experiments", alice, json={
         "config": yaml.safe_dump(steps_config("alice's", length=1000, sleep=0.05)),
@@ -151,7 +81,7 @@ def test_hub_tokens_are_api_tokens_and_only_owners_and_admins_change_work(hub: H
     assert listing.returncode == 0 and "alice's" in listing.stdout, listing.stderr
 
 
-def test_a_users_notebook_server_reaches_the_master_as_that_user(hub: Hub) -> None:
+def test_a_users_notebook_server_reaches_the_master_as_that_user(hub: HubProcess) -> None:
     token = hub.token("carol")
     started = requests.post(f"{hub.url}/hub/api/users/carol/server", timeout=60,
                             headers={"Authorization": f"token {token}"})
@@ -179,21 +109,10 @@ def test_a_users_notebook_server_reaches_the_master_as_that_user(hub: Hub) -> No
     assert "carol" in out, out
 
 
-SPAWNER_CONFIG = """
-import sys
-c.JupyterHub.spawner_class = "det_hub.spawner.DetSpawner"
-c.DockerSpawner.image = {image!r}
-c.DockerSpawner.remove = True
-c.DockerSpawner.name_template = "det-hub-test-{{username}}"
-c.DockerSpawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser", "--allow-root"]
-c.DockerSpawner.mounts = {mounts!r}
-c.DetSpawner.queue_timeout = 120
-c.DetSpawner.poll_interval = 0.5
-"""
 
 
 @pytest.fixture
-def docker_hub(tmp_path: Path) -> Iterator[Hub]:
+def docker_hub(tmp_path: Path) -> Iterator[HubProcess]:
     """``det-hub up`` with DetSpawner, on one Docker engine of a single slot."""
     host, image = required_env("DET_HUB_TEST_DOCKER_HOST", "DET_HUB_TEST_IMAGE")
     if find_proxy() is None:
@@ -203,11 +122,10 @@ def docker_hub(tmp_path: Path) -> Iterator[Hub]:
         [f"c.DockerAgent.cpu_slot_cores = {os.cpu_count() or 1}"])
     data = tmp_path / "hub"
     data.mkdir()
-    mounts = [{"type": "bind", "source": m["host_path"], "target": m["container_path"],
-               "read_only": True} for m in container_python_mounts()]
     (data / "jupyterhub_config.local.py").write_text(
-        SPAWNER_CONFIG.format(image=image, mounts=mounts))
-    running = Hub(data, ["--master-config", str(master_config)])
+        detspawner_config(image, "det-hub-test-")
+        + "c.DetSpawner.queue_timeout = 120\nc.DetSpawner.poll_interval = 0.5\n")
+    running = HubProcess(data, ["--master-config", str(master_config)])
     yield running
     running.stop()
     remove_agent_containers([host], ["host-a"])
@@ -218,13 +136,13 @@ def docker_hub(tmp_path: Path) -> Iterator[Hub]:
             container.remove(force=True)
 
 
-def server_ready(hub: Hub, user: str, token: str) -> bool:
+def server_ready(hub: HubProcess, user: str, token: str) -> bool:
     model = requests.get(f"{hub.url}/hub/api/users/{user}", timeout=10,
                          headers={"Authorization": f"token {token}"}).json()
     return bool(model["servers"].get("", {}).get("ready"))
 
 
-def test_detspawner_servers_take_slots_from_the_scheduler(docker_hub: Hub) -> None:
+def test_detspawner_servers_take_slots_from_the_scheduler(docker_hub: HubProcess) -> None:
     hub = docker_hub
     admin = hub.token("admin")
     dana, erin = hub.token("dana"), hub.token("erin")
@@ -271,3 +189,51 @@ def test_detspawner_servers_take_slots_from_the_scheduler(docker_hub: Hub) -> No
                     headers={"Authorization": f"token {erin}"})
     hub.wait(lambda: all(s["state"] == "TERMINATED" for s in hub.call(
         "GET", "/hub_servers", admin).json()["hub_servers"]), 60)
+
+
+OPERATORS = """
+c.Authenticator.allowed_users = {"ops"}
+c.JupyterHub.load_roles.append({"name": "det-hub-operators", "users": ["ops"],
+                                "scopes": ["custom:det-hub:manage", "custom:det-hub:cluster"]})
+"""
+
+
+def test_hub_scopes_grant_det_hub_powers_and_idle_servers_are_culled(tmp_path: Path) -> None:
+    if find_proxy() is None:
+        pytest.fail("configurable-http-proxy is not installed (make install-test installs it)")
+    data = tmp_path / "hub"
+    data.mkdir()
+    (data / "jupyterhub_config.local.py").write_text(OPERATORS)
+    hub = HubProcess(data, ["--cull-idle", "4"])
+    try:
+        alice, bob, ops = hub.token("alice"), hub.token("bob"), hub.token("ops")
+        made = hub.call("POST", "/experiments", alice, json={
+            "config": yaml.safe_dump(steps_config("alice's", length=1000, sleep=0.05)),
+            "context": pack(STEPS)})
+        assert made.status_code == 201, made.text
+        eid = made.json()["experiment"]["id"]
+        # custom:det-hub:manage: anyone's work; custom:det-hub:cluster: agents and the queue.
+        assert hub.call("POST", f"/experiments/{eid}/pause", bob).status_code == 403
+        assert hub.call("POST", f"/experiments/{eid}/pause", ops).status_code == 200
+        for token, status in ((bob, 403), (ops, 200)):
+            answer = hub.call("POST", "/agents/local/disable", token, json={"drain": True})
+            assert answer.status_code == status, answer.text
+        assert hub.call("POST", "/agents/local/enable", ops).status_code == 200
+        # Not an admin for all that: creating users stays an admin's.
+        assert hub.call("POST", "/users", ops, json={"username": "x"}).status_code == 403
+        assert hub.call("POST", f"/experiments/{eid}/kill", ops).status_code == 200
+
+        # An idle server is stopped by the hub's culler (4 s here).
+        started = requests.post(f"{hub.url}/hub/api/users/alice/server", timeout=60,
+                                headers={"Authorization": f"token {alice}"})
+        assert started.status_code in (201, 202), started.text
+
+        def server() -> dict[str, Any]:
+            model = requests.get(f"{hub.url}/hub/api/users/alice", timeout=10,
+                                 headers={"Authorization": f"token {alice}"}).json()
+            return dict(model["servers"].get("", {}))
+
+        hub.wait(lambda: server().get("ready"), 90)
+        hub.wait(lambda: not server(), 60)
+    finally:
+        hub.stop()

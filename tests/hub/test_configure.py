@@ -6,9 +6,10 @@ import sys
 import types
 from pathlib import Path
 
+import pytest
 from traitlets.config import Config
 
-from det_hub.hub import configure
+from det_hub.hub import CUSTOM_SCOPES, configure
 from det_hub.hub.up import hub_config, parse_args, password
 
 
@@ -34,6 +35,21 @@ def test_configure_adds_the_service_its_roles_and_the_notebook_environment() -> 
     assert env["A"] == "1"
     assert env["DET_HUB_MASTER"] == "http://127.0.0.1:8123/services/det-hub"
     assert env["DET_HUB_TOKEN"](types.SimpleNamespace(api_token="abc")) == "abc"
+    assert set(CUSTOM_SCOPES) <= set(c.JupyterHub.custom_scopes)
+    assert set(CUSTOM_SCOPES) <= set(c.Spawner.server_token_scopes)
+    assert service["oauth_client_allowed_scopes"] == sorted(CUSTOM_SCOPES)
+    assert [s["name"] for s in c.JupyterHub.services] == ["other", "det-hub"]
+
+
+def test_configure_can_add_the_idle_culler() -> None:
+    c = Config()
+    configure(c, cull_idle=600)
+    culler = c.JupyterHub.services[-1]
+    assert culler["name"] == "idle-culler"
+    assert culler["command"][1:] == ["-m", "jupyterhub_idle_culler", "--timeout=600",
+                                     "--cull-every=300"]
+    [role] = [r for r in c.JupyterHub.load_roles if r["name"] == "idle-culler"]
+    assert "delete:servers" in role["scopes"] and role["services"] == ["idle-culler"]
 
 
 def test_det_hub_up_writes_a_config_jupyterhub_can_load(tmp_path: Path) -> None:
@@ -49,3 +65,31 @@ def test_det_hub_up_writes_a_config_jupyterhub_can_load(tmp_path: Path) -> None:
     assert c.JupyterHub.services[0]["url"] == "http://127.0.0.1:18082"
     assert c.Spawner.environment["PATH"].startswith(str(Path(sys.executable).parent) + ":")
     assert c.Authenticator.admin_users == {"admin"}
+
+
+def test_det_hub_up_runs_notebooks_in_containers_only_where_it_can(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from det_hub.hub import up
+
+    monkeypatch.setattr(up, "docker_engine", lambda: None)
+    assert up.choose_spawner("auto", "det-hub:cpu") == ("local", None)
+    with pytest.raises(SystemExit, match="no Docker engine answers"):
+        up.choose_spawner("docker", "det-hub:cpu")
+    monkeypatch.setattr(up, "docker_engine", lambda: "unix:///run/x.sock")
+    monkeypatch.setattr(up, "has_image", lambda host, image: image == "mine:1")
+    assert up.choose_spawner("auto", "det-hub:cpu") == ("local", None)  # no image: no pull
+    assert up.choose_spawner("auto", "mine:1") == ("docker", "unix:///run/x.sock")
+    assert up.choose_spawner("local", "mine:1") == ("local", None)
+
+    args = parse_args(["--image", "mine:1"])
+    master_config = up.docker_master_config(tmp_path, "unix:///run/x.sock")
+    c = Config()
+    exec(compile(hub_config(args, tmp_path, "/chp", "docker", str(master_config)), "cfg",
+                 "exec"), {"c": c, "load_subconfig": lambda path: None})
+    assert c.JupyterHub.spawner_class == "det_hub.spawner.DetSpawner"
+    assert (c.DockerSpawner.image, c.DetSpawner.resource_pool) == ("mine:1", "notebooks")
+    assert c.JupyterHub.services[0]["command"][-2:] == ["--config", str(master_config)]
+    agents = Config()
+    exec(compile(master_config.read_text(), "master", "exec"), {"c": agents})
+    assert agents.MasterApp.docker_agents == [
+        {"agent_id": "docker", "docker_host": "unix:///run/x.sock", "resource_pool": "notebooks"}]
