@@ -165,7 +165,9 @@ class HubProcess:
         self.api = f"{self.url}{SERVICE}/api/v1"
         self.log = data_dir / "up.log"
         data_dir.mkdir(parents=True, exist_ok=True)
-        ports = [str(free_port()) for _ in range(3)]
+        #: The hub's internal API, the proxy's API and the master.
+        self.internal_ports = [free_port() for _ in range(3)]
+        ports = [str(p) for p in self.internal_ports]
         with self.log.open("w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "det_hub.cli.main", "up", "--data-dir", str(data_dir),
@@ -217,10 +219,19 @@ class HubProcess:
         return requests.request(method, f"{self.api}{path}", timeout=30,
                                 headers={"Authorization": f"token {token}"}, **kwargs)
 
-    def stop(self) -> None:
+    def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.proc.send_signal(sig)
             self.proc.wait(timeout=60)
+
+    def listening(self) -> list[int]:
+        """Which of its ports something still listens on."""
+        taken = []
+        for port in (self.port, *self.internal_ports):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    taken.append(port)
+        return taken
 
 
 def targz(files: dict[str, str]) -> bytes:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -52,6 +54,14 @@ def test_browsers_sign_in_through_the_hub_and_see_the_service(hub: HubProcess) -
     assert "Signed in as alice." in page.text
     boss = hub.login("admin").get(f"{hub.url}{SERVICE}/", timeout=30)
     assert "Signed in as admin (admin)." in boss.text
+
+    # Ctrl-C stops it all: the hub, its proxy and the master.
+    hub.stop(signal.SIGINT)
+    assert hub.proc.returncode == 0, hub.log.read_text()[-3000:]
+    deadline = time.monotonic() + 30
+    while hub.listening() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert hub.listening() == []
 
 
 def test_hub_tokens_are_api_tokens_and_only_owners_and_admins_change_work(hub: HubProcess) -> None:
