@@ -18,7 +18,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
 	  { apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard,hub]'
+	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard,hub,widgets]'
 	touch $@
 
 # JupyterHub's proxy, from npm, inside the virtual environment (det-hub up finds it there).

@@ -1,5 +1,33 @@
 """det_hub: a deep-learning training platform that lives in JupyterHub."""
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from det_hub.client import Client
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+
+def load_ipython_extension(ipython: Any) -> None:
+    """Registers the ``%det_experiment`` magics: ``%load_ext det_hub``."""
+    from det_hub.notebook import load_ipython_extension as register
+
+    register(ipython)
+
+
+def load_checkpoint(
+    uuid: str, *, path: str | os.PathLike[str] | None = None, client: Client | None = None
+) -> Path | Any:
+    """Loads a checkpoint: the trained model (a ``torch.nn.Module``, in eval mode) of a
+    PyTorchTrial, else the checkpoint's directory (a :class:`~pathlib.Path`); see
+    :func:`det_hub.notebook.load_checkpoint` for exactly what is returned when."""
+    from det_hub.notebook import load_checkpoint as load
+
+    return load(uuid, path=path, client=client)
+
+
+__all__ = ["__version__", "load_checkpoint", "load_ipython_extension"]

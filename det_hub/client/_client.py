@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -835,6 +836,13 @@ class Client:
             lambda: self.get_task(kind, task_id).is_terminal,
             follow, after_id, limit, max_reconnects)
 
+    def experiment_context(self, experiment_id: int) -> bytes:
+        """Returns the experiment's context archive (a .tar.gz), as the master keeps it; empty
+        when it has none."""
+        response = self._request("GET", f"/experiments/{int(experiment_id)}/context",
+                                 headers={"Accept": "application/gzip"})
+        return response.content
+
     # -- checkpoints ------------------------------------------------------------------------
 
     def list_checkpoints(self, experiment_id: int) -> Listing[Checkpoint]:
@@ -845,6 +853,128 @@ class Client:
     def get_checkpoint(self, uuid: str) -> Checkpoint:
         """Returns one checkpoint."""
         return Checkpoint.from_json(_object(self._get(f"/checkpoints/{uuid}"), "checkpoint"))
+
+    # -- live metrics -----------------------------------------------------------------------
+
+    def downsampled_metrics(
+        self,
+        trial_id: int,
+        metric: str,
+        *,
+        max_points: int = 1000,
+        group: str | None = None,
+    ) -> Listing[MetricReport]:
+        """Returns a trial's metric reports reduced to at most ``max_points`` per group by the
+        master, keeping the shape of ``metric``'s curve (Largest-Triangle-Three-Buckets).
+
+        Args:
+            trial_id: The trial.
+            metric: The metric whose peaks and dips must survive, e.g. ``loss``.
+            max_points: Reports per group to keep at most.
+            group: ``training`` or ``validation`` (default: both).
+        """
+        body = self._get(
+            f"/trials/{int(trial_id)}/metrics",
+            {"group": group, "max_points": max_points, "metric": metric},
+        )
+        return Listing([MetricReport.from_json(m) for m in self._items(body, "metrics")], body)
+
+    def stream_experiment_events(
+        self,
+        experiment_id: int,
+        after_id: int = 0,
+        *,
+        stop: threading.Event | None = None,
+        heartbeat: float = 15.0,
+        max_reconnects: int = 10,
+    ) -> Iterator[tuple[str, dict[str, Any]]]:
+        """Yields ``(event, data)`` from an experiment's live stream: ``("metrics", row)`` for
+        every metric row of its trials with an id above ``after_id`` and ``("state", {...})``
+        whenever the experiment or a trial changes state or progress.
+
+        A dropped connection, or the master asking to be reconnected to, is taken up again from
+        the last row id seen, so no row is yielded twice or skipped. The iterator ends when the
+        master ends the stream because the experiment is over, or soon after ``stop`` is set.
+
+        Args:
+            experiment_id: The experiment.
+            after_id: Only rows with a greater id.
+            stop: Set it to end the iterator; it is looked at on every event and heartbeat.
+            heartbeat: Seconds between the master's heartbeats (1 to 60), which bounds how long
+                a set ``stop`` goes unnoticed.
+            max_reconnects: Give up after this many failed connection attempts in a row.
+
+        Raises:
+            MasterError: The master refused the stream (no such experiment, bad token).
+            MasterUnreachable: The master could not be reached (again).
+        """
+        last_id = int(after_id)
+        failures = 0
+        path = f"/experiments/{int(experiment_id)}/metrics/stream"
+        # Twice the heartbeat without a byte means the connection is dead: reconnect.
+        timeout = (self.timeout, max(2.0 * heartbeat, 5.0))
+        while stop is None or not stop.is_set():
+            progressed = False
+            try:
+                response = self._request(
+                    "GET", path, params={"after_id": last_id, "heartbeat": heartbeat},
+                    headers={"Accept": "text/event-stream"}, stream=True, timeout=timeout)
+            except MasterError as error:
+                if error.status not in _RETRYABLE_STATUSES:
+                    raise
+                cause: Exception = _RetryableStatus(error)
+            except MasterUnreachable as exc:
+                cause = exc
+            else:
+                try:
+                    with response:
+                        for name, data in _sse_events(response, stop):
+                            progressed = True
+                            if name == "metrics":
+                                row_id = data.get("id")
+                                if isinstance(row_id, int):
+                                    if row_id <= last_id:
+                                        continue
+                                    last_id = row_id
+                                yield name, data
+                            elif name == "state":
+                                yield name, data
+                            elif name == "end":
+                                return
+                            elif name == "reconnect":
+                                break
+                    cause = MasterUnreachable(self.master, "the metric stream ended early")
+                except requests.RequestException as exc:
+                    cause = _StreamBroken(exc)
+            if stop is not None and stop.is_set():
+                return
+            if progressed:
+                failures = 0
+                continue
+            failures += 1
+            if failures > max_reconnects:
+                _reraise_public(cause, self.master)
+            wait = min(0.5 * 2 ** (failures - 1), 5.0)
+            if stop is not None:
+                stop.wait(wait)
+            else:
+                time.sleep(wait)
+
+    def stream_metrics(
+        self,
+        experiment_id: int,
+        after_id: int = 0,
+        *,
+        stop: threading.Event | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Yields every metric row of an experiment's trials with an id above ``after_id`` as
+        the master stores it: ``{"id", "trial_id", "group", "steps_completed", "metrics",
+        "report_time"}``, first the stored ones, then live ones. Ends when the experiment is
+        over and every row was yielded, or once ``stop`` is set (see
+        :meth:`stream_experiment_events`)."""
+        for name, data in self.stream_experiment_events(experiment_id, after_id, stop=stop):
+            if name == "metrics":
+                yield data
 
 
 class _RetryableStatus(Exception):
@@ -882,6 +1012,44 @@ def _parse_log_line(line: bytes) -> dict[str, Any] | None:
         # Shown rather than dropped: a line the master could not encode is still output.
         return {"message": text.decode("utf-8", "replace")}
     return row if isinstance(row, dict) else {"message": str(row)}
+
+
+def _sse_events(
+    response: requests.Response, stop: threading.Event | None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Server-Sent Events of a streamed answer as ``(event, data)``, JSON data decoded.
+
+    Parsed here rather than with an SSE package: the master's frames are one ``event`` and one
+    ``data`` line each, and requests already does the streaming.
+    """
+    pending = b""
+    name, data_lines = "message", list[str]()
+    for chunk in response.iter_content(chunk_size=None):
+        if stop is not None and stop.is_set():
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r").decode("utf-8", "replace")
+            if not line:
+                if data_lines:
+                    try:
+                        data = json.loads("\n".join(data_lines))
+                    except ValueError:
+                        data = None
+                    if isinstance(data, dict):
+                        yield name, data
+                name, data_lines = "message", []
+            elif line.startswith(":"):
+                if stop is not None and stop.is_set():
+                    return
+            else:
+                field, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field == "event":
+                    name = value
+                elif field == "data":
+                    data_lines.append(value)
 
 
 def _segment(value: str) -> str:

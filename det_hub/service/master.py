@@ -41,6 +41,7 @@ from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
 from det_hub.service.cluster import RUNNING, Allocation, Cluster, Job, LaunchSpec, PoolSettings
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady, TooLarge
+from det_hub.service.events import metric_events
 from det_hub.service.experiment import (
     EARLY_EXIT_REASONS,
     WAITING,
@@ -843,7 +844,9 @@ class Master:
         clean = [_metric_row(i, r) for i, r in enumerate(rows)]
         if not clean:
             return 0
-        count = await self.store.add_metrics(trial_id, group, clean)
+        stored = await self.store.insert_metrics(trial_id, group, clean)
+        metric_events(self).publish(trial.experiment_id, stored)
+        count = len(stored)
         last = max(clean, key=lambda r: r["steps_completed"])
         fields: dict[str, Any] = {}
         if last["steps_completed"] > (trial.steps_completed or 0):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from tornado.httputil import HTTPHeaders, parse_response_start_line
+from tornado.httputil import HTTPHeaders
 from tornado.iostream import StreamClosedError
 from tornado.tcpclient import TCPClient
 from tornado.websocket import (
@@ -39,6 +39,7 @@ from tornado.websocket import (
     websocket_connect,
 )
 
+from det_hub._relay import HOP_BY_HOP, AnswerRelay
 from det_hub.service.errors import APIError, Forbidden, NotReady, Unauthorized
 from det_hub.states import TaskType
 
@@ -50,11 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("det_hub.proxy")
 
-#: Headers that belong to one connection, not to the request or answer passed on.
-HOP_BY_HOP = frozenset({
-    "connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer",
-    "transfer-encoding", "upgrade",
-})
 _COOKIE_MESSAGE = b"det_hub proxy cookie"
 
 
@@ -93,8 +89,9 @@ class ProxyHandler(WebSocketHandler):
         credential = credential.strip()
         query_token = self.get_query_argument("token", "")
         if secret and query_token and hmac.compare_digest(query_token, secret):
-            self.set_cookie(cookie_name(task.id), cookie_value(secret), path=f"{self.master.base_url}proxy/{task.id}/",
-                            httponly=True, samesite="Lax")
+            self.set_cookie(cookie_name(task.id), cookie_value(secret),
+                            path=f"{self.master.base_url}proxy/{task.id}/", httponly=True,
+                            samesite="Lax")
         elif secret and scheme.lower() == "token" and hmac.compare_digest(credential, secret):
             pass
         elif credential and scheme.lower() in ("bearer", "token"):
@@ -165,24 +162,7 @@ class ProxyHandler(WebSocketHandler):
             self._refuse(APIError(f"shell {self.task.id} takes an SSH tunnel (a WebSocket) "
                                   f"only: det-hub shell open {self.task.id}", status=400))
             return
-        status_seen = False
-        headers = HTTPHeaders()
-
-        def on_header(line: str) -> None:
-            nonlocal status_seen, headers
-            if line.startswith("HTTP/"):
-                start = parse_response_start_line(line.strip())
-                status_seen = start.code != 100
-                headers = HTTPHeaders()
-                if status_seen:
-                    self.set_status(start.code, start.reason)
-            elif line.strip():
-                headers.parse_line(line)
-            elif status_seen:
-                self.clear_header("Content-Type")
-                for name, value in headers.get_all():
-                    if name.lower() not in HOP_BY_HOP and name.lower() != "content-length":
-                        self.add_header(name, value)
+        relay = AnswerRelay(self)
 
         def on_chunk(chunk: bytes) -> None:
             self.write(chunk)
@@ -194,11 +174,11 @@ class ProxyHandler(WebSocketHandler):
             self._url("http"), method=method, headers=self._backend_headers(websocket=False),
             body=body, follow_redirects=False, decompress_response=False,
             allow_nonstandard_methods=True, connect_timeout=10, request_timeout=3600,
-            header_callback=on_header, streaming_callback=on_chunk)
+            header_callback=relay, streaming_callback=on_chunk)
         try:
             await AsyncHTTPClient().fetch(request, raise_error=False)
         except (OSError, HTTPClientError) as e:
-            if not status_seen:
+            if not relay.answered:
                 self._refuse(APIError(f"{TaskType(self.task.type).word} {self.task.id} is not "
                                       f"answering: {e}", status=502))
                 return

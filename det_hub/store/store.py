@@ -8,16 +8,18 @@ import datetime as dt
 import enum
 import hashlib
 import threading
+from array import array
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select
+from sqlalchemy import ColumnElement, and_, case, delete, func, insert, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from .columns import UTC, utcnow
 from .engine import WRITE_OPTION, create_store_engine, normalize_url, upgrade_to_head
 from .errors import NotFound, StoreConflict
+from .lttb import lttb_indices
 from .models import (
     AgentSetting,
     Allocation,
@@ -630,8 +632,15 @@ class Store:
         Raises:
             NotFound: no such trial.
         """
+        return len(await self.insert_metrics(trial_id, group, rows))
+
+    async def insert_metrics(
+        self, trial_id: int, group: str, rows: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """:meth:`add_metrics`, answering the stored rows: ``{"id", "trial_id", "group",
+        "steps_completed", "metrics", "report_time"}`` in the order given, once committed."""
         if not rows:
-            return 0
+            return []
         now = utcnow()
         params = [
             {
@@ -645,9 +654,26 @@ class Store:
         ]
         # RETURNING makes SQLAlchemy send multi-row VALUES batches ("insertmanyvalues") on both
         # databases instead of one statement per row.
+        stmt = insert(Metric).returning(Metric.id, sort_by_parameter_order=True)
         async with self._writing() as session:
-            result = await session.execute(insert(Metric).returning(Metric.id), params)
-            return len(result.all())
+            result = await session.execute(stmt, params)
+            ids = list(result.scalars())
+        return [{"id": row_id, **p} for row_id, p in zip(ids, params, strict=True)]
+
+    async def experiment_metrics_after(
+        self, experiment_id: int, after_id: int, limit: int
+    ) -> list[MetricRow]:
+        """The metric rows of an experiment's trials with an id above ``after_id``, by id:
+        what a stream of the experiment's metrics resumes from."""
+        trial_ids = select(Trial.id).where(Trial.experiment_id == experiment_id)
+        stmt = (
+            select(Metric)
+            .where(Metric.trial_id.in_(trial_ids), Metric.id > after_id)
+            .order_by(Metric.id)
+            .limit(limit)
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
 
     async def get_metrics(
         self,
@@ -656,15 +682,22 @@ class Store:
         group: str | None = None,
         max_points: int | None = None,
         after: int | None = None,
+        metric: str | None = None,
     ) -> list[MetricRow]:
         """A trial's metric rows, ascending by ``steps_completed`` (then id).
 
         Args:
             group: only this group; all groups by default.
-            max_points: when a group has more rows than this, keep every k-th row of it with
-                ``k = ceil(n / max_points)``, plus its last row, so a chart of a million points
-                costs about ``max_points`` rows. The thinning is done by the database.
+            max_points: downsample each group that has more rows than this, so that a chart of
+                a million points costs about ``max_points`` rows. The database counts the rows.
             after: only rows with ``steps_completed`` greater than this.
+            metric: with ``max_points``, the metric whose curve downsampling keeps: each large
+                group is reduced to ``max_points`` rows by Largest-Triangle-Three-Buckets over
+                ``(steps_completed, metric)`` (see :mod:`det_hub.store.lttb`), so spikes
+                survive. Rows of such a group without a numeric value for it are left out; a
+                group where no row has one is thinned as without ``metric``. Without
+                ``metric``, every k-th row is kept with ``k = ceil(n / max_points)``, plus the
+                last row, by the database.
         """
         where: list[ColumnElement[bool]] = [Metric.trial_id == trial_id]
         if group is not None:
@@ -687,6 +720,8 @@ class Store:
             counts = {g: int(n) for g, n in await session.execute(count_stmt)}
             if all(n <= max_points for n in counts.values()):
                 return list(await session.scalars(ordered))
+            if metric is not None:
+                return await self._lttb_metrics(session, where, counts, max_points, metric)
 
             # Numbering reads only indexed columns; full rows are fetched for the kept ids alone.
             numbered = (
@@ -723,6 +758,67 @@ class Store:
                 .order_by(Metric.steps_completed, Metric.id)
             )
             return list(await session.scalars(stmt))
+
+    async def _lttb_metrics(
+        self,
+        session: AsyncSession,
+        where: list[ColumnElement[bool]],
+        counts: dict[str, int],
+        max_points: int,
+        metric: str,
+    ) -> list[MetricRow]:
+        """:meth:`get_metrics` downsampled by LTTB on one metric (see there)."""
+        if self.dialect == "postgresql":
+            # Numbers only, cast in the database: no JSON parsing per row in Python, and a
+            # string value is skipped rather than an error.
+            element = Metric.metrics[metric]
+            value: ColumnElement[Any] = case(
+                (func.jsonb_typeof(element) == "number", element.as_float()), else_=None)
+        else:
+            # JSON_EXTRACT yields the SQL value itself: numbers as numbers, no parsing here.
+            quoted = metric.replace("\\", "\\\\").replace('"', '\\"')
+            value = func.json_extract(Metric.metrics, f'$."{quoted}"')
+        small = [g for g, n in counts.items() if n <= max_points]
+        keep_ids: list[int] = []
+        if small:
+            keep_ids.extend(await session.scalars(
+                select(Metric.id).where(*where, Metric.group.in_(small))))
+        for g, n in counts.items():
+            if n <= max_points:
+                continue
+            # Only the three needed columns, streamed at the Core level into compact arrays: a
+            # million rows cost about 24 MB here rather than a million ORM objects.
+            ids, xs, ys = array("q"), array("d"), array("d")
+            stmt = (select(Metric.id, Metric.steps_completed, value)
+                    .where(*where, Metric.group == g)
+                    .order_by(Metric.steps_completed, Metric.id))
+            conn = await session.connection()
+            result = await conn.stream(stmt)
+            async for part in result.partitions(50_000):
+                numbers = [r for r in part if type(r[2]) in (float, int)]  # not bool, str, None
+                if numbers:
+                    part_ids, part_xs, part_ys = zip(*numbers, strict=True)
+                    ids.extend(part_ids)
+                    xs.extend(part_xs)
+                    ys.extend(part_ys)
+            if ids:
+                keep_ids.extend(ids[i] for i in lttb_indices(xs, ys, max_points))
+                continue
+            # No row of the group has the metric: thin it as without ``metric``.
+            all_ids = list(await session.scalars(
+                select(Metric.id).where(*where, Metric.group == g)
+                .order_by(Metric.steps_completed, Metric.id)))
+            k = -(-len(all_ids) // max_points)
+            keep_ids.extend(all_ids[::k])
+            if (len(all_ids) - 1) % k:
+                keep_ids.append(all_ids[-1])
+        rows: list[MetricRow] = []
+        # Bounded IN lists: SQLite allows at most 32766 parameters in one statement.
+        for start in range(0, len(keep_ids), 10_000):
+            chunk = keep_ids[start : start + 10_000]
+            rows.extend(await session.scalars(select(Metric).where(Metric.id.in_(chunk))))
+        rows.sort(key=lambda r: (r.steps_completed, r.id))
+        return rows
 
     async def latest_metrics(self, trial_id: int, group: str) -> MetricRow | None:
         """The row with the most ``steps_completed`` (the latest reported on a tie)."""

@@ -10,6 +10,7 @@ from det_hub.service.handlers import (
     cluster,
     experiments,
     meta,
+    streams,
     tasks,
     trials,
     users,
@@ -25,6 +26,7 @@ api_routes: list[tuple[Any, ...]] = [
     *cluster.routes,
     *tasks.routes,
     *users.routes,
+    *streams.routes,
 ]
 
 __all__ = ["api_routes"]

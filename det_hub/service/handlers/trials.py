@@ -28,6 +28,8 @@ class TrialMetricsHandler(APIHandler):
         "group": ("string", "training, validation or another group name (default: all)"),
         "max_points": ("integer", "downsample to about this many points per group"),
         "after": ("integer", "only points after this steps_completed"),
+        "metric": ("string", "with max_points: keep the shape of this metric's curve (LTTB); "
+                             "without it every k-th point is kept"),
     }}
     body = {"post": {"type": "object", "required": ["group", "metrics"], "properties": {
         "group": {"type": "string"},
@@ -43,9 +45,10 @@ class TrialMetricsHandler(APIHandler):
         after = self.get_query_argument("after", None)
         rows = await self.master.store.get_metrics(
             tid, group=self.get_query_argument("group", None) or None, max_points=max_points,
-            after=self.int_arg("after", 0) if after else None)
+            after=self.int_arg("after", 0) if after else None,
+            metric=self.get_query_argument("metric", None) or None)
         self.send({"metrics": [{
-            "group": r.group, "steps_completed": r.steps_completed,
+            "id": r.id, "group": r.group, "steps_completed": r.steps_completed,
             "report_time": iso(r.report_time), "metrics": r.metrics} for r in rows]})
 
     async def post(self, trial_id: str) -> None:

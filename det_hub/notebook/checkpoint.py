@@ -1,0 +1,232 @@
+"""``det_hub.load_checkpoint``: a checkpoint's files, or the model a PyTorchTrial trained."""
+
+from __future__ import annotations
+
+import importlib
+import io
+import os
+import random
+import re
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from det_hub.client import Checkpoint, Client, DetHubError
+from det_hub.storage import build_storage, check_uuid
+
+if TYPE_CHECKING:
+    import torch
+
+#: The file a PyTorchTrial checkpoint keeps its state in (``det_hub.pytorch.STATE_FILE``).
+STATE_FILE = "state_dict.pth"
+
+# An entrypoint naming a trial class, "package.module:Class", as the config schema tells them
+# from commands such as "python3 train.py".
+_TRIAL_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+
+
+def load_checkpoint(
+    uuid: str, *, path: str | os.PathLike[str] | None = None, client: Client | None = None
+) -> Path | torch.nn.Module | list[torch.nn.Module]:
+    """Loads a checkpoint reported to the master.
+
+    What comes back depends on what wrote the checkpoint:
+
+    * A **PyTorchTrial** (its experiment's ``entrypoint`` is ``module:TrialClass`` and the
+      checkpoint holds ``state_dict.pth``): the trained model. The experiment's context is
+      fetched from the master and unpacked into a new temporary directory, the trial class is
+      imported from it and built with the trial's hyperparameters and the experiment's config
+      (as the trial itself was, but with no training), the checkpoint's weights are loaded into
+      the model it wraps, and the model is returned in eval mode, on the device det_hub trains
+      on (the first GPU when there is one, else the CPU). A trial that wraps several models
+      gives a list of them, in the order it wrapped them.
+    * Anything else (a **Core API** script): the checkpoint's directory, a :class:`~pathlib.Path`.
+
+    Checkpoints in ``shared_fs`` storage are opened in place when ``path`` is None: the
+    returned directory is the storage's own, to be read and not written. With ``path``, the
+    files are copied there first (and the directory returned is ``path``).
+
+    Loading a PyTorchTrial leaves Python's, numpy's and torch's random number generators as
+    they were, though building the trial seeds them.
+
+    Args:
+        uuid: The checkpoint's uuid.
+        path: A directory to copy the checkpoint's files into (created when missing).
+        client: The master's client (default: ``Client()``, from ``DET_HUB_MASTER`` and
+            ``DET_HUB_TOKEN``).
+
+    Raises:
+        ValueError: ``uuid`` is not a uuid, or the checkpoint's storage type cannot be read
+            from here.
+        FileNotFoundError: The checkpoint's files are not where its storage says (for
+            ``shared_fs``, the storage directory must be visible on this machine).
+        MasterError: No such checkpoint (404), or another refusal by the master.
+        MasterUnreachable: The master cannot be reached.
+        det_hub.exec.harness.EntrypointError: The trial class cannot be imported from the
+            experiment's context.
+    """
+    check_uuid(uuid)
+    owned = client is None
+    client = client or Client()
+    try:
+        checkpoint = client.get_checkpoint(uuid)
+        directory = checkpoint_directory(checkpoint, path)
+        experiment = client.get_experiment(checkpoint.experiment_id)
+        entrypoint = experiment.config.get("entrypoint")
+        if not (STATE_FILE in checkpoint.resources and isinstance(entrypoint, str)
+                and _TRIAL_CLASS.fullmatch(entrypoint.strip())):
+            return directory
+        trial = client.get_trial(checkpoint.trial_id)
+        context = _unpack(experiment_context(client, experiment.id),
+                          prefix=f"det_hub_experiment_{experiment.id}_")
+    finally:
+        if owned:
+            client.close()
+    trial_class = import_trial_class(entrypoint, context)
+    return build_trained_model(trial_class, directory / STATE_FILE, hparams=trial.hparams,
+                               exp_conf=experiment.config, workdir=context)
+
+
+def checkpoint_directory(checkpoint: Checkpoint,
+                         path: str | os.PathLike[str] | None = None) -> Path:
+    """The checkpoint's files as a local directory: in place, or copied to ``path``.
+
+    Raises:
+        ValueError: The storage type is not one this machine can read.
+        FileNotFoundError: The files are not where the storage says.
+    """
+    storage = build_storage(checkpoint.storage)
+    try:
+        if path is None:
+            with storage.restore_path(checkpoint.uuid) as found:
+                return Path(found)
+        target = Path(path).expanduser()
+        storage.download(checkpoint.uuid, target)
+        return target
+    except FileNotFoundError:
+        where = checkpoint.storage.get("host_path", "its storage")
+        raise FileNotFoundError(
+            f"checkpoint {checkpoint.uuid} is not in {where} as seen from this machine; "
+            "its storage must be mounted here at the same path") from None
+
+
+def experiment_context(client: Client, experiment_id: int) -> bytes:
+    """The experiment's context archive (.tar.gz) as the master keeps it.
+
+    Raises:
+        DetHubError: The experiment has no context.
+        MasterError, MasterUnreachable: As for any call of the client.
+    """
+    archive = client.experiment_context(experiment_id)
+    if not archive:
+        raise DetHubError(f"experiment {experiment_id} has no context to build its trial from")
+    return archive
+
+
+def _unpack(archive: bytes, *, prefix: str) -> Path:
+    """Unpacks a context archive into a new temporary directory, kept for the modules
+    imported from it."""
+    target = Path(tempfile.mkdtemp(prefix=prefix))
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        tar.extractall(target, filter="data")
+    return target
+
+
+def import_trial_class(entrypoint: str, directory: Path) -> type:
+    """Imports the trial class ``module:Class`` from the context unpacked in ``directory``.
+
+    The notebook's own modules are left as they were: modules of the same name are set aside
+    while importing and put back afterwards, and the context's modules are not left in
+    ``sys.modules`` (the class keeps what it needs).
+
+    Raises:
+        det_hub.exec.harness.EntrypointError: As :func:`det_hub.exec.harness.load_trial_class`.
+    """
+    from det_hub.exec.harness import load_trial_class
+
+    top = entrypoint.partition(":")[0].split(".")[0]
+    shadowed = {name: module for name, module in sys.modules.items()
+                if name == top or name.startswith(top + ".")}
+    for name in shadowed:
+        del sys.modules[name]
+    path_before = list(sys.path)
+    importlib.invalidate_caches()
+    try:
+        return load_trial_class(entrypoint, directory)
+    finally:
+        sys.path[:] = path_before
+        root = str(directory.resolve())
+        for name, module in list(sys.modules.items()):
+            file = getattr(module, "__file__", None) or ""
+            if name == top or name.startswith(top + ".") or file.startswith(root + os.sep):
+                del sys.modules[name]
+        sys.modules.update(shadowed)
+
+
+@contextmanager
+def _kept_rng_state() -> Iterator[None]:
+    """Puts Python's, numpy's and torch's global RNG states back after the body."""
+    import numpy as np
+    import torch
+
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
+
+
+@contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+def build_trained_model(
+    trial_class: type, state_file: Path, *, hparams: dict[str, Any], exp_conf: dict[str, Any],
+    workdir: Path,
+) -> torch.nn.Module | list[torch.nn.Module]:
+    """Builds ``trial_class`` outside a cluster and loads the weights of ``state_file``.
+
+    The trial is built in ``workdir`` (its context), as it would be on an agent, with a
+    scratch directory for checkpoint storage; nothing is trained.
+
+    Returns:
+        The wrapped model in eval mode, or a list when the trial wraps several.
+
+    Raises:
+        ValueError: The checkpoint holds a different number of models than the trial wraps.
+    """
+    import torch
+
+    from det_hub import pytorch
+
+    # weights_only loading refuses the RNG states the file also holds; the file is one the
+    # experiment's own trial wrote.
+    state = torch.load(state_file, map_location="cpu", weights_only=False)
+    saved = state.get("models_state_dict", []) if isinstance(state, dict) else []
+    with _kept_rng_state(), tempfile.TemporaryDirectory(prefix="det_hub_load_") as scratch, \
+            _working_directory(workdir), \
+            pytorch.init(hparams=hparams, exp_conf=exp_conf, checkpoint_storage=scratch) as ctx:
+        trial_class(ctx)
+        models = list(ctx.models)
+    if len(saved) != len(models):
+        raise ValueError(f"the checkpoint holds {len(saved)} models but {trial_class.__name__} "
+                         f"wraps {len(models)}")
+    for model, weights in zip(models, saved, strict=True):
+        model.load_state_dict(weights)
+        model.eval()
+    return models[0] if len(models) == 1 else models
