@@ -18,6 +18,7 @@ and the figure), the REST call alone with LTTB, the REST call with every-k-th th
 SQLite store, the embedded local agent.
 
     python bench/metrics_latency.py [--points 1000000] [--reports 40] [--runs 3]
+                                    [--only latency|drawing]
 """
 
 from __future__ import annotations
@@ -187,16 +188,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--points", type=int, default=1_000_000)
     parser.add_argument("--reports", type=int, default=40)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--only", choices=["latency", "drawing"], default=None,
+                        help="run only part (a) or only part (b)")
     args = parser.parse_args(argv)
 
-    print(f"(a) report to MetricsPlot, {args.reports} reports per group:")
-    seen = latency(args.reports)
-    for group, values in seen.items():
-        if not values:
-            print(f"  {group}: no rows arrived")
-            continue
-        print(f"  {group} ({len(values)} rows): median {statistics.median(values):.3f} s, "
-              f"p95 {percentile(values, 95):.3f} s, worst {max(values):.3f} s")
+    if args.only != "drawing":
+        print(f"(a) report to MetricsPlot, {args.reports} reports per group:")
+        seen = latency(args.reports)
+        for group, values in seen.items():
+            if not values:
+                print(f"  {group}: no rows arrived")
+                continue
+            print(f"  {group} ({len(values)} rows): median {statistics.median(values):.3f} s, "
+                  f"p95 {percentile(values, 95):.3f} s, worst {max(values):.3f} s")
+    if args.only == "latency":
+        return
     print(f"(b) drawing a {args.points}-point trial, {args.runs} runs:")
     for label, values in drawing(args.points, args.runs).items():
         figures(label, values)

@@ -8,11 +8,22 @@ import datetime as dt
 import enum
 import hashlib
 import threading
-from array import array
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, and_, case, delete, func, insert, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Float,
+    and_,
+    cast,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    union_all,
+)
+from sqlalchemy.dialects.postgresql import array as pg_array
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -692,9 +703,11 @@ class Store:
                 a million points costs about ``max_points`` rows. The database counts the rows.
             after: only rows with ``steps_completed`` greater than this.
             metric: with ``max_points``, the metric whose curve downsampling keeps: each large
-                group is reduced to ``max_points`` rows by Largest-Triangle-Three-Buckets over
-                ``(steps_completed, metric)`` (see :mod:`det_hub.store.lttb`), so spikes
-                survive. Rows of such a group without a numeric value for it are left out; a
+                group is reduced to at most ``max_points`` rows by Largest-Triangle-Three-Buckets
+                over ``(steps_completed, metric)`` (see :mod:`det_hub.store.lttb`), run on the
+                lowest and highest row of each of ``max_points`` step ranges plus the first and
+                last row, which the database picks; spikes and both ends survive. Rows of such
+                a group without a numeric value for it (booleans included) are left out; a
                 group where no row has one is thinned as without ``metric``. Without
                 ``metric``, every k-th row is kept with ``k = ceil(n / max_points)``, plus the
                 last row, by the database.
@@ -716,12 +729,25 @@ class Store:
                 # Count and thinning must see the same rows, or the "last" row could be missed
                 # while a trial is still reporting.
                 await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
-            count_stmt = select(Metric.group, func.count()).where(*where).group_by(Metric.group)
-            counts = {g: int(n) for g, n in await session.execute(count_stmt)}
+            # One pass over the index: each group's size and step range.
+            count_stmt = (
+                select(
+                    Metric.group,
+                    func.count(),
+                    func.min(Metric.steps_completed),
+                    func.max(Metric.steps_completed),
+                )
+                .where(*where)
+                .group_by(Metric.group)
+            )
+            ranges = {
+                g: (int(n), int(lo), int(hi)) for g, n, lo, hi in await session.execute(count_stmt)
+            }
+            counts = {g: n for g, (n, _, _) in ranges.items()}
             if all(n <= max_points for n in counts.values()):
                 return list(await session.scalars(ordered))
             if metric is not None:
-                return await self._lttb_metrics(session, where, counts, max_points, metric)
+                return await self._lttb_metrics(session, where, ranges, max_points, metric)
 
             # Numbering reads only indexed columns; full rows are fetched for the kept ids alone.
             numbered = (
@@ -763,51 +789,45 @@ class Store:
         self,
         session: AsyncSession,
         where: list[ColumnElement[bool]],
-        counts: dict[str, int],
+        counts: dict[str, tuple[int, int, int]],
         max_points: int,
         metric: str,
     ) -> list[MetricRow]:
-        """:meth:`get_metrics` downsampled by LTTB on one metric (see there)."""
-        if self.dialect == "postgresql":
-            # Numbers only, cast in the database: no JSON parsing per row in Python, and a
-            # string value is skipped rather than an error.
-            element = Metric.metrics[metric]
-            value: ColumnElement[Any] = case(
-                (func.jsonb_typeof(element) == "number", element.as_float()), else_=None)
-        else:
-            # JSON_EXTRACT yields the SQL value itself: numbers as numbers, no parsing here.
-            quoted = metric.replace("\\", "\\\\").replace('"', '\\"')
-            value = func.json_extract(Metric.metrics, f'$."{quoted}"')
-        small = [g for g, n in counts.items() if n <= max_points]
+        """:meth:`get_metrics` downsampled by LTTB on one metric (see there).
+
+        Each large group is reduced in two stages, so that its rows never travel to Python:
+
+        1. The database splits the group's step range into ``max_points`` equal buckets and
+           answers, per bucket, the row with the smallest and the one with the largest value
+           of ``metric``, plus the group's first and last row that has one: at most
+           ``2 * max_points + 2`` candidates ("MinMax" preselection).
+        2. LTTB runs here over the candidates, which hold every extreme of the curve, and
+           keeps ``max_points`` of them; full rows are fetched for those ids alone.
+        """
+        small = [g for g, (n, _, _) in counts.items() if n <= max_points]
         keep_ids: list[int] = []
         if small:
-            keep_ids.extend(await session.scalars(
-                select(Metric.id).where(*where, Metric.group.in_(small))))
-        for g, n in counts.items():
+            keep_ids.extend(
+                await session.scalars(select(Metric.id).where(*where, Metric.group.in_(small)))
+            )
+        for g, (n, first_step, last_step) in counts.items():
             if n <= max_points:
                 continue
-            # Only the three needed columns, streamed at the Core level into compact arrays: a
-            # million rows cost about 24 MB here rather than a million ORM objects.
-            ids, xs, ys = array("q"), array("d"), array("d")
-            stmt = (select(Metric.id, Metric.steps_completed, value)
-                    .where(*where, Metric.group == g)
-                    .order_by(Metric.steps_completed, Metric.id))
-            conn = await session.connection()
-            result = await conn.stream(stmt)
-            async for part in result.partitions(50_000):
-                numbers = [r for r in part if type(r[2]) in (float, int)]  # not bool, str, None
-                if numbers:
-                    part_ids, part_xs, part_ys = zip(*numbers, strict=True)
-                    ids.extend(part_ids)
-                    xs.extend(part_xs)
-                    ys.extend(part_ys)
-            if ids:
-                keep_ids.extend(ids[i] for i in lttb_indices(xs, ys, max_points))
+            in_group = [*where, Metric.group == g]
+            candidates = await self._lttb_candidates(
+                session, in_group, metric, first_step, last_step, max_points
+            )
+            if candidates:
+                xs = [c[1] for c in candidates]
+                ys = [c[2] for c in candidates]
+                keep_ids.extend(candidates[i][0] for i in lttb_indices(xs, ys, max_points))
                 continue
             # No row of the group has the metric: thin it as without ``metric``.
-            all_ids = list(await session.scalars(
-                select(Metric.id).where(*where, Metric.group == g)
-                .order_by(Metric.steps_completed, Metric.id)))
+            all_ids = list(
+                await session.scalars(
+                    select(Metric.id).where(*in_group).order_by(Metric.steps_completed, Metric.id)
+                )
+            )
             k = -(-len(all_ids) // max_points)
             keep_ids.extend(all_ids[::k])
             if (len(all_ids) - 1) % k:
@@ -819,6 +839,104 @@ class Store:
             rows.extend(await session.scalars(select(Metric).where(Metric.id.in_(chunk))))
         rows.sort(key=lambda r: (r.steps_completed, r.id))
         return rows
+
+    async def _lttb_candidates(
+        self,
+        session: AsyncSession,
+        in_group: list[ColumnElement[bool]],
+        metric: str,
+        first_step: int,
+        last_step: int,
+        buckets: int,
+    ) -> list[tuple[int, int, float]]:
+        """The LTTB candidates of one group: ``(id, steps_completed, value)`` ascending by
+        step then id, without duplicates (see :meth:`_lttb_metrics`)."""
+        span = last_step - first_step + 1
+
+        def bucket_of(step: Any) -> ColumnElement[int]:
+            # Integer division maps the group's step range onto buckets 0 .. buckets - 1.
+            return (step - first_step) * buckets // span
+
+        found: dict[int, tuple[int, int, float]] = {}
+        if self.dialect == "postgresql":
+            element = Metric.metrics[metric]
+            is_number = func.jsonb_typeof(element) == "number"
+            value = element.as_float()
+            # min/max of an array compare element by element: one pass over the rows, hashed
+            # by bucket, yields each bucket's extreme rows with their step and id.
+            by_value = pg_array(
+                [value, cast(Metric.steps_completed, Float), cast(Metric.id, Float)]
+            )
+            per_bucket = (
+                select(func.min(by_value), func.max(by_value))
+                .where(*in_group, is_number)
+                .group_by(bucket_of(Metric.steps_completed))
+            )
+            for low, high in await session.execute(per_bucket):
+                for y, x, row_id in (low, high):
+                    found[int(row_id)] = (int(row_id), int(x), float(y))
+            ends_value: ColumnElement[Any] = value
+        else:
+            # json_extract answers a JSON number as the SQL number itself, but true and false
+            # as 1 and 0 and a string as text. Parsing a row's document is most of the cost, so
+            # it is extracted once, in a subquery that LIMIT keeps SQLite from merging into
+            # the outer one; the JSON type is asked again only of integers, to tell booleans.
+            quoted = metric.replace("\\", "\\\\").replace('"', '\\"')
+            path = f'$."{quoted}"'
+            value = func.json_extract(Metric.metrics, path)
+            is_number = func.json_type(Metric.metrics, path).in_(["integer", "real"])
+            extracted = (
+                select(
+                    Metric.id.label("id"),
+                    Metric.steps_completed.label("x"),
+                    value.label("y"),
+                    Metric.metrics.label("doc"),
+                )
+                .where(*in_group)
+                .limit(-1)
+                .subquery("extracted")
+            )
+            y = extracted.c.y
+            numeric = or_(
+                func.typeof(y) == "real",
+                and_(func.typeof(y) == "integer", func.json_type(extracted.c.doc, path) == "integer"),
+            )
+            # Numbers only, parsed once into a temporary table read by both passes below.
+            numbers = (
+                select(extracted.c.id, extracted.c.x, y)
+                .where(numeric)
+                .cte("numbers")
+                .prefix_with("MATERIALIZED")
+            )
+            # SQLite takes the other columns of a min() or max() query from the row holding
+            # the extreme, so each pass answers one extreme row per bucket.
+            extremes = union_all(
+                *(
+                    select(numbers.c.id, numbers.c.x, fn(numbers.c.y)).group_by(
+                        bucket_of(numbers.c.x)
+                    )
+                    for fn in (func.min, func.max)
+                )
+            )
+            for row_id, x, extreme in await session.execute(extremes):
+                found[row_id] = (row_id, x, extreme)
+            ends_value = value
+        # The group's first and last points with a value, whatever the buckets kept.
+        for order in (
+            (Metric.steps_completed, Metric.id),
+            (Metric.steps_completed.desc(), Metric.id.desc()),
+        ):
+            end = (
+                await session.execute(
+                    select(Metric.id, Metric.steps_completed, ends_value)
+                    .where(*in_group, is_number)
+                    .order_by(*order)
+                    .limit(1)
+                )
+            ).first()
+            if end is not None:
+                found[end[0]] = (end[0], end[1], float(end[2]))
+        return sorted(found.values(), key=lambda c: (c[1], c[0]))
 
     async def latest_metrics(self, trial_id: int, group: str) -> MetricRow | None:
         """The row with the most ``steps_completed`` (the latest reported on a tie)."""

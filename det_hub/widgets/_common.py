@@ -1,10 +1,13 @@
-"""What the widgets share: the client they talk through, and a background stream reader."""
+"""What the widgets share: the client they talk through, a background stream reader, and
+HTML tables."""
 
 from __future__ import annotations
 
+import html
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from det_hub.client import Client
 
@@ -59,3 +62,16 @@ class Background:
             self.error = exc
             log.warning("%s stopped: %s", self._name, exc)
 
+
+
+def format_number(value: Any) -> str:
+    """A float to six significant digits, None as blank, anything else as ``str``."""
+    return f"{value:.6g}" if isinstance(value, float) else ("" if value is None else str(value))
+
+
+def html_table(header: list[str], rows: list[list[Any]]) -> str:
+    """An HTML table of ``rows`` under ``header``, every cell escaped."""
+    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
+                   for row in rows)
+    return f'<table class="det-hub-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

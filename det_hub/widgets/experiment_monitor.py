@@ -11,6 +11,8 @@ import ipywidgets as widgets
 
 from det_hub.client import Client, MasterError
 from det_hub.widgets._common import Background, client_or_default
+from det_hub.widgets._common import format_number as _number
+from det_hub.widgets._common import html_table as _table
 
 #: Seconds between refreshes for validation rows alone.
 _MIN_REFRESH = 0.5
@@ -198,16 +200,5 @@ def _rung_rows(rungs: Any) -> list[dict[str, Any]] | None:
     return rows
 
 
-def _number(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else ("" if value is None else str(value))
-
-
 def _hparams(hparams: dict[str, Any]) -> str:
     return ", ".join(f"{k}={_number(v)}" for k, v in sorted(hparams.items()))
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> str:
-    head = "".join(f"<th>{html.escape(str(h))}</th>" for h in header)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in row) + "</tr>"
-                   for row in rows)
-    return f'<table class="det-hub-table"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -71,3 +72,23 @@ def _reap_tasks(tmp_path: Path) -> None:
                 os.killpg(int(pid_dir.name), signal.SIGKILL)
             except OSError:
                 pass
+
+
+#: Debian's Chromium, which the browser tests drive through playwright-core.
+CHROMIUM = "/usr/bin/chromium"
+BROWSER_DIR = Path(__file__).parent / "browser"
+
+
+def browser_node() -> str:
+    """``node``, once Chromium and playwright-core are there too; the test fails (it is not
+    skipped) when one is missing, saying how to get them."""
+    node = shutil.which("node")
+    driver = BROWSER_DIR / "node_modules" / "playwright-core"
+    missing = [what for what, there in (
+        (f"Chromium ({CHROMIUM})", os.access(CHROMIUM, os.X_OK)), ("node", node is not None),
+        (f"playwright-core ({driver})", driver.is_dir())) if not there]
+    if missing or node is None:
+        pytest.fail(f"the browser test needs {', '.join(missing)}: make install-test "
+                    "installs them")
+    return node
+

@@ -27,12 +27,10 @@ import yaml
 from det_hub.hub.up import find_proxy
 from det_hub.testing import SERVICE, HubProcess, pack
 
-from .conftest import REPO, STEPS, _reap_tasks, steps_config
+from .conftest import BROWSER_DIR, REPO, STEPS, _reap_tasks, browser_node, steps_config
 
 pytestmark = pytest.mark.slow
 
-BROWSER_DIR = Path(__file__).parent / "browser"
-CHROMIUM = "/usr/bin/chromium"
 #: A name that would run as a script if a page did not escape it.
 BOBS_NAME = "bob's <script>alert(1)</script>"
 
@@ -401,15 +399,7 @@ def test_tasks_are_killed_from_the_pages_by_their_owner_or_an_admin(cluster: Clu
 
 def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
         cluster: Cluster, tmp_path: Path) -> None:
-    node = shutil.which("node")
-    driver = BROWSER_DIR / "node_modules" / "playwright-core"
-    missing = [what for what, there in (
-        (f"Chromium ({CHROMIUM})", os.access(CHROMIUM, os.X_OK)), ("node", node is not None),
-        (f"playwright-core ({driver})", driver.is_dir())) if not there]
-    if missing:
-        pytest.fail(f"the browser test needs {', '.join(missing)}: make install-test "
-                    "installs them")
-    assert node is not None
+    node = browser_node()
     shots = tmp_path / "screenshots"
     try:
         done = subprocess.run(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+import random
 
 import pytest
 from hypothesis import given
@@ -97,6 +99,82 @@ async def test_store_lttb_skips_rows_without_a_number(store: Store, trial: Trial
     assert len(sampled) == 10
     assert all(m.steps_completed % 2 == 1 for m in sampled)
     assert sampled[0].steps_completed == 1 and sampled[-1].steps_completed == 99
+
+
+def _deviation(xs: list[int], ys: list[float], kept_xs: list[int], kept_ys: list[float]) -> float:
+    """The largest vertical distance between a curve and the polyline through the kept points."""
+    worst = 0.0
+    for x, y in zip(xs, ys, strict=True):
+        j = min(bisect.bisect_right(kept_xs, x) - 1, len(kept_xs) - 2)
+        t = (x - kept_xs[j]) / (kept_xs[j + 1] - kept_xs[j])
+        worst = max(worst, abs(y - (kept_ys[j] + t * (kept_ys[j + 1] - kept_ys[j]))))
+    return worst
+
+
+def _random_walk(seed: int, n: int) -> list[float]:
+    rng = random.Random(seed)
+    y, ys = 0.0, []
+    for _ in range(n):
+        y += rng.gauss(0.0, 1.0)
+        ys.append(y)
+    return ys
+
+
+async def test_store_lttb_keeps_ends_spikes_and_dips(store: Store, trial: Trial) -> None:
+    n, points = 20_000, 300
+    ys = [math.sin(s / 700) for s in range(n)]
+    ys[7_777], ys[13_001] = 40.0, -40.0  # one spike up and one down, each a single row
+    # Steps with gaps and a repeated step, as after a restart from a checkpoint.
+    steps = [s * 3 + (1 if s > 10_000 else 0) for s in range(n)]
+    steps[5_000] = steps[4_999]
+    await store.add_metrics(trial.id, "training", [
+        {"steps_completed": x, "metrics": {"loss": y}} for x, y in zip(steps, ys, strict=True)])
+
+    sampled = await store.get_metrics(trial.id, group="training", max_points=points,
+                                      metric="loss")
+    assert points - 5 <= len(sampled) <= points
+    kept = [m.steps_completed for m in sampled]
+    assert kept[0] == steps[0] and kept[-1] == steps[-1]
+    assert steps[7_777] in kept and steps[13_001] in kept
+    assert max(m.metrics["loss"] for m in sampled) == 40.0
+    assert min(m.metrics["loss"] for m in sampled) == -40.0
+    ordered = [(m.steps_completed, m.id) for m in sampled]
+    assert ordered == sorted(set(ordered))
+
+
+async def test_store_lttb_follows_random_walks_as_closely_as_pure_lttb(
+    store: Store, trial: Trial
+) -> None:
+    n, points = 10_000, 200
+    ratios = []
+    for seed in range(4):
+        ys = _random_walk(seed, n)
+        group = f"walk{seed}"
+        await store.add_metrics(trial.id, group, [
+            {"steps_completed": s, "metrics": {"v": y}} for s, y in enumerate(ys)])
+        sampled = await store.get_metrics(trial.id, group=group, max_points=points, metric="v")
+        assert points - 5 <= len(sampled) <= points
+        xs = list(range(n))
+        pure = lttb_indices(xs, ys, points)
+        pure_dev = _deviation(xs, ys, pure, [ys[i] for i in pure])
+        store_dev = _deviation(xs, ys, [m.steps_completed for m in sampled],
+                               [m.metrics["v"] for m in sampled])
+        ratios.append(store_dev / pure_dev)
+    # Bucket extremes then LTTB stay within a whisker of LTTB over every row, walk by walk.
+    assert max(ratios) < 1.5
+    assert sum(ratios) / len(ratios) < 1.2
+
+
+async def test_store_lttb_leaves_out_booleans_and_strings(store: Store, trial: Trial) -> None:
+    def value(s: int) -> object:
+        return {0: "n/a", 1: True, 2: False}.get(s % 5, float(s % 7))
+
+    await store.add_metrics(trial.id, "training", [
+        {"steps_completed": s, "metrics": {"loss": value(s)}} for s in range(3_000)])
+    sampled = await store.get_metrics(trial.id, max_points=100, metric="loss")
+    assert 90 <= len(sampled) <= 100
+    assert all(type(m.metrics["loss"]) is float for m in sampled)
+    assert sampled[0].steps_completed == 3 and sampled[-1].steps_completed == 2_999
 
 
 async def test_insert_metrics_answers_the_stored_rows(store: Store, trial: Trial) -> None:

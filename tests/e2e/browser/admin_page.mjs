@@ -10,9 +10,9 @@
 // to the hub (nothing from the internet), and no page may throw a script error.
 // Exits 0 when all of that holds; prints what failed otherwise.
 
-import { mkdirSync, writeFileSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import path from "node:path";
-import { chromium } from "playwright-core";
+import { runInPage } from "./launch.mjs";
 
 const [hubUrl, user, password, outdir] = process.argv.slice(2);
 if (!outdir) {
@@ -29,25 +29,11 @@ function check(ok, what) {
   if (!ok) throw new Error(what);
 }
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  headless: true,
-});
-let page;
-try {
-  const context = await browser.newContext({ viewport: { width: 1400, height: 1000 } });
-  page = await context.newPage();
-  page.on("pageerror", (e) => problems.push("script error: " + e.message));
-  // Nothing may come from elsewhere (a CDN): refuse it, and say so.
-  await context.route("**/*", (route) => {
-    const url = route.request().url();
-    if (new URL(url).origin !== origin) {
-      problems.push("a page asked for " + url);
-      return route.abort();
-    }
-    return route.continue();
-  });
-
+// Only the hub's own origin may be asked for anything.
+await runInPage({
+  viewport: { width: 1400, height: 1000 }, problems, report, outdir,
+  allows: (url) => url.origin === origin,
+}, async (page) => {
   // Sign in at the hub.
   await page.goto(origin + "/hub/login");
   await page.fill("#username_input", user);
@@ -99,15 +85,4 @@ try {
   }, null, { timeout: 15000 });
   report.log_status = await page.textContent("#log-status");
   await page.screenshot({ path: path.join(outdir, "logs.png"), fullPage: true });
-} catch (e) {
-  problems.push(e.message);
-  if (page) await page.screenshot({ path: path.join(outdir, "failure.png"), fullPage: true }).catch(() => {});
-} finally {
-  await browser.close();
-}
-writeFileSync(path.join(outdir, "report.json"), JSON.stringify(report, null, 2));
-console.log(JSON.stringify(report));
-if (problems.length) {
-  console.error(problems.join("\n"));
-  process.exit(1);
-}
+});

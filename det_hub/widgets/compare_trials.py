@@ -1,0 +1,164 @@
+"""Trials side by side: their hyperparameters against a metric, as parallel coordinates."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from det_hub.client import Client
+from det_hub.widgets._common import client_or_default
+
+
+class CompareTrials:
+    """A parallel-coordinates chart of an experiment's trials, plus one hyperparameter against
+    the metric.
+
+    Each trial is a line through one axis per hyperparameter that varies between trials and a
+    last axis for the metric, coloured by the metric. Numbers get numeric axes; any other
+    values (strings, booleans, lists) get an axis of integer ticks labelled with the values.
+    Nested hyperparameters are named by their dotted path (``optimizer.lr``). Below it, a
+    scatter plots the hyperparameter chosen in a dropdown against the metric.
+
+    A trial's metric is its best validation value: the lowest, or the highest when the
+    searcher's ``smaller_is_better`` is false. Trials that have not validated yet are listed
+    in :attr:`rows` but not drawn.
+
+    Args:
+        experiment_id: the experiment.
+        metric: the validation metric; the experiment's ``searcher.metric`` by default.
+        client: the master's client; one from the environment by default.
+
+    :attr:`figure` is the parallel-coordinates ``FigureWidget``, :attr:`scatter` the other;
+    :attr:`rows` holds one dict per trial (``trial_id``, ``state``, ``hparams`` flattened,
+    ``metric``). Call :meth:`refresh` to read the trials again.
+    """
+
+    def __init__(self, experiment_id: int, metric: str | None = None,
+                 client: Client | None = None) -> None:
+        self.client = client_or_default(client)
+        self.experiment_id = int(experiment_id)
+        self.metric = metric or ""
+        self.smaller_is_better = True
+        self.rows: list[dict[str, Any]] = []
+        #: The hyperparameters given an axis, in axis order.
+        self.hparam_names: list[str] = []
+
+        self.figure = go.FigureWidget(layout={
+            "margin": {"l": 60, "r": 60, "t": 60, "b": 30}, "height": 400})
+        self.scatter = go.FigureWidget(layout={
+            "margin": {"l": 60, "r": 20, "t": 30, "b": 40}, "height": 320})
+        self.hparam = widgets.Dropdown(description="x axis", options=[])
+        self.hparam.observe(lambda _: self._draw_scatter(), names="value")
+        self.reload = widgets.Button(description="refresh", icon="refresh")
+        self.reload.on_click(lambda _b: self.refresh())
+        self.widget = widgets.VBox([self.reload, self.figure,
+                                    self.hparam, self.scatter])
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Read the experiment's trials and their validation metrics, and redraw."""
+        exp = self.client.get_experiment(self.experiment_id)
+        searcher = (exp.config or {}).get("searcher") or {}
+        if not self.metric:
+            self.metric = str(searcher.get("metric") or exp.searcher_metric or "")
+        self.smaller_is_better = bool(searcher.get("smaller_is_better", exp.smaller_is_better))
+        rows: list[dict[str, Any]] = []
+        for trial in sorted(self.client.list_trials(self.experiment_id), key=lambda t: t.id):
+            values: list[Any] = [r.metrics.get(self.metric) for r in
+                                 self.client.trial_metrics(trial.id, group="validation")]
+            numbers = [float(v) for v in values if _is_number(v) and math.isfinite(v)]
+            best = (min(numbers) if self.smaller_is_better else max(numbers)) if numbers else None
+            rows.append({"trial_id": trial.id, "state": trial.state,
+                         "hparams": flatten(trial.hparams), "metric": best})
+        self.rows = rows
+        drawn = self._drawn()
+        names = sorted({str(name) for r in rows for name in r["hparams"]})
+        varying = [n for n in names
+                   if len({repr(r["hparams"].get(n)) for r in drawn}) > 1]
+        self.hparam_names = varying or names
+        chosen = self.hparam.value
+        self.hparam.options = self.hparam_names
+        self.hparam.value = (chosen if chosen in self.hparam_names
+                             else (self.hparam_names[0] if self.hparam_names else None))
+        self._draw_parallel()
+        self._draw_scatter()
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display
+
+        display(self.widget)
+
+    # --- internals ----------------------------------------------------------------------
+    def _drawn(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["metric"] is not None]
+
+    def _draw_parallel(self) -> None:
+        drawn = self._drawn()
+        metrics = [r["metric"] for r in drawn]
+        dimensions = [axis(name, [r["hparams"].get(name) for r in drawn])
+                      for name in self.hparam_names]
+        dimensions.append({"label": self.metric, "values": metrics})
+        better = "lower" if self.smaller_is_better else "higher"
+        with self.figure.batch_update():
+            self.figure.data = ()
+            self.figure.add_parcoords(
+                dimensions=dimensions,
+                line={"color": metrics, "colorscale": "Viridis",
+                      "reversescale": self.smaller_is_better, "showscale": True,
+                      "colorbar": {"title": {"text": self.metric}}},
+                customdata=[r["trial_id"] for r in drawn])
+            self.figure.layout.title = {
+                "text": f"experiment {self.experiment_id}: {len(drawn)} trials by "
+                        f"{self.metric} ({better} is better)"}
+
+    def _draw_scatter(self) -> None:
+        name = self.hparam.value
+        drawn = self._drawn()
+        xs = [_plain(r["hparams"].get(name)) for r in drawn] if name else []
+        with self.scatter.batch_update():
+            self.scatter.data = ()
+            self.scatter.add_scatter(
+                x=xs, y=[r["metric"] for r in drawn], mode="markers",
+                text=[f"trial {r['trial_id']}" for r in drawn],
+                marker={"size": 10, "color": [r["metric"] for r in drawn],
+                        "colorscale": "Viridis", "reversescale": self.smaller_is_better})
+            self.scatter.layout.xaxis.title = {"text": name or ""}
+            self.scatter.layout.yaxis.title = {"text": self.metric}
+
+
+def flatten(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested hyperparameters as one mapping of dotted names to values."""
+    flat: dict[str, Any] = {}
+    for key, value in hparams.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def axis(label: str, values: list[Any]) -> dict[str, Any]:
+    """One parallel-coordinates dimension: numeric when every value is a number, else the
+    distinct values (as text, sorted) on integer ticks."""
+    if all(_is_number(v) for v in values):
+        return {"label": label, "values": [float(v) for v in values]}
+    texts = [_plain(v) for v in values]
+    labels = sorted(set(texts))
+    index = {text: i for i, text in enumerate(labels)}
+    return {"label": label, "values": [index[t] for t in texts],
+            "tickvals": list(range(len(labels))), "ticktext": labels,
+            "range": [-0.5, len(labels) - 0.5] if len(labels) == 1 else [0, len(labels) - 1]}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _plain(value: Any) -> Any:
+    """A value as a chart can place it: numbers as they are, anything else as text."""
+    return value if _is_number(value) else str(value)
