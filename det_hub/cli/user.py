@@ -1,12 +1,16 @@
-"""``det-hub user``: list and create users, and tell who you are."""
+"""``det-hub user``: list and create users, tell who you are, and sign in through JupyterHub."""
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 
+from det_hub.client import Client
+from det_hub.client._settings import resolve_master, save_token
+
 from . import _render as r
-from ._connect import client_from_args
+from ._connect import UserError, client_from_args
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -41,6 +45,66 @@ def _whoami(args: argparse.Namespace) -> int:
     return 0
 
 
+def hub_url(master: str) -> str:
+    """The JupyterHub in front of a master served as a hub service (``.../services/NAME``).
+
+    Raises:
+        UserError: The master is not behind a hub.
+    """
+    head, found, _ = master.partition("/services/")
+    if not found:
+        raise UserError(f"the master at {master} is not served by a JupyterHub (its URL has no "
+                        "/services/ part): use a token of its own as DET_HUB_TOKEN")
+    return head
+
+
+def hub_token(hub: str, username: str, password: str) -> str:
+    """A new API token of ``username``'s, from the hub's sign-in and token pages."""
+    import requests
+
+    browser = requests.Session()
+    try:
+        browser.get(f"{hub}/hub/login", timeout=30)
+        signed = browser.post(f"{hub}/hub/login", timeout=30, allow_redirects=False, data={
+            "username": username, "password": password,
+            "_xsrf": browser.cookies.get("_xsrf", path="/hub/") or ""})
+        if signed.status_code != 302:
+            raise UserError(f"the hub at {hub} did not sign {username} in: wrong name or "
+                            "password")
+        made = browser.post(
+            f"{hub}/hub/api/users/{username}/tokens", timeout=30,
+            json={"note": "det-hub CLI"},
+            headers={"X-XSRFToken": browser.cookies.get("_xsrf", path="/hub/") or ""})
+        if made.status_code != 201:
+            raise UserError(f"the hub at {hub} made no token for {username}: "
+                            f"{made.status_code} {made.text[:200]}")
+        return str(made.json()["token"])
+    except requests.RequestException as e:
+        raise UserError(f"cannot reach the hub at {hub}: {e}") from None
+    finally:
+        browser.close()
+
+
+def _login(args: argparse.Namespace) -> int:
+    master = resolve_master(getattr(args, "master", None))
+    hub = hub_url(master)
+    username = args.username or input("Hub user name: ").strip()
+    password = sys.stdin.readline().rstrip("\n") if args.password_stdin else \
+        getpass.getpass(f"Password for {username} at {hub}: ")
+    path = save_token(master, hub_token(hub, username, password))
+    user = Client(master, None).me()
+    print(f"Signed in as {user.username}{' (admin)' if user.admin else ''} on {master}; the "
+          f"token is kept in {path}")
+    return 0
+
+
+def _logout(args: argparse.Namespace) -> int:
+    master = resolve_master(getattr(args, "master", None))
+    save_token(master, None)
+    print(f"Forgot the saved token for {master}")
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], json_parent: argparse.ArgumentParser) -> None:
     """Adds ``user`` (alias ``u``) and its verbs."""
     noun = subparsers.add_parser("user", aliases=["u"], help="manage users")
@@ -54,3 +118,16 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
     create.set_defaults(func=_create)
 
     verbs.add_parser("whoami", parents=[json_parent], help="show the user of your token").set_defaults(func=_whoami)
+
+    login = verbs.add_parser(
+        "login", help="sign in through the JupyterHub the master is served by, and keep a token",
+        description="Sign in at the hub in front of the master (DET_HUB_MASTER, e.g. "
+        "https://hub/services/det-hub), make a hub API token, and keep it for this master in "
+        "~/.det_hub/tokens.json (mode 0600); later commands use it unless DET_HUB_TOKEN is set.")
+    login.add_argument("username", metavar="NAME", nargs="?", help="the hub user (asked when "
+                       "left out)")
+    login.add_argument("--password-stdin", action="store_true",
+                       help="read the password from standard input instead of asking")
+    login.set_defaults(func=_login)
+    verbs.add_parser("logout", help="forget the token saved for the master").set_defaults(
+        func=_logout)

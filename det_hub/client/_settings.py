@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -9,6 +10,8 @@ from urllib.parse import urlsplit
 
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 ADMIN_TOKEN_FILE = "admin-token"
+#: Tokens saved by ``det-hub user login``, by master URL.
+SAVED_TOKENS_FILE = "tokens.json"
 _LOCAL_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
@@ -50,9 +53,10 @@ def resolve_token(
 ) -> str | None:
     """Returns the token to send, or ``None`` when none is known.
 
-    Order: the ``token`` argument, then ``DET_HUB_TOKEN``, then, for a master on this machine
-    only, the ``admin-token`` file that ``det-hub master`` writes into the data directory. A
-    remote master's token is never taken from a local file, so it is not sent to the wrong host.
+    Order: the ``token`` argument, then ``DET_HUB_TOKEN``, then the token ``det-hub user login``
+    saved for this very master URL, then, for a master on this machine only, the
+    ``admin-token`` file that ``det-hub master`` writes into the data directory. A remote
+    master's token is never taken from a local file, so it is not sent to the wrong host.
 
     Args:
         token: The token given by the caller, if any.
@@ -64,6 +68,9 @@ def resolve_token(
         return token
     if env.get("DET_HUB_TOKEN"):
         return env["DET_HUB_TOKEN"]
+    saved = saved_tokens(env).get(master_url)
+    if saved:
+        return saved
     if is_local_master(master_url):
         path = data_dir(env) / ADMIN_TOKEN_FILE
         try:
@@ -74,4 +81,29 @@ def resolve_token(
     return None
 
 
-__all__ = ["DEFAULT_MASTER", "data_dir", "is_local_master", "resolve_master", "resolve_token"]
+def saved_tokens(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The tokens ``det-hub user login`` saved, by master URL (empty when there are none)."""
+    try:
+        loaded = json.loads((data_dir(env) / SAVED_TOKENS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in loaded.items()} if isinstance(loaded, dict) else {}
+
+
+def save_token(master_url: str, token: str | None, env: Mapping[str, str] | None = None) -> Path:
+    """Save (or, with None, forget) the token for ``master_url``, in a file of mode 0600."""
+    tokens = saved_tokens(env)
+    if token is None:
+        tokens.pop(master_url, None)
+    else:
+        tokens[master_url] = token
+    path = data_dir(env) / SAVED_TOKENS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump(tokens, f, indent=1)
+    return path
+
+
+__all__ = ["DEFAULT_MASTER", "data_dir", "is_local_master", "resolve_master", "resolve_token",
+           "save_token", "saved_tokens"]

@@ -85,3 +85,17 @@ def test_no_token_sends_no_header(fake_master: FakeMaster) -> None:
     fake_master.json("GET", "/health", {"status": "ok", "version": "0.1.0"})
     Client(fake_master.url).health()
     assert "authorization" not in fake_master.requests[0].headers
+
+
+def test_a_token_saved_by_login_is_used_for_its_master_only(tmp_path: Path) -> None:
+    from det_hub.client._settings import save_token, saved_tokens
+
+    env = {"DET_HUB_DATA_DIR": str(tmp_path)}
+    hub = "https://hub.example/services/det-hub"
+    path = save_token(hub, "hub-token", env)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert resolve_token(None, hub, env) == "hub-token"
+    assert resolve_token(None, "https://other.example", env) is None
+    assert resolve_token(None, hub, {**env, "DET_HUB_TOKEN": "env"}) == "env"
+    save_token(hub, None, env)
+    assert saved_tokens(env) == {} and resolve_token(None, hub, env) is None

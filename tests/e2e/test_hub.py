@@ -91,6 +91,26 @@ def test_hub_tokens_are_api_tokens_and_only_owners_and_admins_change_work(hub: H
     assert listing.returncode == 0 and "alice's" in listing.stdout, listing.stderr
 
 
+def test_the_cli_signs_in_through_the_hub(hub: HubProcess, tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DET_HUB_")}
+    env.update(DET_HUB_MASTER=f"{hub.url}{SERVICE}", DET_HUB_DATA_DIR=str(tmp_path / "cli"))
+
+    def cli(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "det_hub.cli.main", *args], input=stdin,
+                              capture_output=True, text=True, env=env, timeout=60)
+
+    wrong = cli("user", "login", "dave", "--password-stdin", stdin="not it\n")
+    assert wrong.returncode == 1 and "wrong name or password" in wrong.stderr, wrong.stderr
+    signed = cli("user", "login", "dave", "--password-stdin", stdin=hub.password + "\n")
+    assert signed.returncode == 0, signed.stderr
+    assert signed.stdout.startswith(f"Signed in as dave on {hub.url}{SERVICE}")
+    saved = tmp_path / "cli" / "tokens.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
+    assert "You are dave" in cli("user", "whoami").stdout
+    assert cli("user", "logout").returncode == 0
+    assert cli("user", "whoami").returncode != 0
+
+
 def test_a_users_notebook_server_reaches_the_master_as_that_user(hub: HubProcess) -> None:
     token = hub.token("carol")
     started = requests.post(f"{hub.url}/hub/api/users/carol/server", timeout=60,
