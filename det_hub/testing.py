@@ -27,14 +27,15 @@ import requests
 import yaml
 from sqlalchemy.engine import make_url
 
+from det_hub.exec._serve import free_port as _free_port
+
 DET_HUB = str(Path(sys.executable).parent / "det-hub")
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free TCP port of 127.0.0.1."""
+    return _free_port("127.0.0.1")
 
 
 class MasterProcess:

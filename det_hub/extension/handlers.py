@@ -64,28 +64,10 @@ class ApiProxyHandler(DetHubHandler):
     _gone = False
 
     @tornado.web.authenticated
-    async def get(self, path: str) -> None:
+    async def _signed_in_forward(self, path: str) -> None:
         await self._forward()
 
-    @tornado.web.authenticated
-    async def head(self, path: str) -> None:
-        await self._forward()
-
-    @tornado.web.authenticated
-    async def post(self, path: str) -> None:
-        await self._forward()
-
-    @tornado.web.authenticated
-    async def put(self, path: str) -> None:
-        await self._forward()
-
-    @tornado.web.authenticated
-    async def patch(self, path: str) -> None:
-        await self._forward()
-
-    @tornado.web.authenticated
-    async def delete(self, path: str) -> None:
-        await self._forward()
+    get = head = post = put = patch = delete = _signed_in_forward
 
     def on_connection_close(self) -> None:
         self._gone = True

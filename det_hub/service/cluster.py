@@ -157,6 +157,8 @@ class Allocation:
     spec: LaunchSpec
     token: str
     state: str = QUEUED
+    #: The hash of its token, by which the cluster finds it (set when it is tracked).
+    token_hash: str = ""
     queued_at: float = dataclasses.field(default_factory=time.monotonic)
     queued_wall: datetime = dataclasses.field(default_factory=utcnow)
     nodes: list[Node] = dataclasses.field(default_factory=list)
@@ -251,7 +253,9 @@ class Cluster:
         self.heartbeat_interval = heartbeat_interval
         self.allocations: dict[str, Allocation] = {}
         self.jobs: dict[str, Job] = {}
+        #: The open allocations by token hash, and a task's by task id (see _track).
         self._by_token: dict[str, Allocation] = {}
+        self._by_task: dict[int, Allocation] = {}
         #: Agents that stopped answering, and since when (monotonic seconds).
         self.unreachable: dict[str, float] = {}
         #: Tasks on agents that were given up for lost, to stop once the agent answers again.
@@ -325,8 +329,7 @@ class Cluster:
             token_hash=hash_token(token), slots=spec.slots, state=QUEUED,
         )
         alloc = Allocation(alloc_id, spec, token)
-        self.allocations[alloc_id] = alloc
-        self._by_token[hash_token(token)] = alloc
+        self._track(alloc, hash_token(token))
         self._wake.set()
         return alloc
 
@@ -362,8 +365,7 @@ class Cluster:
         if row.preempt:
             alloc.preempt_requested = True
             alloc.preempt.set()
-        self.allocations[alloc.id] = alloc
-        self._by_token[row.token_hash] = alloc
+        self._track(alloc, row.token_hash)
         return alloc
 
     async def _discard(self, alloc: Allocation) -> None:
@@ -389,10 +391,25 @@ class Cluster:
         return None
 
     def for_task(self, task_id: int) -> Allocation | None:
-        for alloc in self.allocations.values():
-            if alloc.spec.task_id == task_id:
-                return alloc
-        return None
+        """The task's open allocation (a task has at most one), None once it has ended."""
+        return self._by_task.get(task_id)
+
+    def _track(self, alloc: Allocation, token_hash: str) -> None:
+        """An allocation opens: find it by id, token and task from now on."""
+        alloc.token_hash = token_hash
+        self.allocations[alloc.id] = alloc
+        self._by_token[token_hash] = alloc
+        if alloc.spec.task_id is not None:
+            self._by_task[alloc.spec.task_id] = alloc
+
+    def _untrack(self, alloc: Allocation) -> bool:
+        """An allocation closes; False when it had closed already."""
+        if self.allocations.pop(alloc.id, None) is None:
+            return False
+        self._by_token.pop(alloc.token_hash, None)
+        if alloc.spec.task_id is not None:
+            self._by_task.pop(alloc.spec.task_id, None)
+        return True
 
     async def dequeue(self, alloc: Allocation) -> bool:
         """Take an allocation that has not started off the queue.
@@ -400,9 +417,8 @@ class Cluster:
         Returns False when it has started already; the caller then preempts or kills it.
         No exit is reported for a dequeued allocation: the caller settles its trial itself.
         """
-        if alloc.state != QUEUED or self.allocations.pop(alloc.id, None) is None:
+        if alloc.state != QUEUED or not self._untrack(alloc):
             return False
-        self._forget_token(alloc)
         alloc.state = TERMINATED
         alloc.preempt.set()
         await self.store.update_allocation(alloc.id, state=TERMINATED, ended_at=utcnow(),
@@ -794,11 +810,6 @@ class Cluster:
                 continue
             await self.kill(alloc)
 
-    def _forget_token(self, alloc: Allocation) -> None:
-        for token_hash, a in list(self._by_token.items()):
-            if a is alloc:
-                del self._by_token[token_hash]
-
     async def _ship_logs(self, alloc: Allocation, handle: TaskHandle) -> None:
         lines = await asyncio.to_thread(handle.read_logs)
         if not lines:
@@ -827,9 +838,8 @@ class Cluster:
             "message": message}])
 
     async def _finish(self, alloc: Allocation, status: ExitStatus) -> None:
-        if self.allocations.pop(alloc.id, None) is None:
+        if not self._untrack(alloc):
             return
-        self._forget_token(alloc)
         alloc.state = TERMINATED
         alloc.preempt.set()  # release any long-poll still waiting (answers true: stop)
         await self.store.update_allocation(

@@ -468,7 +468,7 @@ class Master:
         Raises:
             NotFound: No task of this type has this id.
         """
-        task = self.tasks.live.get(task_id) or await self.store.get_task(task_id)
+        task = await self.tasks.find(task_id)
         if task is None or task.type != kind.value:
             raise NotFound(f"{kind.word} {task_id} not found")
         return task
@@ -482,7 +482,7 @@ class Master:
 
     async def _owned_task(self, who: Principal, task_id: int,
                           kind: TaskType | None = None) -> Task:
-        task = self.tasks.live.get(task_id) or await self.store.get_task(task_id)
+        task = await self.tasks.find(task_id)
         if task is None or (kind is not None and task.type != kind.value):
             raise NotFound(f"{(kind or TaskType.COMMAND).word} {task_id} not found")
         if not self.may_change_task(who, task):
@@ -550,7 +550,7 @@ class Master:
             NotFound: No proxied task has this id.
             NotReady: The task is not serving yet, or has ended.
         """
-        task = self.tasks.live.get(task_id) or await self.store.get_task(task_id)
+        task = await self.tasks.find(task_id)
         if task is None or not TaskType(task.type).proxied:
             raise NotFound(f"no notebook, shell or TensorBoard has id {task_id}")
         alloc = self.cluster.for_task(task_id)

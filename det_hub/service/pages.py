@@ -457,7 +457,7 @@ class TaskKill(PageHandler):
     @authenticated
     async def post(self, task_id: str) -> None:
         tid = int(task_id)
-        task = self.master.tasks.live.get(tid) or await self.master.store.get_task(tid)
+        task = await self.master.tasks.find(tid)
         if task is None:
             raise NotFound(f"task {tid} not found")
         await self.master.kill_task(self.principal, TaskType(task.type), tid)

@@ -230,6 +230,10 @@ class TaskManager:
         if alloc is not None:
             alloc.last_activity = time.monotonic()
 
+    async def find(self, task_id: int) -> Task | None:
+        """The task with this id: the live one while it runs, else the stored one."""
+        return self.live.get(task_id) or await self.store.get_task(task_id)
+
     async def _stored(self, task_id: int) -> Task:
         task = await self.store.get_task(task_id)
         if task is None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import html
 import json
-import socket
 import time
 from typing import Any
 
@@ -39,6 +38,8 @@ from docker.types import DeviceRequest
 from dockerspawner import DockerSpawner
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Dict, Float, Integer, List, Unicode, default
+
+from det_hub.exec._serve import free_port
 
 #: One engine client per Docker host, shared by the spawners placed there.
 _CLIENTS: dict[str, APIClient] = {}
@@ -306,12 +307,10 @@ class DetSpawner(DockerSpawner):
 def _free_port(host: str) -> int:
     """A port nothing listens on at ``host`` now (for a host of its own network: checked
     here, where the engine is local; a remote host's port is very likely free as well)."""
-    with socket.socket() as s:
-        try:
-            s.bind((host, 0))
-        except OSError:
-            s.bind(("", 0))
-        return int(s.getsockname()[1])
+    try:
+        return free_port(host)
+    except OSError:  # not an address of this machine
+        return free_port("")
 
 
 __all__ = ["DetSpawner", "SpawnError"]

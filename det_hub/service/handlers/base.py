@@ -18,6 +18,16 @@ if TYPE_CHECKING:
     from det_hub.store.models import User
 
 
+def log_query(owner: str) -> dict[str, tuple[str, str]]:
+    """The query parameters of a log stream (see :meth:`APIHandler.stream_logs`), for the
+    OpenAPI document: ``owner`` is what the lines belong to (``trial``, ``task``)."""
+    return {
+        "follow": ("boolean", f"keep the stream open until the {owner} ends"),
+        "after_id": ("integer", "only lines after this id"),
+        "limit": ("integer", "at most this many lines (without follow)"),
+    }
+
+
 class APIHandler(RequestHandler):
     """Subclasses implement ``get``/``post``/``delete``; each method's docstring's first line is
     its summary in ``openapi.json``, and ``query`` / ``body`` describe its inputs there.

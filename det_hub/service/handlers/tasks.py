@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from det_hub.service.errors import BadRequest
-from det_hub.service.handlers.base import APIHandler
+from det_hub.service.handlers.base import APIHandler, log_query
 from det_hub.states import TaskType
 
 ID = r"(?P<task_id>\d+)"
@@ -87,11 +87,7 @@ class TaskKillHandler(TaskHandlerBase):
 
 
 class TaskLogsHandler(TaskHandlerBase):
-    query = {"get": {
-        "follow": ("boolean", "keep the stream open until the task ends"),
-        "after_id": ("integer", "only lines after this id"),
-        "limit": ("integer", "at most this many lines (without follow)"),
-    }}
+    query = {"get": log_query("task")}
     answers = {"get": "logs (newline-delimited JSON)"}
 
     async def get(self, task_id: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from det_hub.service.errors import BadRequest
-from det_hub.service.handlers.base import APIHandler
+from det_hub.service.handlers.base import APIHandler, log_query
 from det_hub.service.serialize import iso, trial_json
 from det_hub.states import TrialState
 
@@ -66,11 +66,7 @@ class TrialMetricsHandler(APIHandler):
 
 class TrialLogsHandler(APIHandler):
     allow_allocation = True
-    query = {"get": {
-        "follow": ("boolean", "keep the stream open until the trial ends"),
-        "after_id": ("integer", "only lines after this id"),
-        "limit": ("integer", "at most this many lines (without follow)"),
-    }}
+    query = {"get": log_query("trial")}
     answers = {"get": "logs (newline-delimited JSON)"}
 
     async def get(self, trial_id: str) -> None:
