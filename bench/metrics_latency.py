@@ -15,10 +15,11 @@ straight into the database through the store, then the master serves it. Timed: 
 and the figure), the REST call alone with LTTB, the REST call with every-k-th thinning (no
 ``metric``), and LTTB alone over the points in memory.
 
-SQLite store, the embedded local agent.
+(a) runs on an SQLite store with the embedded local agent; (b) on SQLite or, with
+``--db postgres``, on the PostgreSQL server named by DET_HUB_TEST_PG_URL.
 
     python bench/metrics_latency.py [--points 1000000] [--reports 40] [--runs 3]
-                                    [--only latency|drawing]
+                                    [--only latency|drawing] [--db sqlite|postgres]
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _setup import percentile, script_context  # noqa: E402
+from _setup import fresh_database, percentile, script_context  # noqa: E402
 
 from det_hub.client import Client  # noqa: E402
 from det_hub.states import ExperimentState, TrialState  # noqa: E402
@@ -140,11 +141,10 @@ def curve(step: int, rng: random.Random) -> float:
     return 2.0 * math.exp(-step / 200_000) + 0.05 * rng.random() + spike
 
 
-def drawing(points: int, runs: int) -> dict[str, list[float]]:
+def drawing(points: int, runs: int, db: str) -> dict[str, list[float]]:
     """(b): seconds for each way of drawing a ``points``-row trial."""
     out: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/bench.db"
+    with tempfile.TemporaryDirectory() as tmp, fresh_database(db) as url:
         started = time.perf_counter()
         eid, tid = asyncio.run(fill(url, points))
         print(f"  (stored {points} rows in {time.perf_counter() - started:.1f} s)")
@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--only", choices=["latency", "drawing"], default=None,
                         help="run only part (a) or only part (b)")
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite",
+                        help="the store of part (b)")
     args = parser.parse_args(argv)
 
     if args.only != "drawing":
@@ -203,8 +205,8 @@ def main(argv: list[str] | None = None) -> None:
                   f"p95 {percentile(values, 95):.3f} s, worst {max(values):.3f} s")
     if args.only == "latency":
         return
-    print(f"(b) drawing a {args.points}-point trial, {args.runs} runs:")
-    for label, values in drawing(args.points, args.runs).items():
+    print(f"(b) drawing a {args.points}-point trial on {args.db}, {args.runs} runs:")
+    for label, values in drawing(args.points, args.runs, args.db).items():
         figures(label, values)
 
 

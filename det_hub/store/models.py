@@ -20,6 +20,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -234,6 +235,39 @@ class Metric(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(json_type())
 
 
+class MetricSummary(Base):
+    """One block of one metric's curve, summarised for drawing (see :mod:`det_hub.store.summaries`).
+
+    A block holds the numeric values of one metric in one group of a trial whose
+    ``steps_completed >> level`` equals ``block``: their count and, as ``(step, id, value)``,
+    the first, the last, the lowest and the highest row. They are kept current as rows arrive,
+    so that a chart of a million rows reads a few thousand blocks instead of every row.
+    """
+
+    __tablename__ = "metric_summaries"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True
+    )
+    group: Mapped[str] = mapped_column("group_name", String(64), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    level: Mapped[int] = mapped_column(Integer, primary_key=True)
+    block: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    first_id: Mapped[int] = mapped_column(BigInteger)
+    first_value: Mapped[float] = mapped_column(Float(53))
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    last_id: Mapped[int] = mapped_column(BigInteger)
+    last_value: Mapped[float] = mapped_column(Float(53))
+    min_step: Mapped[int] = mapped_column(BigInteger)
+    min_id: Mapped[int] = mapped_column(BigInteger)
+    min_value: Mapped[float] = mapped_column(Float(53))
+    max_step: Mapped[int] = mapped_column(BigInteger)
+    max_id: Mapped[int] = mapped_column(BigInteger)
+    max_value: Mapped[float] = mapped_column(Float(53))
+
+
 class Checkpoint(Base):
     __tablename__ = "checkpoints"
 
@@ -276,6 +310,47 @@ class TaskLog(Base):
     message: Mapped[str] = mapped_column(Text)
 
 
+class Model(Base):
+    """A named entry of the model registry; its versions point at checkpoints."""
+
+    __tablename__ = "models"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    labels: Mapped[list[str]] = mapped_column(json_type(), default=list)
+    notes: Mapped[str] = mapped_column(Text, default="")
+    # ``metadata`` is reserved on declarative classes, hence the attribute name.
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", json_type(), default=dict)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"), index=True)
+    creation_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_updated_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    archived: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ModelVersion(Base):
+    """One checkpoint registered under a model, numbered 1, 2, 3, ... within it.
+
+    A checkpoint named here is never deleted, by GC or by hand, while the version exists.
+    """
+
+    __tablename__ = "model_versions"
+    __table_args__ = (UniqueConstraint("model_id", "version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model_id: Mapped[int] = mapped_column(ForeignKey("models.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    checkpoint_uuid: Mapped[str] = mapped_column(ForeignKey("checkpoints.uuid"), index=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    comment: Mapped[str] = mapped_column(Text, default="")
+    notes: Mapped[str] = mapped_column(Text, default="")
+    labels: Mapped[list[str]] = mapped_column(json_type(), default=list)
+    meta: Mapped[dict[str, Any]] = mapped_column("metadata", json_type(), default=dict)
+    owner_id: Mapped[int] = mapped_column(ForeignKey("users.id"))
+    creation_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_updated_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 MetricRow = Metric
 LogRow = TaskLog
 
@@ -289,6 +364,8 @@ __all__ = [
     "LogRow",
     "Metric",
     "MetricRow",
+    "Model",
+    "ModelVersion",
     "Task",
     "TaskContext",
     "TaskLog",

@@ -8,22 +8,26 @@ import datetime as dt
 import enum
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
-    Float,
+    Executable,
     and_,
+    bindparam,
+    case,
     cast,
     delete,
     func,
     insert,
+    literal_column,
     or_,
     select,
-    union_all,
+    true,
 )
-from sqlalchemy.dialects.postgresql import array as pg_array
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -40,12 +44,24 @@ from .models import (
     ExperimentContext,
     Metric,
     MetricRow,
+    MetricSummary,
     Task,
     TaskContext,
     TaskLog,
     Token,
     Trial,
     User,
+)
+from .registry import RegistryQueries
+from .summaries import (
+    LEVELS,
+    RAW_ROWS_PER_POINT,
+    Block,
+    Point,
+    candidates,
+    choose_level,
+    coarsen,
+    summarize,
 )
 
 ModelT = TypeVar("ModelT", bound=Base)
@@ -93,7 +109,45 @@ def _check_fields(model: type[Base], fields: Mapping[str, Any]) -> None:
         raise ValueError(f"{model.__name__} primary key {', '.join(fixed)} cannot be updated")
 
 
-class Store:
+def _summary_upsert(dialect: str) -> Executable:
+    """The statement :meth:`Store._save_summaries` runs: an insert of blocks that, for a block
+    already stored, adds the counts and keeps the first, last, lowest and highest row of both.
+
+    On PostgreSQL its parameters are arrays, one per column, unnested into rows; on SQLite,
+    whose executemany runs in-process, they are rows.
+    """
+    table: Any = MetricSummary.__table__  # a Table; typed as any FromClause
+    upsert: Any
+    if dialect == "postgresql":
+        arrays = [cast(bindparam(c.name), pg.ARRAY(c.type)) for c in table.c]
+        unnested: Any = select(literal_column("*")).select_from(func.unnest(*arrays))
+        upsert = pg.insert(table).from_select(table.c.keys(), unnested)
+    else:
+        upsert = sqlite.insert(table)
+    old, new = table.c, upsert.excluded
+
+    def take(corner: str, better: ColumnElement[bool]) -> dict[str, Any]:
+        return {
+            f"{corner}_{part}": case(
+                (better, new[f"{corner}_{part}"]), else_=old[f"{corner}_{part}"])
+            for part in ("step", "id", "value")
+        }
+
+    merged = {
+        "count": old.count + new.count,
+        **take("first", or_(new.first_step < old.first_step,
+                            and_(new.first_step == old.first_step, new.first_id < old.first_id))),
+        **take("last", or_(new.last_step > old.last_step,
+                           and_(new.last_step == old.last_step, new.last_id > old.last_id))),
+        **take("min", new.min_value < old.min_value),
+        **take("max", new.max_value > old.max_value),
+    }
+    keys = [old.trial_id, old.group_name, old.name, old.level, old.block]
+    statement: Executable = upsert.on_conflict_do_update(index_elements=keys, set_=merged)
+    return statement
+
+
+class Store(RegistryQueries):
     """The master's database: SQLite (embedded default) or PostgreSQL, through one async API.
 
     Open with :meth:`open`, which also brings the schema up to date. Every method runs in its
@@ -110,6 +164,7 @@ class Store:
         self.url = url
         self.dialect = dialect
         self._engine = engine
+        self._summary_upsert: Executable | None = None
         self._read_sessions = async_sessionmaker(engine, expire_on_commit=False)
         self._write_sessions = async_sessionmaker(
             engine.execution_options(**{WRITE_OPTION: True}), expire_on_commit=False
@@ -669,6 +724,11 @@ class Store:
         async with self._writing() as session:
             result = await session.execute(stmt, params)
             ids = list(result.scalars())
+            blocks = summarize(
+                (row_id, p["steps_completed"], p["metrics"])
+                for row_id, p in zip(ids, params, strict=True)
+            )
+            await self._save_summaries(session, trial_id, group, blocks.values())
         return [{"id": row_id, **p} for row_id, p in zip(ids, params, strict=True)]
 
     async def experiment_metrics_after(
@@ -704,11 +764,14 @@ class Store:
             after: only rows with ``steps_completed`` greater than this.
             metric: with ``max_points``, the metric whose curve downsampling keeps: each large
                 group is reduced to at most ``max_points`` rows by Largest-Triangle-Three-Buckets
-                over ``(steps_completed, metric)`` (see :mod:`det_hub.store.lttb`), run on the
-                lowest and highest row of each of ``max_points`` step ranges plus the first and
-                last row, which the database picks; spikes and both ends survive. Rows of such
-                a group without a numeric value for it (booleans included) are left out; a
-                group where no row has one is thinned as without ``metric``. Without
+                over ``(steps_completed, metric)`` (see :mod:`det_hub.store.lttb`). Up to
+                ``RAW_ROWS_PER_POINT * max_points`` rows, LTTB sees every row; above, it sees
+                the lowest and highest row of each of at most ``max_points`` step ranges plus
+                the first and last row, read from the metric's block summaries
+                (:mod:`det_hub.store.summaries`) rather than from the rows. Spikes and both
+                ends survive either way. Rows without a finite number for ``metric``
+                (booleans included) are left out; a group where no row has one is thinned as
+                without ``metric``. Without
                 ``metric``, every k-th row is kept with ``k = ceil(n / max_points)``, plus the
                 last row, by the database.
         """
@@ -747,7 +810,8 @@ class Store:
             if all(n <= max_points for n in counts.values()):
                 return list(await session.scalars(ordered))
             if metric is not None:
-                return await self._lttb_metrics(session, where, ranges, max_points, metric)
+                return await self._lttb_metrics(
+                    session, where, ranges, max_points, metric, trial_id, after)
 
             # Numbering reads only indexed columns; full rows are fetched for the kept ids alone.
             numbered = (
@@ -792,17 +856,16 @@ class Store:
         counts: dict[str, tuple[int, int, int]],
         max_points: int,
         metric: str,
+        trial_id: int,
+        after: int | None,
     ) -> list[MetricRow]:
         """:meth:`get_metrics` downsampled by LTTB on one metric (see there).
 
-        Each large group is reduced in two stages, so that its rows never travel to Python:
-
-        1. The database splits the group's step range into ``max_points`` equal buckets and
-           answers, per bucket, the row with the smallest and the one with the largest value
-           of ``metric``, plus the group's first and last row that has one: at most
-           ``2 * max_points + 2`` candidates ("MinMax" preselection).
-        2. LTTB runs here over the candidates, which hold every extreme of the curve, and
-           keeps ``max_points`` of them; full rows are fetched for those ids alone.
+        A group of up to ``RAW_ROWS_PER_POINT * max_points`` rows is read whole (one number per
+        row) and LTTB runs over it. A larger one never travels to Python: its candidates are the
+        extremes of buckets of whole blocks from the metric's summaries
+        (:mod:`det_hub.store.summaries`), at most ``2 * max_points + 2`` rows, and LTTB keeps
+        ``max_points`` of them. Full rows are fetched for the kept ids alone.
         """
         small = [g for g, (n, _, _) in counts.items() if n <= max_points]
         keep_ids: list[int] = []
@@ -810,17 +873,21 @@ class Store:
             keep_ids.extend(
                 await session.scalars(select(Metric.id).where(*where, Metric.group.in_(small)))
             )
-        for g, (n, first_step, last_step) in counts.items():
+        for g, (n, _, _) in counts.items():
             if n <= max_points:
                 continue
             in_group = [*where, Metric.group == g]
-            candidates = await self._lttb_candidates(
-                session, in_group, metric, first_step, last_step, max_points
-            )
-            if candidates:
-                xs = [c[1] for c in candidates]
-                ys = [c[2] for c in candidates]
-                keep_ids.extend(candidates[i][0] for i in lttb_indices(xs, ys, max_points))
+            if n <= RAW_ROWS_PER_POINT * max_points:
+                points = await self._numeric_points(session, in_group, metric)
+            else:
+                points = await self._summary_candidates(
+                    session, trial_id, g, in_group, metric, max_points, after)
+            if points:
+                keep_ids.extend(
+                    points[i][1]
+                    for i in lttb_indices([p[0] for p in points], [p[2] for p in points],
+                                          max_points)
+                )
                 continue
             # No row of the group has the metric: thin it as without ``metric``.
             all_ids = list(
@@ -840,103 +907,86 @@ class Store:
         rows.sort(key=lambda r: (r.steps_completed, r.id))
         return rows
 
-    async def _lttb_candidates(
-        self,
-        session: AsyncSession,
-        in_group: list[ColumnElement[bool]],
-        metric: str,
-        first_step: int,
-        last_step: int,
-        buckets: int,
-    ) -> list[tuple[int, int, float]]:
-        """The LTTB candidates of one group: ``(id, steps_completed, value)`` ascending by
-        step then id, without duplicates (see :meth:`_lttb_metrics`)."""
-        span = last_step - first_step + 1
-
-        def bucket_of(step: Any) -> ColumnElement[int]:
-            # Integer division maps the group's step range onto buckets 0 .. buckets - 1.
-            return (step - first_step) * buckets // span
-
-        found: dict[int, tuple[int, int, float]] = {}
+    async def _numeric_points(
+        self, session: AsyncSession, in_group: list[ColumnElement[bool]], metric: str
+    ) -> list[Point]:
+        """Every row of a group with a number for ``metric`` (booleans are not), ascending.
+        The database extracts the one value: parsing whole documents here would cost more
+        than reading them."""
         if self.dialect == "postgresql":
             element = Metric.metrics[metric]
+            value: ColumnElement[Any] = element.as_float()
             is_number = func.jsonb_typeof(element) == "number"
-            value = element.as_float()
-            # min/max of an array compare element by element: one pass over the rows, hashed
-            # by bucket, yields each bucket's extreme rows with their step and id.
-            by_value = pg_array(
-                [value, cast(Metric.steps_completed, Float), cast(Metric.id, Float)]
-            )
-            per_bucket = (
-                select(func.min(by_value), func.max(by_value))
-                .where(*in_group, is_number)
-                .group_by(bucket_of(Metric.steps_completed))
-            )
-            for low, high in await session.execute(per_bucket):
-                for y, x, row_id in (low, high):
-                    found[int(row_id)] = (int(row_id), int(x), float(y))
-            ends_value: ColumnElement[Any] = value
         else:
-            # json_extract answers a JSON number as the SQL number itself, but true and false
-            # as 1 and 0 and a string as text. Parsing a row's document is most of the cost, so
-            # it is extracted once, in a subquery that LIMIT keeps SQLite from merging into
-            # the outer one; the JSON type is asked again only of integers, to tell booleans.
             quoted = metric.replace("\\", "\\\\").replace('"', '\\"')
             path = f'$."{quoted}"'
             value = func.json_extract(Metric.metrics, path)
+            # json_type tells true and false from the numbers json_extract makes of them.
             is_number = func.json_type(Metric.metrics, path).in_(["integer", "real"])
-            extracted = (
-                select(
-                    Metric.id.label("id"),
-                    Metric.steps_completed.label("x"),
-                    value.label("y"),
-                    Metric.metrics.label("doc"),
-                )
-                .where(*in_group)
-                .limit(-1)
-                .subquery("extracted")
+        rows = await session.execute(
+            select(Metric.steps_completed, Metric.id, value)
+            .where(*in_group, is_number)
+            .order_by(Metric.steps_completed, Metric.id)
+        )
+        return [(step, row_id, float(v)) for step, row_id, v in rows]
+
+    @staticmethod
+    async def _summary_candidates(
+        session: AsyncSession,
+        trial_id: int,
+        group: str,
+        in_group: list[ColumnElement[bool]],
+        metric: str,
+        max_points: int,
+        after: int | None,
+    ) -> list[Point]:
+        """LTTB's candidates for a large group, from the metric's block summaries.
+
+        With ``after``, only blocks that start past it are used; the rows between ``after``
+        and the first of them are summarised here, at the finest level.
+        """
+        series = [MetricSummary.trial_id == trial_id, MetricSummary.group == group,
+                  MetricSummary.name == metric]
+
+        def starting_past(level: int) -> ColumnElement[bool]:
+            # A block starts past ``after`` when its first step, block << level, exceeds it.
+            return MetricSummary.block > (after >> level) if after is not None else true()
+
+        per_level: dict[int, int] = {}
+        for level in LEVELS:
+            per_level[level] = int(await session.scalar(
+                select(func.count()).select_from(MetricSummary)
+                .where(*series, MetricSummary.level == level, starting_past(level))) or 0)
+        chosen = choose_level(per_level, max_points)
+        blocks: list[Block] = []
+        if chosen is not None:
+            blocks = [Block.from_row(row) for row in (await session.execute(
+                select(MetricSummary.__table__)
+                .where(*series, MetricSummary.level == chosen, starting_past(chosen))
+            )).mappings()]
+        if after is not None:
+            level = chosen if chosen is not None else LEVELS[-1]
+            head_end = ((after >> level) + 1) << level
+            head = await session.execute(
+                select(Metric.id, Metric.steps_completed, Metric.metrics)
+                .where(*in_group, Metric.steps_completed < head_end)
             )
-            y = extracted.c.y
-            numeric = or_(
-                func.typeof(y) == "real",
-                and_(func.typeof(y) == "integer", func.json_type(extracted.c.doc, path) == "integer"),
-            )
-            # Numbers only, parsed once into a temporary table read by both passes below.
-            numbers = (
-                select(extracted.c.id, extracted.c.x, y)
-                .where(numeric)
-                .cte("numbers")
-                .prefix_with("MATERIALIZED")
-            )
-            # SQLite takes the other columns of a min() or max() query from the row holding
-            # the extreme, so each pass answers one extreme row per bucket.
-            extremes = union_all(
-                *(
-                    select(numbers.c.id, numbers.c.x, fn(numbers.c.y)).group_by(
-                        bucket_of(numbers.c.x)
-                    )
-                    for fn in (func.min, func.max)
-                )
-            )
-            for row_id, x, extreme in await session.execute(extremes):
-                found[row_id] = (row_id, x, extreme)
-            ends_value = value
-        # The group's first and last points with a value, whatever the buckets kept.
-        for order in (
-            (Metric.steps_completed, Metric.id),
-            (Metric.steps_completed.desc(), Metric.id.desc()),
-        ):
-            end = (
-                await session.execute(
-                    select(Metric.id, Metric.steps_completed, ends_value)
-                    .where(*in_group, is_number)
-                    .order_by(*order)
-                    .limit(1)
-                )
-            ).first()
-            if end is not None:
-                found[end[0]] = (end[0], end[1], float(end[2]))
-        return sorted(found.values(), key=lambda c: (c[1], c[0]))
+            summarised = summarize(
+                ((i, s, {metric: m.get(metric)}) for i, s, m in head), levels=LEVELS[:1])
+            blocks.extend(summarised.values())
+        return candidates(blocks, max_points)
+
+    async def metrics_at(self, trial_id: int, group: str, steps_completed: int) -> MetricRow | None:
+        """The row of a group reported at exactly ``steps_completed`` (the latest on a tie)."""
+        stmt = (
+            select(Metric)
+            .where(Metric.trial_id == trial_id, Metric.group == group,
+                   Metric.steps_completed == steps_completed)
+            .order_by(Metric.id.desc())
+            .limit(1)
+        )
+        async with self._reading() as session:
+            return await session.scalar(stmt)
 
     async def latest_metrics(self, trial_id: int, group: str) -> MetricRow | None:
         """The row with the most ``steps_completed`` (the latest reported on a tie)."""
@@ -961,7 +1011,64 @@ class Store:
         )
         async with self._writing() as session:
             result = await session.execute(stmt)
+            await self._cut_summaries(session, trial_id, steps_completed)
             return int(getattr(result, "rowcount", 0) or 0)
+
+    async def _save_summaries(
+        self, session: AsyncSession, trial_id: int, group: str, blocks: Iterable[Block]
+    ) -> None:
+        """Merge blocks into the stored summaries: an upsert that keeps the extremes."""
+        rows = [{"trial_id": trial_id, "group_name": group, **b.row()} for b in blocks]
+        if not rows:
+            return
+        if self._summary_upsert is None:
+            self._summary_upsert = _summary_upsert(self.dialect)
+        if self.dialect == "postgresql":
+            # One statement over arrays, one value per block in each: a batch of metrics
+            # touches about a hundred blocks, and a round trip each would cost more than
+            # inserting the rows did.
+            columns = MetricSummary.__table__.c.keys()
+            await session.execute(
+                self._summary_upsert, {c: [row[c] for row in rows] for c in columns})
+        else:
+            await session.execute(self._summary_upsert, rows)
+
+    async def _cut_summaries(self, session: AsyncSession, trial_id: int, steps: int) -> None:
+        """Make the summaries match a trial whose rows past ``steps`` were just deleted.
+
+        Blocks that reach past ``steps`` go. The one block per level that also held rows up to
+        ``steps`` is rebuilt: at the finest level from those rows (fewer than ``2 ** level``
+        steps of them), at each coarser level from the finer blocks it spans (at most eight).
+        """
+        for level in LEVELS:
+            await session.execute(delete(MetricSummary).where(
+                MetricSummary.trial_id == trial_id, MetricSummary.level == level,
+                MetricSummary.block >= steps >> level))
+        if steps < 0:
+            return
+        finest = LEVELS[0]
+        rows = await session.execute(
+            select(Metric.group, Metric.id, Metric.steps_completed, Metric.metrics)
+            .where(Metric.trial_id == trial_id,
+                   Metric.steps_completed >= (steps >> finest) << finest)
+        )
+        by_group: dict[str, list[tuple[int, int, Mapping[str, Any]]]] = {}
+        for group, row_id, step, metrics in rows:
+            by_group.setdefault(group, []).append((row_id, step, metrics))
+        for group, group_rows in by_group.items():
+            blocks = summarize(group_rows, levels=(finest,))
+            await self._save_summaries(session, trial_id, group, blocks.values())
+        for finer, level in zip(LEVELS, LEVELS[1:], strict=False):
+            spanned = await session.execute(
+                select(MetricSummary.__table__).where(
+                    MetricSummary.trial_id == trial_id, MetricSummary.level == finer,
+                    MetricSummary.block >= (steps >> level) << (level - finer)))
+            by_group_blocks: dict[str, list[Block]] = {}
+            for row in spanned.mappings():
+                by_group_blocks.setdefault(row["group_name"], []).append(Block.from_row(row))
+            for group, fine in by_group_blocks.items():
+                await self._save_summaries(
+                    session, trial_id, group, coarsen(fine, level).values())
 
     # -- checkpoints ------------------------------------------------------------------------
 

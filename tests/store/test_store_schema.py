@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Connection, create_engine, inspect, select, text
 
 from det_hub.store import Store, utcnow
 from det_hub.store.engine import alembic_config, normalize_url
-from det_hub.store.models import Base
+from det_hub.store.models import Base, MetricSummary
+from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0005"
+HEAD = "0007"
 
 EXPECTED_TABLES = {
     "users",
@@ -25,10 +27,13 @@ EXPECTED_TABLES = {
     "trials",
     "allocations",
     "metrics",
+    "metric_summaries",
     "checkpoints",
     "task_logs",
     "tasks",
     "task_contexts",
+    "models",
+    "model_versions",
 }
 
 
@@ -77,8 +82,10 @@ async def test_reopen_is_idempotent_and_keeps_data(db_url: str) -> None:
         engine.dispose()
 
 
-async def test_a_database_of_the_first_schema_upgrades_and_keeps_its_rows(db_url: str) -> None:
-    """A master of the previous release left a database at 0001; the next one opens it."""
+def _migrate(db_url: str, step: str, target: str,
+             then: Callable[[Connection], None] | None = None) -> None:
+    """Run alembic's ``step`` ("upgrade" or "downgrade") to ``target``, then ``then`` in the
+    same transaction: a database as an older master left it."""
     from alembic import command
 
     engine = _sync_engine(db_url)
@@ -86,17 +93,28 @@ async def test_a_database_of_the_first_schema_upgrades_and_keeps_its_rows(db_url
         with engine.begin() as conn:
             config = alembic_config()
             config.attributes["connection"] = conn
-            command.upgrade(config, "0001")
-            conn.execute(text("INSERT INTO users (username, admin, active, created_at) "
-                              "VALUES ('old', false, true, CURRENT_TIMESTAMP)"))
-            conn.execute(text(
-                "INSERT INTO experiments (name, description, owner_id, state, archived, config, "
-                "original_config, searcher_metric, smaller_is_better, resource_pool, priority, "
-                "seed, created_at, labels, notes) SELECT 'kept', '', id, 'COMPLETED', false, "
-                "'{}', '', 'loss', true, 'default', 42, 0, CURRENT_TIMESTAMP, '[]', '' "
-                "FROM users WHERE username = 'old'"))
+            getattr(command, step)(config, target)
+            if then is not None:
+                then(conn)
     finally:
         engine.dispose()
+
+
+def _add_old_experiment(conn: Connection) -> None:
+    """User ``old`` and its COMPLETED experiment ``kept``, in the columns of the first schema."""
+    conn.execute(text("INSERT INTO users (username, admin, active, created_at) "
+                      "VALUES ('old', false, true, CURRENT_TIMESTAMP)"))
+    conn.execute(text(
+        "INSERT INTO experiments (name, description, owner_id, state, archived, config, "
+        "original_config, searcher_metric, smaller_is_better, resource_pool, priority, "
+        "seed, created_at, labels, notes) SELECT 'kept', '', id, 'COMPLETED', false, "
+        "'{}', '', 'loss', true, 'default', 42, 0, CURRENT_TIMESTAMP, '[]', '' "
+        "FROM users WHERE username = 'old'"))
+
+
+async def test_a_database_of_the_first_schema_upgrades_and_keeps_its_rows(db_url: str) -> None:
+    """A master of the previous release left a database at 0001; the next one opens it."""
+    _migrate(db_url, "upgrade", "0001", _add_old_experiment)
     store = await Store.open(db_url)
     try:
         [row], total = await store.list_experiments()
@@ -161,3 +179,85 @@ def test_utcnow_is_aware_utc() -> None:
     now = utcnow()
     assert now.tzinfo is not None
     assert now.utcoffset() == dt.timedelta(0)
+
+
+async def test_the_model_registry_migration_upgrades_and_downgrades(db_url: str) -> None:
+    """0007 adds the registry beside existing checkpoints; going back to 0006 drops it and
+    keeps the checkpoints; going forward again gives an empty registry."""
+    def tables() -> set[str]:
+        engine = _sync_engine(db_url)
+        try:
+            return set(inspect(engine).get_table_names())
+        finally:
+            engine.dispose()
+
+    _migrate(db_url, "upgrade", "0006")
+    assert not {"models", "model_versions"} & tables()
+    store = await Store.open(db_url)  # upgrades to 0007
+    try:
+        user = await store.create_user("old")
+        exp = await store.create_experiment(
+            name="e", owner_id=user.id, config={}, original_config="", context=None,
+            state="COMPLETED", searcher_metric="loss", smaller_is_better=True)
+        trial = await store.create_trial(experiment_id=exp.id, request_id="r", hparams={},
+                                         seed=1, state="COMPLETED")
+        uuid = "0b6f4f5c-6e4a-4b8e-9a39-2f6a1c1d2e3f"
+        await store.add_checkpoint(uuid=uuid, trial_id=trial.id, experiment_id=exp.id,
+                                   allocation_id=None, state="COMPLETED", steps_completed=5,
+                                   resources={"a": 1}, metadata={}, storage={})
+        model = await store.create_model(name="m", owner_id=user.id, labels=["x"])
+        await store.add_model_version(model_id=model.id, checkpoint_uuid=uuid,
+                                      owner_id=user.id)
+    finally:
+        await store.close()
+    assert {"models", "model_versions"} <= tables()
+
+    _migrate(db_url, "downgrade", "0006")
+    assert not {"models", "model_versions"} & tables()
+    engine = _sync_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
+            assert conn.execute(text("SELECT uuid FROM checkpoints")).scalars().all() == [uuid]
+    finally:
+        engine.dispose()
+
+    store = await Store.open(db_url)
+    try:
+        assert (await store.list_models()) == ([], 0)
+        assert (await store.get_checkpoint(uuid)) is not None
+    finally:
+        await store.close()
+
+
+async def test_the_summaries_migration_summarises_metrics_already_stored(db_url: str) -> None:
+    """A database at 0005 with metrics gets their block summaries when it is upgraded."""
+
+    def with_metrics(conn: Connection) -> None:
+        _add_old_experiment(conn)
+        conn.execute(text(
+            "INSERT INTO trials (experiment_id, request_id, state, hparams, seed, restarts, "
+            "created_at, steps_completed) SELECT id, 'r1', 'COMPLETED', '{}', 0, 0, "
+            "CURRENT_TIMESTAMP, 200 FROM experiments"))
+        for step in range(200):
+            conn.execute(text(
+                "INSERT INTO metrics (trial_id, group_name, steps_completed, report_time, "
+                "metrics) SELECT id, 'training', :s, CURRENT_TIMESTAMP, :m FROM trials"),
+                {"s": step, "m": f'{{"loss": {step * 0.5}, "ok": true}}'})
+
+    _migrate(db_url, "upgrade", "0005", with_metrics)
+    store = await Store.open(db_url)
+    try:
+        [exp], _ = await store.list_experiments()
+        [trial] = await store.list_trials(exp.id)
+        rows = await store.get_metrics(trial.id)
+        want = summarize((r.id, r.steps_completed, r.metrics) for r in rows)
+        async with store._engine.connect() as conn:
+            stored = (await conn.execute(select(MetricSummary.__table__))).mappings().all()
+        assert {(r["name"], r["level"], r["block"]): Block.from_row(r) for r in stored} == want
+        # Steps 0-63, 64-127, 128-191 and 192-199 at the finest level (64 steps a block);
+        # the booleans are not summarised.
+        assert sorted(k[2] for k in want if k[1] == LEVELS[0]) == [0, 1, 2, 3]
+        assert {k[0] for k in want} == {"loss"}
+    finally:
+        await store.close()

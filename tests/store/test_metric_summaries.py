@@ -1,0 +1,194 @@
+"""Block summaries of metric curves: the pure part, and the store keeping them current."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import select
+
+from det_hub.store import Store, Trial
+from det_hub.store.models import MetricSummary
+from det_hub.store.summaries import (
+    MAX_BLOCKS_PER_POINT,
+    RAW_ROWS_PER_POINT,
+    Block,
+    candidates,
+    choose_level,
+    coarsen,
+    drawable,
+    summarize,
+)
+
+
+def _points(values: list[float | None], steps: list[int] | None = None) -> list[tuple]:
+    steps = steps if steps is not None else list(range(len(values)))
+    return [(i + 1, s, {"loss": v}) for i, (s, v) in enumerate(zip(steps, values, strict=True))]
+
+
+def _as_dict(blocks: dict) -> dict:
+    return {key: b.row() for key, b in blocks.items()}
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+
+def test_drawable_takes_finite_numbers_only() -> None:
+    assert drawable(3) == 3.0 and drawable(2.5) == 2.5
+    for value in (True, False, None, "1.0", float("nan"), float("inf"), {"a": 1}, [1]):
+        assert drawable(value) is None
+
+
+def test_a_block_holds_count_ends_and_extremes() -> None:
+    rows = _points([5.0, 1.0, 9.0, 1.0, 3.0], steps=[16, 17, 18, 19, 31])
+    rows.append((99, 20, {"loss": True, "acc": 0.5}))
+    blocks = summarize(rows, levels=(4,))
+    loss = blocks[("loss", 4, 1)]
+    assert loss.count == 5
+    assert loss.first == (16, 1, 5.0) and loss.last == (31, 5, 3.0)
+    # On equal lows the row held first stays.
+    assert loss.low == (17, 2, 1.0) and loss.high == (18, 3, 9.0)
+    assert blocks[("acc", 4, 1)].count == 1
+    assert Block.from_row(loss.row()) == loss
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5000), st.floats(-1e6, 1e6)), min_size=1, max_size=300))
+def test_coarsening_finer_blocks_equals_summarising_the_rows(pairs: list) -> None:
+    rows = [(i + 1, step, {"m": v}) for i, (step, v) in enumerate(pairs)]
+    fine = summarize(rows, levels=(4,))
+    for level in (7, 10):
+        coarse = coarsen(fine.values(), level)
+        direct = summarize(rows, levels=(level,))
+        assert coarse.keys() == direct.keys()
+        for key, block in direct.items():
+            got = coarse[key]
+            assert (got.count, got.first, got.last) == (block.count, block.first, block.last)
+            # Extremes may be different rows of equal value.
+            assert got.low[2] == block.low[2] and got.high[2] == block.high[2]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.floats(-1e3, 1e3), min_size=1, max_size=400),
+    st.integers(1, 40),
+    st.sampled_from([0, 2, 4]),
+)
+def test_candidates_are_the_exact_extremes_of_buckets_of_whole_blocks(
+    values: list[float], max_points: int, level: int
+) -> None:
+    rows = _points(values)
+    blocks = list(summarize(rows, levels=(level,)).values())
+    got = candidates(blocks, max_points)
+    ids = [p[1] for p in got]
+    assert len(ids) == len(set(ids)) and got == sorted(got, key=lambda p: p[:2])
+    assert len(got) <= 2 * max_points + 2
+    # The first and last rows, and the overall extremes, are always there.
+    assert got[0][:2] == (0, 1) and got[-1][:2] == (len(values) - 1, len(values))
+    assert min(p[2] for p in got) == min(values) and max(p[2] for p in got) == max(values)
+    # Each bucket of whole blocks contributes its own lowest and highest value.
+    ordered = sorted(blocks, key=lambda b: b.block)
+    per_bucket = math.ceil(len(ordered) / max_points)
+    values_by_step = dict(enumerate(values))
+    kept = {p[0]: p[2] for p in got}
+    for start in range(0, len(ordered), per_bucket):
+        bucket = ordered[start : start + per_bucket]
+        lo, hi = bucket[0].block << level, ((bucket[-1].block + 1) << level) - 1
+        inside = [values_by_step[s] for s in range(lo, hi + 1) if s in values_by_step]
+        chosen = [v for s, v in kept.items() if lo <= s <= hi]
+        assert min(inside) in chosen and max(inside) in chosen
+
+
+def test_choose_level_prefers_the_finest_level_under_the_cap() -> None:
+    assert choose_level({}, 100) is None
+    assert choose_level({4: 10**6, 7: 125_000, 10: 15_000, 13: 2_000}, 1000) == 10
+    assert choose_level({4: 1_000, 7: 125}, 1000) == 4
+    # No level is coarse enough: the coarsest there is.
+    assert choose_level({4: 10**9, 19: 10**7}, 10) == 19
+    assert choose_level({4: MAX_BLOCKS_PER_POINT * 10, 7: 1}, 10) == 4
+
+
+# -- in the store ----------------------------------------------------------------------------
+
+
+async def _stored(store: Store, trial_id: int) -> dict:
+    async with store._engine.connect() as conn:
+        rows = (await conn.execute(
+            select(MetricSummary.__table__).where(MetricSummary.trial_id == trial_id)
+        )).mappings().all()
+    return {(r["group_name"], r["name"], r["level"], r["block"]): Block.from_row(r).row()
+            for r in rows}
+
+
+async def _expected(store: Store, trial_id: int) -> dict:
+    want = {}
+    for group in ("training", "validation"):
+        rows = await store.get_metrics(trial_id, group=group)
+        blocks = summarize((r.id, r.steps_completed, r.metrics) for r in rows)
+        want.update({(group, *key): b.row() for key, b in blocks.items()})
+    return want
+
+
+async def test_summaries_follow_inserts_in_any_order_and_cuts(store: Store, trial: Trial) -> None:
+    rng = random.Random(7)
+    steps = list(range(0, 3000))
+    rng.shuffle(steps)
+    for start in range(0, len(steps), 250):
+        batch = [{"steps_completed": s, "metrics": {"loss": rng.gauss(0, 1), "flag": True,
+                                                    "acc": rng.random() if s % 3 else "n/a"}}
+                 for s in steps[start : start + 250]]
+        await store.add_metrics(trial.id, "training", batch)
+    await store.add_metrics(trial.id, "validation", [
+        {"steps_completed": s, "metrics": {"loss": 1.0 / (s + 1)}} for s in range(0, 3000, 50)])
+    assert await _stored(store, trial.id) == await _expected(store, trial.id)
+
+    # A resumed trial drops rows past its checkpoint; blocks cut in two are rebuilt.
+    for cut in (2345, 1024, 1023, 17):
+        await store.delete_metrics_after(trial.id, cut)
+        assert await _stored(store, trial.id) == await _expected(store, trial.id), cut
+    await store.delete_metrics_after(trial.id, -1)
+    assert await _stored(store, trial.id) == {}
+
+
+async def test_a_long_curve_is_drawn_from_summaries(store: Store, trial: Trial) -> None:
+    """Above RAW_ROWS_PER_POINT rows per point the blocks are read, not the rows: spikes,
+    dips and both ends survive, and ``after`` still cuts exactly."""
+    n, max_points = 40_000, 100
+    rng = random.Random(3)
+    values = [math.sin(s / 2000) + rng.gauss(0, 0.01) for s in range(n)]
+    values[12_345], values[30_001] = 50.0, -50.0
+    rows = [{"steps_completed": s, "metrics": {"loss": v, "acc": 1.0}}
+            for s, v in enumerate(values)]
+    rows[500]["metrics"]["loss"] = True  # not a number: never drawn
+    for start in range(0, n, 5_000):
+        await store.add_metrics(trial.id, "training", rows[start : start + 5_000])
+
+    got = await store.get_metrics(trial.id, group="training", max_points=max_points,
+                                  metric="loss")
+    steps = [r.steps_completed for r in got]
+    assert len(got) == max_points and steps == sorted(steps)
+    assert steps[0] == 0 and steps[-1] == n - 1
+    assert {12_345, 30_001} <= set(steps) and 500 not in steps
+
+    tail = await store.get_metrics(trial.id, group="training", max_points=max_points,
+                                   metric="loss", after=20_000)
+    tail_steps = [r.steps_completed for r in tail]
+    assert len(tail) == max_points and tail_steps[0] == 20_001 and tail_steps[-1] == n - 1
+    assert 30_001 in tail_steps and 12_345 not in tail_steps
+
+
+@pytest.mark.parametrize("after", [None, 7])
+@pytest.mark.parametrize("rows", [RAW_ROWS_PER_POINT * 50, RAW_ROWS_PER_POINT * 200])
+async def test_a_group_without_the_metric_is_thinned(
+    store: Store, trial: Trial, after: int | None, rows: int
+) -> None:
+    """Whether the rows or the summaries are read (below and above RAW_ROWS_PER_POINT rows
+    per point), a group without a number for the metric is thinned as without one."""
+    await store.add_metrics(trial.id, "training", [
+        {"steps_completed": s, "metrics": {"acc": 0.5, "loss": "n/a"}} for s in range(rows)])
+    got = await store.get_metrics(trial.id, group="training", max_points=100, metric="loss",
+                                  after=after)
+    assert 90 <= len(got) <= 101 and got[-1].steps_completed == rows - 1
