@@ -30,4 +30,16 @@ def load_checkpoint(
     return load(uuid, path=path, client=client)
 
 
-__all__ = ["__version__", "load_checkpoint", "load_ipython_extension"]
+def load_model(
+    name: str, version: int | str = "latest", *, path: str | os.PathLike[str] | None = None,
+    client: Client | None = None,
+) -> Path | Any:
+    """Loads a version (``"latest"`` by default) of a model in the registry, as
+    :func:`load_checkpoint` loads its checkpoint: a PyTorchTrial's trained model, else the
+    checkpoint's directory; see :func:`det_hub.notebook.load_model`."""
+    from det_hub.notebook import load_model as load
+
+    return load(name, version, path=path, client=client)
+
+
+__all__ = ["__version__", "load_checkpoint", "load_ipython_extension", "load_model"]

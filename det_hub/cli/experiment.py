@@ -16,6 +16,7 @@ from det_hub.client import Client, Experiment, Trial
 from det_hub.config import ConfigError, merge_config, overrides_from
 
 from . import _render as r
+from ._confirm import confirm
 from ._connect import UserError, client_from_args
 from .trial import format_log_line
 
@@ -312,6 +313,33 @@ def _action(method: Callable[[Client, int], Experiment]) -> Callable[[argparse.N
     return run
 
 
+def _set_gc_policy(args: argparse.Namespace) -> int:
+    client = client_from_args(args)
+    policy = {"save_experiment_best": args.save_experiment_best,
+              "save_trial_best": args.save_trial_best,
+              "save_trial_latest": args.save_trial_latest}
+    plan = client.checkpoint_gc(args.id, **policy, dry_run=True)
+    if plan.checkpoints:
+        print(f"With {r.fmt_mapping(plan.policy)}, GC would delete {len(plan.uuids)} "
+              f"checkpoint(s) of experiment {args.id}:")
+        r.print_table(["UUID", "Trial", "Steps", "Size"], [
+            [c.uuid, c.trial_id, c.steps_completed, r.fmt_bytes(c.size)]
+            for c in plan.checkpoints])
+    else:
+        print(f"With {r.fmt_mapping(plan.policy)}, GC would delete no checkpoint of experiment "
+              f"{args.id}.")
+    if plan.registered:
+        print(f"Kept because a model version names them: {', '.join(plan.registered)}")
+    if plan.uuids and not args.yes and not confirm(
+            f"Set this policy and delete {len(plan.uuids)} checkpoint(s)?"):
+        print("Nothing changed.", file=sys.stderr)
+        return 1
+    done = client.checkpoint_gc(args.id, **policy)
+    print(f"Experiment {args.id}: checkpoint GC policy set; deleted {len(done.uuids)} "
+          "checkpoint(s)")
+    return 0
+
+
 _ACTIONS: dict[str, tuple[Callable[[Client, int], Experiment], str]] = {
     "pause": (Client.pause_experiment, "pause an active experiment"),
     "activate": (Client.activate_experiment, "activate a paused experiment"),
@@ -386,3 +414,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
         action = verbs.add_parser(verb, parents=[json_parent], help=text)
         action.add_argument("id", metavar="ID", type=int)
         action.set_defaults(func=_action(method))
+
+    settings = verbs.add_parser("set", help="change an experiment's settings")
+    what = settings.add_subparsers(dest="setting", metavar="SETTING", required=True)
+    gc = what.add_parser(
+        "gc-policy", help="set the checkpoint retention policy and run checkpoint GC now",
+        description="Set the experiment's checkpoint_storage retention settings (those given; "
+        "the others keep their value) and delete, now, the checkpoints they let go. What "
+        "would be deleted is shown first, and asked about unless --yes. Checkpoints a model "
+        "version names, and the latest checkpoint of each trial that can still run, are kept.")
+    gc.add_argument("id", metavar="EXP_ID", type=int)
+    for option, text in (("--save-experiment-best", "the experiment's best"),
+                         ("--save-trial-best", "each trial's best"),
+                         ("--save-trial-latest", "each trial's latest")):
+        gc.add_argument(option, type=int, metavar="N", help=f"keep {text} N checkpoints")
+    gc.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    gc.set_defaults(func=_set_gc_policy)

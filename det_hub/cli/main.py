@@ -20,6 +20,7 @@ from . import (
     command,
     experiment,
     job,
+    model,
     notebook,
     preview,
     resource_pool,
@@ -59,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     notebook.register(nouns, json_parent)
     shell.register(nouns, json_parent)
     checkpoint.register(nouns, json_parent)
+    model.register(nouns, json_parent)
     agent.register(nouns, json_parent)
     job.register(nouns, json_parent)
     resource_pool.register(nouns, json_parent)

@@ -30,12 +30,14 @@ from ._objects import (
     User,
     parse_time,
 )
+from ._registry import CheckpointGCResult, Model, ModelVersion
 from ._settings import DEFAULT_MASTER, data_dir, is_local_master, resolve_master, resolve_token
 
 __all__ = [
     "ALWAYS_SKIPPED_DIRS",
     "Agent",
     "Checkpoint",
+    "CheckpointGCResult",
     "Client",
     "Command",
     "ContextError",
@@ -49,6 +51,8 @@ __all__ = [
     "MasterError",
     "MasterUnreachable",
     "MetricReport",
+    "Model",
+    "ModelVersion",
     "NewUser",
     "ProgressCallback",
     "ResourcePool",

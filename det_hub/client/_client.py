@@ -7,7 +7,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -33,6 +33,7 @@ from ._objects import (
     Trial,
     User,
 )
+from ._registry import CheckpointGCResult, Model, ModelVersion
 from ._settings import resolve_master, resolve_token
 
 ProgressCallback = Callable[[int, int], None]
@@ -848,11 +849,162 @@ class Client:
     def list_checkpoints(self, experiment_id: int) -> Listing[Checkpoint]:
         """Returns an experiment's checkpoints, newest first."""
         body = self._get(f"/experiments/{int(experiment_id)}/checkpoints")
-        return Listing([Checkpoint.from_json(c) for c in self._items(body, "checkpoints")], body)
+        return Listing([Checkpoint.from_json(c, self) for c in self._items(body, "checkpoints")],
+                       body)
 
     def get_checkpoint(self, uuid: str) -> Checkpoint:
         """Returns one checkpoint."""
-        return Checkpoint.from_json(_object(self._get(f"/checkpoints/{uuid}"), "checkpoint"))
+        return Checkpoint.from_json(_object(self._get(f"/checkpoints/{uuid}"), "checkpoint"),
+                                    self)
+
+    def delete_checkpoint(self, uuid: str) -> Checkpoint:
+        """Deletes a checkpoint's files (its experiment's owner or an admin) and returns it,
+        now ``DELETED``.
+
+        Raises:
+            MasterError: 409 when a model version names it (the message names them), when it
+                is the latest checkpoint of a trial that can still run, or when it is not
+                COMPLETED; 403 for another user's; 404 for an unknown uuid.
+        """
+        body = self._json("DELETE", f"/checkpoints/{_segment(uuid)}")
+        return Checkpoint.from_json(_object(body, "checkpoint"), self)
+
+    def checkpoint_gc(
+        self,
+        experiment_id: int,
+        *,
+        save_experiment_best: int | None = None,
+        save_trial_best: int | None = None,
+        save_trial_latest: int | None = None,
+        dry_run: bool = False,
+    ) -> CheckpointGCResult:
+        """Sets an experiment's checkpoint retention policy (the settings given; the others
+        keep their value) and runs checkpoint GC over it now. With ``dry_run`` nothing changes
+        and the answer says what would be deleted. Registered checkpoints, and the latest of
+        each trial that can still run, are always kept."""
+        policy = {"save_experiment_best": save_experiment_best,
+                  "save_trial_best": save_trial_best, "save_trial_latest": save_trial_latest}
+        body = {k: v for k, v in policy.items() if v is not None}
+        answer = self._post(f"/experiments/{int(experiment_id)}/gc", {**body, "dry_run": dry_run})
+        return CheckpointGCResult.from_json(answer, self)
+
+    # -- model registry ---------------------------------------------------------------------
+
+    def create_model(
+        self,
+        name: str,
+        description: str = "",
+        labels: Iterable[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        notes: str = "",
+    ) -> Model:
+        """Creates a model, without versions, owned by the caller.
+
+        Raises:
+            MasterError: 409 when the name is taken; 400 for a bad name (empty, with ``/``
+                or control characters, or spaces at an end).
+        """
+        body = {"name": name, "description": description, "labels": list(labels),
+                "metadata": dict(metadata or {}), "notes": notes}
+        return Model.from_json(_object(self._post("/models", body), "model"), self)
+
+    def get_model(self, name: str) -> Model:
+        """Returns the model with this name (404 when there is none)."""
+        return Model.from_json(_object(self._get(f"/models/{_segment(name)}"), "model"), self)
+
+    def list_models(
+        self,
+        *,
+        archived: bool | None = None,
+        name: str | None = None,
+        label: str | None = None,
+        owner: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> Listing[Model]:
+        """Returns one page of models, by name; ``name`` keeps those whose name holds that
+        text (any case), ``archived=False`` leaves archived ones out."""
+        body = self._get("/models", {"archived": archived, "name": name, "label": label,
+                                     "owner": owner, "limit": limit, "offset": offset})
+        pagination = body.get("pagination")
+        return Listing([Model.from_json(m, self) for m in self._items(body, "models")], body,
+                       pagination if isinstance(pagination, dict) else None)
+
+    def update_model(self, model: str, /, **changes: Any) -> Model:
+        """Changes model ``model``: its ``name``, ``description``, ``labels``, ``notes``,
+        ``metadata`` (replaced), ``add_metadata`` (keys set), ``remove_metadata`` (keys taken
+        out)."""
+        body = self._patch(f"/models/{_segment(model)}", changes)
+        return Model.from_json(_object(body, "model"), self)
+
+    def archive_model(self, name: str) -> Model:
+        return Model.from_json(_object(self._post(f"/models/{_segment(name)}/archive"),
+                                       "model"), self)
+
+    def unarchive_model(self, name: str) -> Model:
+        return Model.from_json(_object(self._post(f"/models/{_segment(name)}/unarchive"),
+                                       "model"), self)
+
+    def delete_model(self, name: str) -> Model:
+        """Deletes a model and its versions (their checkpoints are kept); returns it as it
+        was."""
+        body = self._json("DELETE", f"/models/{_segment(name)}")
+        return Model.from_json(_object(body, "model"))
+
+    def register_model_version(
+        self,
+        model: str,
+        checkpoint_uuid: str,
+        *,
+        name: str = "",
+        comment: str = "",
+        notes: str = "",
+        labels: Iterable[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> ModelVersion:
+        """Registers a COMPLETED checkpoint as the next version of model ``model``; ``name``
+        and the rest describe the version.
+
+        Raises:
+            MasterError: 404 for an unknown model or checkpoint; 409 when the model is
+                archived or the checkpoint is not COMPLETED.
+        """
+        body = {"checkpoint_uuid": checkpoint_uuid, "name": name, "comment": comment,
+                "notes": notes, "labels": list(labels), "metadata": dict(metadata or {})}
+        answer = self._post(f"/models/{_segment(model)}/versions", body)
+        return ModelVersion.from_json(_object(answer, "model_version"), self)
+
+    def list_model_versions(self, name: str) -> Listing[ModelVersion]:
+        """Returns a model's versions, newest first."""
+        body = self._get(f"/models/{_segment(name)}/versions")
+        return Listing([ModelVersion.from_json(v, self)
+                        for v in self._items(body, "model_versions")], body)
+
+    def get_model_version(self, name: str, version: int | None = None) -> ModelVersion:
+        """Returns version ``version`` of a model, or its latest when None.
+
+        Raises:
+            MasterError: 404 for an unknown model or version, or a model without versions.
+        """
+        if version is None:
+            versions = self.list_model_versions(name)
+            if not versions:
+                raise MasterError(404, f"model {name!r} has no versions")
+            return versions[0]
+        body = self._get(f"/models/{_segment(name)}/versions/{int(version)}")
+        return ModelVersion.from_json(_object(body, "model_version"), self)
+
+    def update_model_version(self, model: str, version: int, /,
+                             **changes: Any) -> ModelVersion:
+        """Changes a version's ``name``, ``comment``, ``notes``, ``labels`` or metadata (as
+        :meth:`update_model`)."""
+        body = self._patch(f"/models/{_segment(model)}/versions/{int(version)}", changes)
+        return ModelVersion.from_json(_object(body, "model_version"), self)
+
+    def delete_model_version(self, name: str, version: int) -> ModelVersion:
+        """Deletes one version of a model; returns it as it was."""
+        body = self._json("DELETE", f"/models/{_segment(name)}/versions/{int(version)}")
+        return ModelVersion.from_json(_object(body, "model_version"), self)
 
     # -- live metrics -----------------------------------------------------------------------
 

@@ -10,10 +10,17 @@ newer or older master still reads.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from det_hub.states import TERMINAL_EXPERIMENT_STATES, TERMINAL_TRIAL_STATES, TaskState
+
+from ._errors import DetHubError
+
+if TYPE_CHECKING:
+    from ._client import Client
 
 T = TypeVar("T")
 
@@ -246,7 +253,10 @@ class MetricReport:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A checkpoint written by a trial."""
+    """A checkpoint written by a trial.
+
+    One read through a :class:`Client` can :meth:`download` its files and :meth:`delete` it.
+    """
 
     uuid: str
     trial_id: int
@@ -260,10 +270,54 @@ class Checkpoint:
     size: int = 0
     storage: dict[str, Any] = field(default_factory=dict, repr=False)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _client: Client | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def training(self) -> dict[str, Any] | None:
+        """What the checkpoint was trained from, when it was read alone
+        (``Client.get_checkpoint``, a model version): ``experiment_config``,
+        ``searcher_metric``, ``hparams``, ``trial_seed``, ``validation_metrics`` at its step
+        (None when none were reported there) and ``model_definition``, the API path of the
+        experiment's context archive. None in lists."""
+        training = self.raw.get("training")
+        return dict(training) if isinstance(training, dict) else None
+
+    def download(self, path: str | os.PathLike[str] | None = None) -> Path:
+        """Copies the checkpoint's files into ``path`` (default ``checkpoints/<uuid>``,
+        created when missing) from its storage, and returns that directory.
+
+        Raises:
+            ValueError: The storage type cannot be read from this machine.
+            FileNotFoundError: The files are not where the storage says (a ``shared_fs``
+                storage must be mounted here at the same path).
+        """
+        # The notebook helpers already open every storage type the way load_checkpoint
+        # does; imported here, as they import this package.
+        from det_hub.notebook.checkpoint import checkpoint_directory
+
+        return checkpoint_directory(self, Path("checkpoints", self.uuid) if path is None
+                                    else path)
+
+    def delete(self) -> Checkpoint:
+        """Deletes the checkpoint's files (its experiment's owner or an admin); returns it as
+        it is now, ``DELETED``.
+
+        Raises:
+            MasterError: 409 when a model version names it, or it is the latest checkpoint
+                of a trial that can still run; 403 for another user's.
+        """
+        return self._sdk().delete_checkpoint(self.uuid)
+
+    def _sdk(self) -> Client:
+        if self._client is None:
+            raise DetHubError(f"checkpoint {self.uuid} was not read through a Client; "
+                              "use Client.get_checkpoint() to act on it")
+        return self._client
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Checkpoint:
-        """Builds a :class:`Checkpoint` from the API's checkpoint object."""
+    def from_json(cls, data: dict[str, Any], client: Client | None = None) -> Checkpoint:
+        """Builds a :class:`Checkpoint` from the API's checkpoint object; ``client`` is the
+        one that read it, for :meth:`delete`."""
         return cls(
             uuid=str(data.get("uuid", "")),
             trial_id=_int(data.get("trial_id")),
@@ -277,6 +331,7 @@ class Checkpoint:
             size=_int(data.get("size")),
             storage=_dict(data.get("storage")),
             raw=data,
+            _client=client,
         )
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from det_hub.notebook.checkpoint import load_checkpoint
+from det_hub.notebook.model import load_model
 
 
 def load_ipython_extension(ipython: Any) -> None:
@@ -22,4 +23,4 @@ def load_ipython_extension(ipython: Any) -> None:
     register(ipython)
 
 
-__all__ = ["load_checkpoint", "load_ipython_extension"]
+__all__ = ["load_checkpoint", "load_ipython_extension", "load_model"]

@@ -47,8 +47,10 @@ def load_checkpoint(
     * Anything else (a **Core API** script): the checkpoint's directory, a :class:`~pathlib.Path`.
 
     Checkpoints in ``shared_fs`` storage are opened in place when ``path`` is None: the
-    returned directory is the storage's own, to be read and not written. With ``path``, the
-    files are copied there first (and the directory returned is ``path``).
+    returned directory is the storage's own, to be read and not written. Checkpoints in ``s3``
+    storage are downloaded into a new temporary directory then. With ``path``, the files are
+    copied there first (and the directory returned is ``path``). Either way the files are
+    checked against the sizes the master recorded when the checkpoint was saved.
 
     Loading a PyTorchTrial leaves Python's, numpy's and torch's random number generators as
     they were, though building the trial seeds them.
@@ -64,6 +66,7 @@ def load_checkpoint(
             from here.
         FileNotFoundError: The checkpoint's files are not where its storage says (for
             ``shared_fs``, the storage directory must be visible on this machine).
+        det_hub.storage.CheckpointIntegrityError: A file is missing or of another size.
         MasterError: No such checkpoint (404), or another refusal by the master.
         MasterUnreachable: The master cannot be reached.
         det_hub.exec.harness.EntrypointError: The trial class cannot be imported from the
@@ -93,21 +96,28 @@ def load_checkpoint(
 
 def checkpoint_directory(checkpoint: Checkpoint,
                          path: str | os.PathLike[str] | None = None) -> Path:
-    """The checkpoint's files as a local directory: in place, or copied to ``path``.
+    """The checkpoint's files as a local directory: in place, or copied to ``path`` (to a new
+    temporary directory when the storage has no place of its own on this machine).
 
     Raises:
         ValueError: The storage type is not one this machine can read.
         FileNotFoundError: The files are not where the storage says.
+        det_hub.storage.CheckpointIntegrityError: A file is missing or of another size.
     """
     storage = build_storage(checkpoint.storage)
+    resources = checkpoint.resources or None
     try:
         if path is None:
-            with storage.restore_path(checkpoint.uuid) as found:
-                return Path(found)
+            if storage.restores_in_place:
+                with storage.restore_path(checkpoint.uuid, resources=resources) as found:
+                    return Path(found)
+            path = tempfile.mkdtemp(prefix=f"det_hub_checkpoint_{checkpoint.uuid}_")
         target = Path(path).expanduser()
-        storage.download(checkpoint.uuid, target)
+        storage.download(checkpoint.uuid, target, resources=resources)
         return target
     except FileNotFoundError:
+        if not storage.restores_in_place:
+            raise  # the storage's own message names the bucket and key
         where = checkpoint.storage.get("host_path", "its storage")
         raise FileNotFoundError(
             f"checkpoint {checkpoint.uuid} is not in {where} as seen from this machine; "

@@ -38,6 +38,7 @@ from det_hub.config import (
 from det_hub.config.resources import parse_size
 from det_hub.hub import ADMIN_SCOPE, CLUSTER_SCOPE, MANAGE_SCOPE
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
+from det_hub.service.checkpoint_gc import RETENTION_DEFAULTS, CheckpointGC, RetentionPolicy
 from det_hub.service.cluster import RUNNING, Allocation, Cluster, Job, LaunchSpec, PoolSettings
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady, TooLarge
@@ -50,11 +51,11 @@ from det_hub.service.experiment import (
     restored_search_method,
     validation_fields,
 )
-from det_hub.service.serialize import experiment_json, task_json
+from det_hub.service.registry import ModelRegistry
+from det_hub.service.serialize import checkpoint_json, experiment_json, task_json
 from det_hub.service.tasks import TaskManager, task_job_id, task_job_number
 from det_hub.states import CheckpointState, ExperimentState, TaskType, TrialState
-from det_hub.storage import build_storage, tensorboard_dir
-from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete
+from det_hub.storage import remote_tensorboard, tensorboard_dir
 from det_hub.store import Store, StoreConflict, hash_token, utcnow
 
 if TYPE_CHECKING:
@@ -128,6 +129,10 @@ class Master:
         self.tasks = TaskManager(store, self.cluster, self._task_launch_spec, self.username,
                                  base_url)
         self._usernames: dict[int, str] = {}
+        #: The model registry (its REST handlers call it directly).
+        self.registry = ModelRegistry(store, self.username, self.checkpoint_training)
+        #: Deletes checkpoints, by hand and by retention policy.
+        self.checkpoint_gc = CheckpointGC(store)
         self._token_cache: dict[str, tuple[float, Principal]] = {}
         self.cluster_id = ""
         #: Set while the process shuts down: requests are answered 503 so clients retry.
@@ -450,10 +455,11 @@ class Master:
             if row is None:
                 problems.append({"path": "experiment_ids",
                                  "message": f"experiment {exp_id} not found"})
-            elif tensorboard_dir(row.id, row.config.get("checkpoint_storage")) is None:
+            elif (tensorboard_dir(row.id, row.config.get("checkpoint_storage")) is None
+                  and not remote_tensorboard(row.config.get("checkpoint_storage"))):
                 problems.append({"path": "experiment_ids", "message": (
                     f"experiment {exp_id} keeps its checkpoints where no TensorBoard files "
-                    "are written (only shared_fs storage has them)")})
+                    "are written (only shared_fs, directory and s3 storage have them)")})
         if problems:
             raise BadRequest("the TensorBoard cannot show these experiments", problems)
         return ids
@@ -971,38 +977,106 @@ class Master:
             raise Forbidden("training code may read only its own experiment's checkpoints")
         return ckpt
 
+    async def checkpoint_training(self, ckpt: Checkpoint) -> dict[str, Any]:
+        """What a checkpoint was trained from, so that a model version built on it can be
+        reproduced: the experiment's config and searcher metric, the trial's hparams and
+        seed, the validation metrics reported at the checkpoint's step (None when none
+        were), and where the model definition (the experiment's context) is fetched."""
+        exp = await self.get_experiment(ckpt.experiment_id)
+        trial = await self.store.get_trial(ckpt.trial_id)
+        validation = await self.store.metrics_at(ckpt.trial_id, "validation",
+                                                 ckpt.steps_completed)
+        return {
+            "experiment_config": exp.config,
+            "searcher_metric": exp.searcher_metric,
+            "hparams": trial.hparams if trial is not None else {},
+            "trial_seed": trial.seed if trial is not None else None,
+            "validation_metrics": validation.metrics if validation is not None else None,
+            "model_definition": f"/api/v1/experiments/{exp.id}/context",
+        }
+
+    async def delete_checkpoint(self, who: Principal, uuid: str) -> Checkpoint:
+        """Delete a checkpoint's files and mark it DELETED (its experiment's owner or an
+        admin).
+
+        Raises:
+            NotFound: No such checkpoint.
+            Forbidden: The caller may not change its experiment.
+            Conflict: A model version names it; it is the latest checkpoint of a trial that
+                can still run (and resume from it); or it is not COMPLETED.
+        """
+        ckpt = await self.get_checkpoint(who, uuid)
+        exp = await self.get_experiment(ckpt.experiment_id)
+        if not who.may_change(exp.owner_id):
+            raise Forbidden(f"only the owner of experiment {exp.id} or an admin can delete "
+                            "its checkpoints")
+        registered = await self.registry.registered_message(uuid)
+        if registered:
+            raise Conflict(registered)
+        if ckpt.state != CheckpointState.COMPLETED.value:
+            raise Conflict(f"checkpoint {uuid} is {ckpt.state}; only a COMPLETED checkpoint "
+                           "can be deleted")
+        trial = await self.get_trial(who, ckpt.trial_id)
+        if trial.latest_checkpoint == uuid and not TrialState(trial.state).terminal:
+            raise Conflict(f"checkpoint {uuid} is the latest of trial {trial.id}, which is "
+                           f"{trial.state} and would resume from it; delete it once the "
+                           "trial has ended")
+        if not await self.checkpoint_gc.delete([ckpt]):
+            # Registered or deleted since the checks above.
+            raise Conflict(await self.registry.registered_message(uuid)
+                           or f"checkpoint {uuid} was deleted meanwhile")
+        return await self.get_checkpoint(who, uuid)
+
+    async def collect_checkpoints(self, who: Principal, experiment_id: int,
+                                  body: dict[str, Any]) -> dict[str, Any]:
+        """Set an experiment's retention policy and apply it now (``dry_run``: only say what
+        it would delete, and change nothing). Settings the body leaves out keep their value.
+
+        Returns:
+            ``{"dry_run", "policy", "uuids" (deleted, or to delete), "checkpoints" (those
+            checkpoints as they were), "registered" (let go by the policy but kept by a model
+            version)}``.
+
+        Raises:
+            BadRequest: An unknown setting, or a count that is not an integer >= 0.
+            Forbidden, NotFound: As for the experiment's other changes.
+        """
+        run = await self._owned_run(who, experiment_id)
+        row = run.row if run is not None else await self.get_experiment(experiment_id)
+        problems = [{"path": key, "message": "unknown field; one of dry_run, "
+                     + ", ".join(RETENTION_DEFAULTS)}
+                    for key in sorted(set(body) - {"dry_run", *RETENTION_DEFAULTS})]
+        for key in RETENTION_DEFAULTS:
+            value = body.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problems.append({"path": key, "message": "must be an integer >= 0"})
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            problems.append({"path": "dry_run", "message": "must be true or false"})
+        if problems:
+            raise BadRequest("invalid checkpoint GC policy", problems)
+        storage_cfg = dict(row.config.get("checkpoint_storage") or {})
+        current = RetentionPolicy.of(storage_cfg).as_dict()
+        policy = RetentionPolicy(**{k: int(body.get(k, v)) for k, v in current.items()})
+        if not dry_run and policy.as_dict() != current:
+            config = {**row.config, "checkpoint_storage": {**storage_cfg, **policy.as_dict()}}
+            updated = await self.store.update_experiment(experiment_id, config=config)
+            if run is not None:
+                # Trials that end from now on are collected by the new policy.
+                run.row.config = updated.config
+            row = updated
+        trials = (list(run.trials.values()) if run is not None
+                  else await self.store.list_trials(experiment_id))
+        result = await self.checkpoint_gc.collect(row, trials, policy, dry_run=dry_run)
+        return {"dry_run": dry_run, "policy": policy.as_dict(),
+                "uuids": [c.uuid for c in result.doomed] if dry_run else result.deleted,
+                "checkpoints": [checkpoint_json(c) for c in result.doomed
+                                if dry_run or c.uuid in result.deleted],
+                "registered": result.registered}
+
     async def _on_trial_end(self, run: ExperimentRun, trial: Trial) -> None:
-        """Apply the checkpoint GC policy once a trial has ended."""
-        storage_cfg = run.row.config.get("checkpoint_storage") or {}
-        ckpts = await self.store.list_checkpoints(
-            experiment_id=run.id, states=[CheckpointState.COMPLETED.value])
-        if not ckpts:
-            return
-        values: dict[tuple[int, int], float] = {}
-        for tid in {c.trial_id for c in ckpts}:
-            for m in await self.store.get_metrics(tid, group="validation"):
-                v = m.metrics.get(run.row.searcher_metric)
-                if isinstance(v, (int, float)):
-                    values[(tid, m.steps_completed)] = float(v)
-        doomed = checkpoints_to_delete(
-            [_gc_record(c, values.get((c.trial_id, c.steps_completed))) for c in ckpts],
-            save_experiment_best=int(storage_cfg.get("save_experiment_best", 0)),
-            save_trial_best=int(storage_cfg.get("save_trial_best", 1)),
-            save_trial_latest=int(storage_cfg.get("save_trial_latest", 1)),
-            smaller_is_better=run.row.smaller_is_better)
-        # A trial that can still run needs its latest checkpoint to resume from; and the
-        # policy sees checkpoints at equal steps as ties, while a trial's latest is the one
-        # it reported last.
-        keep_latest = int(storage_cfg.get("save_trial_latest", 1)) > 0
-        doomed -= {t.latest_checkpoint for t in run.trials.values()
-                   if keep_latest or not TrialState(t.state).terminal}
-        if not doomed:
-            return
-        storage = build_storage(storage_cfg)
-        for uuid in sorted(doomed):
-            await asyncio.to_thread(storage.delete, uuid)
-            await self.store.update_checkpoint(uuid, state=CheckpointState.DELETED.value)
-        log.info("experiment %d: checkpoint GC deleted %d checkpoint(s)", run.id, len(doomed))
+        """Apply the experiment's checkpoint GC policy once a trial has ended."""
+        await self.checkpoint_gc.collect(run.row, run.trials.values())
 
     # --- cluster events -----------------------------------------------------------------
     async def _on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
@@ -1097,6 +1171,9 @@ class Master:
         elif kind is TaskType.TENSORBOARD:
             logdirs, mounts = await self._tensorboard_logdirs(task)
             env["DET_HUB_TENSORBOARD_LOGDIRS"] = json.dumps(logdirs)
+            remote = await self._tensorboard_storages(task)
+            if remote:
+                env["DET_HUB_TENSORBOARD_STORAGES"] = json.dumps(remote)
             container = dataclasses.replace(
                 container, bind_mounts=[*container.bind_mounts, *mounts])
         return LaunchSpec(
@@ -1127,6 +1204,18 @@ class Master:
             mounts[str(path)] = {"host_path": str(path), "container_path": str(path),
                                  "read_only": True, "propagation": "rprivate"}
         return logdirs, list(mounts.values())
+
+    async def _tensorboard_storages(self, task: Task) -> dict[str, dict[str, Any]]:
+        """A TensorBoard's runs whose files are in remote storage (S3), which the task
+        downloads: ``{"experiment 3": {"experiment_id": 3, "checkpoint_storage": {...}}}``."""
+        remote: dict[str, dict[str, Any]] = {}
+        for exp_id in (task.details or {}).get("experiment_ids", []):
+            row = await self.store.get_experiment(exp_id)
+            storage = row.config.get("checkpoint_storage") if row else None
+            if remote_tensorboard(storage):
+                remote[f"experiment {exp_id}"] = {"experiment_id": exp_id,
+                                                  "checkpoint_storage": storage}
+        return remote
 
 
 def _job_id(experiment_id: int) -> str:
@@ -1225,11 +1314,6 @@ def _metric_row(index: int, row: Any) -> dict[str, Any]:
         except ValueError:
             raise BadRequest(f"metrics[{index}].report_time: not an ISO 8601 time") from None
     return out
-
-
-def _gc_record(c: Checkpoint, value: float | None) -> CheckpointRecord:
-    return CheckpointRecord(uuid=c.uuid, trial_id=c.trial_id, steps_completed=c.steps_completed,
-                            searcher_metric=value)
 
 
 def _at(config: dict[str, Any], dotted: str) -> Any:

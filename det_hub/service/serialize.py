@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 from det_hub.states import TaskState, TaskType
 
 if TYPE_CHECKING:
-    from det_hub.store.models import Checkpoint, Experiment, Task, Trial, User
+    from det_hub.store.models import (
+        Checkpoint,
+        Experiment,
+        Model,
+        ModelVersion,
+        Task,
+        Trial,
+        User,
+    )
 
 
 def iso(value: datetime | None) -> str | None:
@@ -46,13 +54,18 @@ def trial_json(t: Trial) -> dict[str, Any]:
     }
 
 
-def checkpoint_json(c: Checkpoint) -> dict[str, Any]:
-    return {
+def checkpoint_json(c: Checkpoint, training: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A checkpoint; ``training`` (see ``Master.checkpoint_training``) where one is asked
+    for alone, as it costs a few queries."""
+    body = {
         "uuid": c.uuid, "trial_id": c.trial_id, "experiment_id": c.experiment_id,
         "allocation_id": c.allocation_id, "state": c.state,
         "steps_completed": c.steps_completed, "report_time": iso(c.report_time),
         "resources": c.resources, "metadata": c.meta, "size": c.size, "storage": c.storage,
     }
+    if training is not None:
+        body["training"] = training
+    return body
 
 
 def task_json(t: Task, owner: str, *, with_secret: bool = False) -> dict[str, Any]:
@@ -83,3 +96,23 @@ def task_json(t: Task, owner: str, *, with_secret: bool = False) -> dict[str, An
             page = "lab" if kind is TaskType.NOTEBOOK else ""
             body["url"] = f"/proxy/{t.id}/{page}?token={t.secret}"
     return body
+
+
+def model_json(m: Model, owner: str, num_versions: int) -> dict[str, Any]:
+    return {
+        "id": m.id, "name": m.name, "description": m.description, "labels": m.labels or [],
+        "notes": m.notes, "metadata": m.meta or {}, "owner": owner,
+        "creation_time": iso(m.creation_time), "last_updated_time": iso(m.last_updated_time),
+        "archived": m.archived, "num_versions": num_versions,
+    }
+
+
+def model_version_json(v: ModelVersion, model_name: str, owner: str,
+                       checkpoint: dict[str, Any] | None) -> dict[str, Any]:
+    return {
+        "id": v.id, "model_id": v.model_id, "model_name": model_name, "version": v.version,
+        "checkpoint_uuid": v.checkpoint_uuid, "checkpoint": checkpoint, "name": v.name,
+        "comment": v.comment, "notes": v.notes, "labels": v.labels or [],
+        "metadata": v.meta or {}, "owner": owner, "creation_time": iso(v.creation_time),
+        "last_updated_time": iso(v.last_updated_time),
+    }

@@ -1,4 +1,4 @@
-"""An experiment's checkpoints in a table, to download or load one."""
+"""An experiment's checkpoints in a table, to download, load, delete or register one."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from det_hub.client import Checkpoint, Client
+from det_hub.client import Checkpoint, Client, DetHubError, MasterError, ModelVersion
 from det_hub.notebook.checkpoint import checkpoint_directory
 from det_hub.widgets._common import client_or_default, format_number, html_table
 
@@ -24,11 +24,13 @@ class CheckpointBrowser:
     * **download** copies its files to ``<directory>/<uuid>``, the directory being the one
       typed in the text field;
     * **load** calls :func:`det_hub.load_checkpoint` and keeps what it returns in
-      :attr:`loaded` (a PyTorchTrial's model, else the checkpoint's directory).
-
-    There is no delete button: the master has no API to delete a checkpoint, and removing
-    the files behind its back would leave it listing checkpoints that are gone. Registering a
-    checkpoint in a model registry is not offered either, as det_hub has no registry.
+      :attr:`loaded` (a PyTorchTrial's model, else the checkpoint's directory);
+    * **delete** asks first, in a row that appears below the buttons; **yes, delete** then
+      has the master delete the checkpoint's files (it stays listed, as ``DELETED``). The
+      master refuses a checkpoint a model version names, and the latest checkpoint of a
+      trial that can still run; the reason is shown;
+    * **register** registers it as the next version of the model named in the ``model``
+      field (pick one of the registry's or type a new name: a missing model is created).
 
     Args:
         experiment_id: the experiment.
@@ -50,19 +52,41 @@ class CheckpointBrowser:
         self.select = widgets.Select(description="checkpoint", options=[], rows=6,
                                      layout={"width": "40em"})
         self.directory = widgets.Text(value="checkpoints", description="directory")
+        self.model_name = widgets.Combobox(description="model", placeholder="model name",
+                                           ensure_option=False)
         self.buttons = {
             "download": widgets.Button(description="download", icon="download"),
             "load": widgets.Button(description="load", icon="upload"),
+            "delete": widgets.Button(description="delete", icon="trash",
+                                     button_style="danger"),
+            "register": widgets.Button(description="register", icon="bookmark"),
             "refresh": widgets.Button(description="refresh", icon="refresh"),
         }
         self.buttons["download"].on_click(lambda _b: self.download())
         self.buttons["load"].on_click(lambda _b: self.load())
+        self.buttons["delete"].on_click(lambda _b: self.ask_delete())
+        self.buttons["register"].on_click(lambda _b: self.register())
         self.buttons["refresh"].on_click(lambda _b: self.refresh())
-        self.select.observe(lambda _: self._enable(), names="value")
+        # The confirm step of a deletion: hidden until delete is pressed.
+        self.question = widgets.HTML()
+        self.confirm_buttons = {
+            "yes": widgets.Button(description="yes, delete", button_style="danger"),
+            "no": widgets.Button(description="cancel"),
+        }
+        self.confirm_buttons["yes"].on_click(lambda _b: self.delete())
+        self.confirm_buttons["no"].on_click(lambda _b: self.cancel_delete())
+        self.confirm = widgets.HBox([self.question, *self.confirm_buttons.values()],
+                                    layout={"display": "none"})
+        #: The uuid the confirm row asks about, while it is shown.
+        self.pending_delete: str | None = None
+        self.select.observe(lambda _: self._on_select(), names="value")
         self.status = widgets.HTML()
         self.widget = widgets.VBox([
-            self.table, self.select, widgets.HBox([self.directory, *self.buttons.values()]),
-            self.status])
+            self.table, self.select,
+            widgets.HBox([self.directory, self.buttons["download"], self.buttons["load"],
+                          self.buttons["delete"], self.buttons["refresh"]]),
+            widgets.HBox([self.model_name, self.buttons["register"]]),
+            self.confirm, self.status])
         self.refresh()
 
     @property
@@ -95,7 +119,16 @@ class CheckpointBrowser:
             for r in self.rows]
         uuids = [r["uuid"] for r in self.rows]
         self.select.value = chosen if chosen in uuids else (uuids[0] if uuids else None)
+        self._refresh_models()
         self._enable()
+
+    def _refresh_models(self) -> None:
+        """Offer the registry's unarchived models in the model field."""
+        try:
+            models = self.client.list_models(archived=False, limit=1000)
+        except DetHubError:
+            return  # the field still takes a typed name
+        self.model_name.options = [m.name for m in models]
 
     def download(self) -> Path | None:
         """Copy the selected checkpoint's files to ``<directory>/<uuid>``; returns that
@@ -132,6 +165,71 @@ class CheckpointBrowser:
                   else f"loaded {uuid}: {what}")
         return self.loaded
 
+    def ask_delete(self) -> None:
+        """Show the confirm step for deleting the selected checkpoint."""
+        uuid = self._usable("delete")
+        if uuid is None:
+            return
+        self.pending_delete = uuid
+        self.question.value = html.escape(f"Delete the files of checkpoint {uuid}?")
+        self.confirm.layout.display = "flex"
+
+    def cancel_delete(self) -> None:
+        """Hide the confirm step; nothing is deleted."""
+        self._hide_confirm()
+        self._say("delete: canceled")
+
+    def delete(self) -> bool:
+        """Delete the checkpoint the confirm step asks about (shown by :meth:`ask_delete`)
+        and redraw; returns whether it was deleted (the reason when not is in
+        :attr:`message`)."""
+        uuid = self.pending_delete
+        self._hide_confirm()
+        if uuid is None:
+            self._say("delete: press delete first, then confirm")
+            return False
+        try:
+            self.checkpoints[uuid].delete()
+        except DetHubError as error:
+            self._say(f"delete: {error}")
+            return False
+        self.refresh()
+        self._say(f"deleted {uuid}")
+        return True
+
+    def _hide_confirm(self) -> None:
+        self.pending_delete = None
+        self.confirm.layout.display = "none"
+
+    def register(self) -> ModelVersion | None:
+        """Register the selected checkpoint as the next version of the model named in the
+        model field, creating the model when there is none of that name; returns the
+        :class:`~det_hub.client.ModelVersion`, or None (the reason is in :attr:`message`)."""
+        uuid = self._usable("register")
+        if uuid is None:
+            return None
+        name = self.model_name.value.strip()
+        if not name:
+            self._say("register: type a model name, or pick one")
+            return None
+        created = False
+        try:
+            try:
+                model = self.client.get_model(name)
+            except MasterError as error:
+                if error.status != 404:
+                    raise
+                model = self.client.create_model(name)
+                created = True
+            version = model.register_version(uuid)
+        except DetHubError as error:
+            self._say(f"register: {error}")
+            return None
+        self._refresh_models()
+        self._say(f"registered {uuid} as {'new model ' if created else ''}{model.name} "
+                  f"version {version.version}")
+        return version
+
     def _usable(self, action: str) -> str | None:
         """The selected checkpoint's uuid if its files are there to use; else None, with
         the reason said."""
@@ -145,10 +243,16 @@ class CheckpointBrowser:
             return None
         return uuid
 
+    def _on_select(self) -> None:
+        # A confirm step is for the checkpoint it names; choosing another one withdraws it.
+        if self.pending_delete is not None and self.pending_delete != self.selected:
+            self._hide_confirm()
+        self._enable()
+
     def _enable(self) -> None:
         uuid = self.selected
         usable = uuid is not None and self.checkpoints[uuid].state == "COMPLETED"
-        for name in ("download", "load"):
+        for name in ("download", "load", "delete", "register"):
             self.buttons[name].disabled = not usable
 
     def _say(self, message: str) -> None:

@@ -22,7 +22,7 @@ from api_data import (
     TRIALS,
     USERS,
 )
-from cli_result import Result
+from cli_result import Result, table_rows
 from fake_master import FakeMaster, Reply, Request, closed_port, log_row, ndjson
 
 from det_hub.cli import experiment as experiment_cli
@@ -33,13 +33,6 @@ from det_hub.client import MAX_CONTEXT_BYTES
 Det = Callable[..., Result]
 LIST = {"experiments": [EXPERIMENT, EXPERIMENT_DONE], "pagination": {"offset": 0, "limit": 100, "total": 2}}
 
-
-def _table_lines(out: str) -> list[list[str]]:
-    """A tabulate 'simple' table as rows of cells split on runs of 2+ spaces."""
-    import re
-
-    return [re.split(r"\s{2,}", line.strip()) for line in out.strip().splitlines()
-            if line.strip() and not set(line.strip()) <= {"-", " "}]
 
 
 def test_help_lists_verbs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -84,7 +77,7 @@ def test_experiment_list_all_and_archived(fake_master: FakeMaster, det: Det) -> 
     query = fake_master.calls("GET", "/experiments")[0].query
     assert "owner" not in query and "archived" not in query
     assert fake_master.calls("GET", "/me") == []
-    rows = _table_lines(result.out)
+    rows = table_rows(result.out)
     assert rows[0] == ["ID", "Owner", "Name", "State", "Progress", "Trials", "Pool", "Started",
                        "Duration", "Archived"]
     assert rows[1][:7] == ["3", "admin", "mnist-const", "ACTIVE", "25%", "2", "default"]
@@ -122,7 +115,7 @@ def test_experiment_describe(fake_master: FakeMaster, det: Det) -> None:
     assert "mnist-const" in result.out and "validation_loss (smaller is better)" in result.out
     assert "Searcher:" in result.out and "single" in result.out
     trials_part = result.out.split("Trials:\n")[1].split("\n\n")[0]
-    rows = _table_lines(trials_part)
+    rows = table_rows(trials_part)
     assert rows[0] == ["ID", "State", "Run state", "Steps", "Progress", "Restarts", "Metric",
                        "Hyperparameters", "Checkpoint"]
     assert rows[1] == ["7", "ACTIVE", "RUNNING", "500", "50%", "0", "0.1", "lr=0.1",
@@ -145,7 +138,7 @@ def test_experiment_describe_shows_the_rung_table(fake_master: FakeMaster, det: 
     fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
     fake_master.json("GET", "/experiments/3/searcher", {"searcher": ASHA_SEARCH})
     out = det("experiment", "describe", "3").out
-    rows = _table_lines(out.split("Rungs:\n")[1])
+    rows = table_rows(out.split("Rungs:\n")[1])
     assert rows[0] == ["Bracket", "Rung", "Length", "Reported", "Best", "Continued", "Training",
                        "Trials (best first)"]
     assert rows[1] == ["0", "0", "250", "2", "0.05", "1", "0", "8, 7"]
@@ -162,7 +155,7 @@ def test_best_metric_larger_is_better(fake_master: FakeMaster, det: Det) -> None
 def test_list_trials(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/experiments/3/trials", {"trials": TRIALS})
     assert json.loads(det("e", "list-trials", "3", "--json").out) == {"trials": TRIALS}
-    rows = _table_lines(det("e", "list-trials", "3").out)
+    rows = table_rows(det("e", "list-trials", "3").out)
     assert [row[0] for row in rows] == ["ID", "7", "8"]
 
 
@@ -317,7 +310,7 @@ def test_trial_metrics(fake_master: FakeMaster, det: Det) -> None:
     result = det("trial", "metrics", "7", "--group", "validation")
 
     assert fake_master.calls("GET", "/trials/7/metrics")[-1].query == {"group": "validation"}
-    rows = _table_lines(result.out)
+    rows = table_rows(result.out)
     assert rows[0] == ["Group", "Steps", "Reported", "loss", "validation_loss", "accuracy"]
     assert rows[2] == ["validation", "100", fmt_time("2026-11-22T10:01:05Z"), "0.8", "0.712346"]
 
@@ -331,7 +324,7 @@ def test_checkpoints(fake_master: FakeMaster, det: Det) -> None:
 
     assert json.loads(det("checkpoint", "list", "3", "--json").out) == {"checkpoints": [CHECKPOINT]}
     assert json.loads(det("checkpoint", "describe", CHECKPOINT["uuid"], "--json").out) == {"checkpoint": CHECKPOINT}
-    rows = _table_lines(det("checkpoint", "list", "3").out)
+    rows = table_rows(det("checkpoint", "list", "3").out)
     assert rows[0] == ["UUID", "Trial", "Steps", "State", "Size", "Files", "Reported"]
     assert rows[1][:6] == [CHECKPOINT["uuid"], "7", "500", "COMPLETED", "3.2 KiB", "2"]
     described = det("c", "describe", CHECKPOINT["uuid"]).out
@@ -359,22 +352,22 @@ def test_cluster_tables(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/resource_pools", POOLS)
     fake_master.json("GET", "/jobs", JOBS)
 
-    agents = _table_lines(det("agent", "list").out)
+    agents = table_rows(det("agent", "list").out)
     assert agents[0] == ["ID", "Type", "Pool", "Enabled", "Connected", "Slots", "Used",
                          "Slot types", "Address"]
     assert agents[1] == ["local", "local", "default", "yes", "yes", "2", "1", "cpu", "127.0.0.1"]
-    slots = _table_lines(det("slot", "list").out)
+    slots = table_rows(det("slot", "list").out)
     assert slots[0] == ["Agent", "Slot", "Type", "Device", "Enabled", "Allocation"]
     assert slots[1:] == [["local", "0", "cpu", "cpu0-3", "yes", "7.0"], ["local", "1", "cpu", "cpu4-7", "yes", "-"]]
     slot_json = json.loads(det("slot", "list", "--json").out)
     assert slot_json["slots"][0] == {"agent_id": "local", **AGENTS["agents"][0]["slots"][0]}
-    pools = _table_lines(det("rp", "list").out)
+    pools = table_rows(det("rp", "list").out)
     assert pools[0] == ["Name", "Type", "Agents", "Slots used", "Slots total", "Scheduler",
                         "Preemption", "Default", "Description"]
     assert pools[1:] == [
         ["default", "local", "1", "1", "2", "priority", "no", "yes", "-"],
         ["gpu", "docker", "2", "0", "16", "fair_share", "yes", "no", "the A100 hosts"]]
-    jobs = _table_lines(det("job", "list").out)
+    jobs = table_rows(det("job", "list").out)
     assert jobs[0] == ["#", "ID", "Type", "Name", "Priority", "Weight", "Submitted",
                        "Slots (acquired/needed)", "Status", "User"]
     assert jobs[1] == ["1", "exp-3", "EXPERIMENT", "mnist-const", "42", "1",
@@ -390,7 +383,7 @@ def test_job_list_of_one_pool(fake_master: FakeMaster, det: Det) -> None:
 
     result = det("job", "list", "--resource-pool", "gpu")
 
-    assert result.code == 0 and _table_lines(result.out)[0][:2] == ["#", "ID"]
+    assert result.code == 0 and table_rows(result.out)[0][:2] == ["#", "ID"]
     assert fake_master.calls("GET", "/jobs")[0].query == {"resource_pool": "gpu"}
 
 
@@ -404,7 +397,7 @@ def test_job_update_sends_the_changes_and_prints_the_new_row(fake_master: FakeMa
     assert result.code == 0, result.err
     assert fake_master.calls("PATCH", "/jobs/exp-4")[0].json() == {"weight": 0.5,
                                                                    "ahead_of": "exp-3"}
-    rows = _table_lines(result.out)
+    rows = table_rows(result.out)
     assert rows[0][:2] == ["#", "ID"] and rows[1][:5] == ["1", "exp-4", "EXPERIMENT", "resnet",
                                                           "42"]
 
@@ -460,7 +453,7 @@ def test_agent_enable_and_disable(fake_master: FakeMaster, det: Det) -> None:
     # Without --drain the trials there checkpoint and move; the API's own default is to drain.
     assert [c.json() for c in fake_master.calls("POST", "/agents/local/disable")] == [
         {"drain": False}, {"drain": True}]
-    assert disabled.code == 0 and _table_lines(disabled.out)[1][:4] == [
+    assert disabled.code == 0 and table_rows(disabled.out)[1][:4] == [
         "local", "local", "default", "no"]
     assert drained.code == 0
     assert enabled.code == 0 and json.loads(enabled.out) == {"agent": agent}
@@ -487,7 +480,7 @@ def test_users(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/me", ME)
     fake_master.json("POST", "/users", {"user": {"id": 3, "username": "bob", "admin": True}, "token": "secret-tok"}, 201)
 
-    assert _table_lines(det("user", "list").out)[1:] == [["1", "admin", "yes"], ["2", "ann", "no"]]
+    assert table_rows(det("user", "list").out)[1:] == [["1", "admin", "yes"], ["2", "ann", "no"]]
     created = det("user", "create", "bob", "--admin")
     assert created.code == 0 and "Token: secret-tok" in created.out and "only this once" in created.err
     assert fake_master.calls("POST", "/users")[0].json() == {"username": "bob", "admin": True}

@@ -117,7 +117,7 @@ def test_checkpoint_browser_lists_downloads_and_loads(
     assert all(r["uuid"] in browser.table.value for r in rows)
     assert "validation_loss=0.2" in browser.table.value
     assert browser.selected == rows[0]["uuid"]
-    assert "delete" not in browser.buttons
+    assert list(browser.buttons) == ["download", "load", "delete", "register", "refresh"]
     uuid = rows[0]["uuid"]
 
     browser.directory.value = str(tmp_path / "downloads")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from det_hub.service.errors import Forbidden
 from det_hub.service.handlers.base import APIHandler
 from det_hub.service.serialize import checkpoint_json
 
@@ -23,12 +24,23 @@ class CheckpointsHandler(APIHandler):
 
 class CheckpointHandler(APIHandler):
     allow_allocation = True
-    answers = {"get": "checkpoint"}
+    answers = {"get": "checkpoint", "delete": "checkpoint"}
+    extra_responses = {"delete": {"409": (
+        "a model version names it, or it is the latest checkpoint of a trial that can still "
+        "run, or it is not COMPLETED")}}
 
     async def get(self, uuid: str) -> None:
-        """One checkpoint."""
+        """One checkpoint, with ``training``: what it was trained from."""
+        ckpt = await self.master.get_checkpoint(self.principal, uuid)
         self.send({"checkpoint": checkpoint_json(
-            await self.master.get_checkpoint(self.principal, uuid))})
+            ckpt, training=await self.master.checkpoint_training(ckpt))})
+
+    async def delete(self, uuid: str) -> None:
+        """Delete a checkpoint's files; it stays listed as DELETED (owner or admin)."""
+        if self.principal.allocation is not None:
+            raise Forbidden("training code cannot delete checkpoints through this endpoint")
+        self.send({"checkpoint": checkpoint_json(
+            await self.master.delete_checkpoint(self.principal, uuid.lower()))})
 
 
 routes = [

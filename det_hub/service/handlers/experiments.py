@@ -128,6 +128,21 @@ class ContinueHandler(APIHandler):
         self.send({"experiment": exp})
 
 
+class CheckpointGCHandler(APIHandler):
+    answers = {"post": "gc"}
+    body = {"post": {"type": "object", "properties": {
+        "save_experiment_best": {"type": "integer", "minimum": 0},
+        "save_trial_best": {"type": "integer", "minimum": 0},
+        "save_trial_latest": {"type": "integer", "minimum": 0},
+        "dry_run": {"type": "boolean", "default": False, "description": (
+            "only answer what would be deleted; change nothing")}}}}
+
+    async def post(self, experiment_id: str) -> None:
+        """Set the experiment's checkpoint retention policy and run checkpoint GC now."""
+        self.send(await self.master.collect_checkpoints(self.principal, int(experiment_id),
+                                                        self.json_body()))
+
+
 class ExperimentTrialsHandler(APIHandler):
     answers = {"get": "trials"}
 
@@ -190,6 +205,7 @@ routes = [
     (rf"/experiments/{ID}/continue", ContinueHandler),
     (rf"/experiments/{ID}/trials", ExperimentTrialsHandler),
     (rf"/experiments/{ID}/checkpoints", ExperimentCheckpointsHandler),
+    (rf"/experiments/{ID}/gc", CheckpointGCHandler),
     (rf"/experiments/{ID}/searcher", SearcherHandler),
     (rf"/experiments/{ID}/searcher_state", SearcherStateHandler),
     (rf"/experiments/{ID}/context", ContextHandler),
