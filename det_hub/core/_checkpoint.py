@@ -68,7 +68,10 @@ class CheckpointContext:
         """A directory to write a new checkpoint into, and the checkpoint's id.
 
         After the ``with`` body the directory's files are measured, ``metadata.json`` is
-        written and the checkpoint is reported to the master as COMPLETED.
+        written, the files are stored (uploaded, for object stores) and only then is the
+        checkpoint reported to the master as COMPLETED: a checkpoint whose files did not all
+        reach storage is never reported. With ``shard=True`` the chief reports it only once
+        every rank has stored its part.
 
         Args:
             metadata: Free-form JSON metadata; ``steps_completed`` in it is the step the
@@ -80,7 +83,9 @@ class CheckpointContext:
             ``(path, storage_id)``.
 
         Raises:
-            RuntimeError: A worker other than the chief calls it with ``shard=False``.
+            RuntimeError: A worker other than the chief calls it with ``shard=False``, or
+                (``shard=True``) another rank could not store its part.
+            OSError: The files could not be stored.
         """
         meta = _clean_metadata(metadata)
         if not shard and not self._dist.is_chief:
@@ -91,29 +96,51 @@ class CheckpointContext:
         storage_id = str(uuid.uuid4()) if self._dist.is_chief else ""
         if shard:
             storage_id = self._dist.broadcast(storage_id)
-        with self._storage.store_path(storage_id) as path:
-            yield path, storage_id
-            own = directory_resources(path)
-            parts = self._dist.gather(own) if shard else [own]
-            if self._dist.is_chief:
-                assert parts is not None
-                if shard:
-                    merged_meta: dict[str, Any] = {}
-                    for m in self._dist.gather(meta) or []:
-                        merged_meta.update(m)
-                    meta = merged_meta
-                else:
-                    meta = dict(meta)
-                _write_metadata(path, meta)
-                resources: dict[str, int] = {}
-                for part in parts:
-                    resources.update(part)
-                resources[METADATA_FILE] = (path / METADATA_FILE).stat().st_size
-            elif shard:
-                self._dist.gather(meta)
+        measured = False
+        failure: Exception | None = None
+        try:
+            with self._storage.store_path(storage_id) as path:
+                yield path, storage_id
+                own = directory_resources(path)
+                parts = self._dist.gather(own) if shard else [own]
+                if self._dist.is_chief:
+                    assert parts is not None
+                    if shard:
+                        merged_meta: dict[str, Any] = {}
+                        for m in self._dist.gather(meta) or []:
+                            merged_meta.update(m)
+                        meta = merged_meta
+                    else:
+                        meta = dict(meta)
+                    _write_metadata(path, meta)
+                    resources: dict[str, int] = {}
+                    for part in parts:
+                        resources.update(part)
+                    resources[METADATA_FILE] = (path / METADATA_FILE).stat().st_size
+                elif shard:
+                    self._dist.gather(meta)
+                measured = True
+        except Exception as exc:
+            # Storing failed after every rank measured its files (an upload at the end of the
+            # body): the other ranks are about to wait in the allgather below for this one.
+            if not (shard and measured):
+                raise
+            failure = exc
         if shard:
             # Every rank's files are in storage before the chief declares the checkpoint done.
-            self._dist.allgather(None)
+            failures = self._dist.allgather(
+                None if failure is None else f"rank {self._dist.rank}: {failure}"
+            )
+            if failure is not None:
+                raise failure
+            failed = [f for f in failures if f]
+            if failed:
+                if self._dist.is_chief:
+                    self._discard(storage_id)
+                raise RuntimeError(
+                    f"checkpoint {storage_id} was not stored, so it is not reported: "
+                    + "; ".join(failed)
+                )
         if self._dist.is_chief:
             self._report(storage_id, dict(sorted(resources.items())), meta)
 
@@ -137,20 +164,51 @@ class CheckpointContext:
                 shutil.copytree(ckpt_dir, path, dirs_exist_ok=True)
         return storage_id
 
+    def _discard(self, storage_id: str) -> None:
+        """Remove the parts of a checkpoint that will not be reported (best effort)."""
+        try:
+            self._storage.delete(storage_id)
+        except Exception:
+            logger.exception("could not remove the parts of unreported checkpoint %s",
+                             storage_id)
+
+    def _saved_resources(self, storage_id: str) -> dict[str, int] | None:
+        """The sizes the checkpoint's files were saved with, as the master recorded them, to
+        check a restore against; None outside a cluster, or when the master has no record
+        this trial may read (a checkpoint of another experiment)."""
+        if self._session is None:
+            return None
+        try:
+            body = self._session.get(f"/checkpoints/{storage_id}")
+        except MasterError as exc:
+            if exc.status in (403, 404):
+                return None
+            raise
+        found = body.get("checkpoint", {}).get("resources")
+        return {str(k): int(v) for k, v in found.items()} if isinstance(found, Mapping) else None
+
     @contextlib.contextmanager
     def restore_path(self, storage_id: str) -> Iterator[Path]:
         """A local directory holding checkpoint ``storage_id``; read from it in the body only.
 
+        Inside a cluster the files are checked against the sizes the master recorded.
+
         Raises:
             FileNotFoundError: No such checkpoint in storage.
+            det_hub.storage.CheckpointIntegrityError: A file is missing or of another size.
             ValueError: ``storage_id`` is not a uuid.
         """
-        with self._storage.restore_path(check_uuid(storage_id)) as path:
+        check_uuid(storage_id)
+        resources = self._saved_resources(storage_id)
+        with self._storage.restore_path(storage_id, resources=resources) as path:
             yield path
 
     def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str]) -> None:
-        """Copy checkpoint ``storage_id`` into ``ckpt_dir``."""
-        self._storage.download(check_uuid(storage_id), ckpt_dir)
+        """Copy checkpoint ``storage_id`` into ``ckpt_dir`` (checked as :meth:`restore_path`
+        checks)."""
+        check_uuid(storage_id)
+        resources = self._saved_resources(storage_id)
+        self._storage.download(storage_id, ckpt_dir, resources=resources)
 
     def get_metadata(self, storage_id: str) -> dict[str, Any]:
         """The metadata stored with checkpoint ``storage_id``.

@@ -17,6 +17,7 @@ from det_hub.core._http import MasterSession
 from det_hub.core._metric_sender import MetricSender
 from det_hub.core._preempt import PreemptContext, PreemptMode
 from det_hub.core._searcher import SearcherContext
+from det_hub.core._tensorboard_sync import TensorboardSync
 from det_hub.core._train import TrainContext
 from det_hub.storage import SharedFSStorage, StorageManager, build_storage
 
@@ -30,8 +31,9 @@ class TensorboardMode(enum.Enum):
     """Whether reported metrics are also written as TensorBoard event files.
 
     ``AUTO`` (the default): inside a cluster the chief writes them into the checkpoint
-    storage (see :meth:`det_hub.storage.StorageManager.tensorboard_path`). ``MANUAL``: they are
-    not; training code writes its own.
+    storage (see :meth:`det_hub.storage.StorageManager.tensorboard_path`; an object store gets
+    them from a local directory every few seconds and when the context closes). ``MANUAL``:
+    they are not; training code writes its own.
     """
 
     AUTO = "AUTO"
@@ -60,6 +62,7 @@ class Context:
         searcher: SearcherContext,
         info: ClusterInfo | None,
         session: MasterSession | None = None,
+        tensorboard_sync: TensorboardSync | None = None,
     ) -> None:
         self.distributed = distributed
         self.train = train
@@ -68,6 +71,7 @@ class Context:
         self.searcher = searcher
         self.info = info
         self._session = session
+        self._tensorboard_sync = tensorboard_sync
         self._closed = False
 
     def close(self, exc: BaseException | None = None) -> None:
@@ -87,6 +91,8 @@ class Context:
                 raise
             logger.exception("could not deliver metrics while closing")
         finally:
+            if self._tensorboard_sync is not None:
+                self._tensorboard_sync.close()  # after train.close(): the event file is whole
             self.preempt.close()
             if self._session is not None:
                 self._session.close()
@@ -194,10 +200,14 @@ def init(
         storage = _local_storage(checkpoint_storage)
     sender = None
     tensorboard_dir = None
+    tensorboard_sync = None
     if dist.is_chief:
         sender = MetricSender(session, trial_id, batch_interval=metric_batch_interval)
         if write_events:
             tensorboard_dir = storage.tensorboard_path(info.trial.experiment_id, trial_id)
+            if tensorboard_dir is None and storage.remote_tensorboard:
+                tensorboard_sync = TensorboardSync(storage, info.trial.experiment_id, trial_id)
+                tensorboard_dir = tensorboard_sync.local_dir
     train = TrainContext(
         distributed=dist,
         session=session,
@@ -217,4 +227,5 @@ def init(
         searcher=SearcherContext(distributed=dist, train=train, session=session, trial_id=trial_id),
         info=info,
         session=session,
+        tensorboard_sync=tensorboard_sync,
     )

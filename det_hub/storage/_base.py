@@ -6,7 +6,7 @@ import abc
 import contextlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 _UUID_RE = re.compile(
@@ -39,8 +39,47 @@ def directory_resources(path: str | os.PathLike[str]) -> dict[str, int]:
     return dict(sorted(found.items()))
 
 
+class CheckpointIntegrityError(OSError):
+    """A stored checkpoint's files are not those it was saved with: one is missing, or its
+    size differs from the size recorded when it was saved."""
+
+
+def verify_resources(
+    storage_id: str, found: Mapping[str, int], expected: Mapping[str, int] | None
+) -> None:
+    """Check that every file of ``expected`` (relative path to size, as the checkpoint was
+    saved) is in ``found`` with the same size; no check when ``expected`` is None.
+
+    Raises:
+        CheckpointIntegrityError: Naming every file that is missing or of another size.
+    """
+    if expected is None:
+        return
+    problems = []
+    for name, size in sorted(expected.items()):
+        have = found.get(name)
+        if have is None:
+            problems.append(f"{name} is missing (saved with {size} bytes)")
+        elif have != size:
+            problems.append(f"{name} is {have} bytes, but was saved with {size} bytes")
+    if problems:
+        raise CheckpointIntegrityError(
+            f"checkpoint {storage_id} is damaged: " + "; ".join(problems)
+        )
+
+
 class StorageManager(abc.ABC):
     """Where checkpoints live. Every checkpoint is a directory of files named by a uuid."""
+
+    #: Whether :meth:`restore_path` gives the stored directory itself, which outlives the
+    #: ``with`` body (a shared file system); otherwise it gives a temporary copy.
+    restores_in_place: bool = False
+
+    #: Whether TensorBoard files live away from the local file system (an object store).
+    #: :meth:`tensorboard_path` is then None: writers keep their event files in a local
+    #: directory that :meth:`upload_tensorboard` copies in, and readers fetch them with
+    #: :meth:`download_tensorboard`.
+    remote_tensorboard: bool = False
 
     def tensorboard_path(self, experiment_id: int, trial_id: int | None = None) -> Path | None:
         """The local directory of a trial's TensorBoard event files (of the experiment's, when
@@ -56,6 +95,29 @@ class StorageManager(abc.ABC):
         del experiment_id, trial_id
         return None
 
+    def upload_tensorboard(
+        self, src_dir: str | os.PathLike[str], experiment_id: int, trial_id: int
+    ) -> int:
+        """Copy the event files of ``src_dir`` that storage lacks, or holds at another size,
+        into the trial's TensorBoard directory in storage (same layout as
+        :meth:`tensorboard_path`). Only for backends with :attr:`remote_tensorboard`.
+
+        Returns:
+            How many files were copied.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps TensorBoard files in place")
+
+    def download_tensorboard(self, experiment_id: int, dst_dir: str | os.PathLike[str]) -> int:
+        """Bring ``dst_dir`` up to date with the experiment's TensorBoard files in storage
+        (``trial/<trial_id>/events.out.tfevents.*``). Files that grew in storage are extended
+        in place, so that a TensorBoard reading them goes on from where it was. Only for
+        backends with :attr:`remote_tensorboard`.
+
+        Returns:
+            How many files changed.
+        """
+        raise NotImplementedError(f"{type(self).__name__} keeps TensorBoard files in place")
+
     @abc.abstractmethod
     @contextlib.contextmanager
     def store_path(self, storage_id: str) -> Iterator[Path]:
@@ -70,20 +132,37 @@ class StorageManager(abc.ABC):
         """Copy the files of ``src_dir`` into checkpoint ``storage_id``."""
 
     @abc.abstractmethod
-    def download(self, storage_id: str, dst_dir: str | os.PathLike[str]) -> None:
+    def download(
+        self,
+        storage_id: str,
+        dst_dir: str | os.PathLike[str],
+        *,
+        resources: Mapping[str, int] | None = None,
+    ) -> None:
         """Copy checkpoint ``storage_id`` into ``dst_dir`` (created when missing).
+
+        Args:
+            resources: The sizes its files were saved with (the master's record), to check
+                the copy against; None checks only that every file arrived whole.
 
         Raises:
             FileNotFoundError: No such checkpoint.
+            CheckpointIntegrityError: A file is missing or not the size given in ``resources``.
         """
 
     @abc.abstractmethod
     @contextlib.contextmanager
-    def restore_path(self, storage_id: str) -> Iterator[Path]:
+    def restore_path(
+        self, storage_id: str, *, resources: Mapping[str, int] | None = None
+    ) -> Iterator[Path]:
         """A local directory holding checkpoint ``storage_id``, to read from in the body.
+
+        Args:
+            resources: As for :meth:`download`.
 
         Raises:
             FileNotFoundError: No such checkpoint.
+            CheckpointIntegrityError: As for :meth:`download`.
         """
 
     @abc.abstractmethod

@@ -5,10 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from det_hub.storage._base import StorageManager, check_uuid, directory_resources
+from det_hub.storage._base import (
+    StorageManager,
+    check_uuid,
+    directory_resources,
+    verify_resources,
+)
 
 
 class SharedFSStorage(StorageManager):
@@ -24,6 +29,8 @@ class SharedFSStorage(StorageManager):
     Raises:
         ValueError: ``storage_path`` points outside ``host_path``.
     """
+
+    restores_in_place = True
 
     def __init__(self, host_path: str | os.PathLike[str], storage_path: str | None = None) -> None:
         self.host_path = Path(host_path).expanduser().absolute()
@@ -68,12 +75,24 @@ class SharedFSStorage(StorageManager):
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copytree(src_dir, dst, dirs_exist_ok=True)
 
-    def download(self, storage_id: str, dst_dir: str | os.PathLike[str]) -> None:
-        shutil.copytree(self._existing(storage_id), dst_dir, dirs_exist_ok=True)
+    def download(
+        self,
+        storage_id: str,
+        dst_dir: str | os.PathLike[str],
+        *,
+        resources: Mapping[str, int] | None = None,
+    ) -> None:
+        src = self._existing(storage_id)
+        verify_resources(storage_id, directory_resources(src), resources)
+        shutil.copytree(src, dst_dir, dirs_exist_ok=True)
 
     @contextlib.contextmanager
-    def restore_path(self, storage_id: str) -> Iterator[Path]:
-        yield self._existing(storage_id)
+    def restore_path(
+        self, storage_id: str, *, resources: Mapping[str, int] | None = None
+    ) -> Iterator[Path]:
+        path = self._existing(storage_id)
+        verify_resources(storage_id, directory_resources(path), resources)
+        yield path
 
     def delete(self, storage_id: str) -> None:
         shutil.rmtree(self._dir(storage_id), ignore_errors=True)

@@ -82,8 +82,8 @@ def test_failed_write_is_removed(tmp_path: Path) -> None:
 def test_build_storage(tmp_path: Path) -> None:
     built = build_storage({"type": "shared_fs", "host_path": str(tmp_path), "storage_path": None})
     assert isinstance(built, SharedFSStorage) and built.base_path == tmp_path
-    with pytest.raises(ValueError, match=r"checkpoint_storage.type: 's3' is not supported"):
-        build_storage({"type": "s3", "bucket": "b"})
+    with pytest.raises(ValueError, match=r"checkpoint_storage.type: 'gcs' is not supported"):
+        build_storage({"type": "gcs", "bucket": "b"})
     with pytest.raises(ValueError, match="host_path: required"):
         build_storage({"type": "shared_fs"})
 
