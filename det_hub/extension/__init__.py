@@ -6,9 +6,12 @@ Once enabled (the wheel installs ``etc/jupyter/jupyter_server_config.d/det_hub.j
 - ``<base_url>det-hub/api/v1/<path>``: the master's REST API, every method, with the master
   token added on the way, so that code in the browser never holds it;
 - ``<base_url>det-hub/config``: where the master is, who the token belongs to, and det_hub's
-  version, for the JupyterLab panel.
+  version, for the JupyterLab panel;
+- ``POST <base_url>det-hub/launch``: an experiment created from a config file and a context
+  directory on this server (see :mod:`det_hub.extension.launch`);
+- ``<base_url>det-hub/checkpoints/<uuid>/download``: a checkpoint's files as a ``.tar.gz``.
 
-Both need the notebook server's own login (its token or cookie). The master and token come
+All need the notebook server's own login (its token or cookie). The master and token come
 from ``DET_HUB_MASTER`` and ``DET_HUB_TOKEN`` (see :class:`MasterConnection` for the rest).
 """
 

@@ -26,6 +26,24 @@ class BadPath(ExtensionError):
     status = 400
 
 
+class BadRequest(ExtensionError):
+    """A request body the extension cannot use (missing or wrong fields)."""
+
+    status = 400
+
+
+class NotFound(ExtensionError):
+    """A file, directory or checkpoint the request names is not there."""
+
+    status = 404
+
+
+class TooLarge(ExtensionError):
+    """A context directory over the master's limit."""
+
+    status = 413
+
+
 class MasterUnreachable(ExtensionError):
     """The master did not take the connection, or dropped it before answering."""
 
@@ -46,5 +64,5 @@ class MasterNotConfigured(ExtensionError):
     status = 503
 
 
-__all__ = ["BadPath", "ExtensionError", "MasterNotConfigured", "MasterRefused",
-           "MasterUnreachable"]
+__all__ = ["BadPath", "BadRequest", "ExtensionError", "MasterNotConfigured", "MasterRefused",
+           "MasterUnreachable", "NotFound", "TooLarge"]

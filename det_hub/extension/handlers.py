@@ -1,12 +1,15 @@
-"""The extension's HTTP handlers: the master's API passed through, and the panel's config.
+"""The extension's HTTP handlers: the master's API passed through, the panel's config, an
+experiment created from files on the server, and a checkpoint's download.
 
-Both need the notebook server's login (``@tornado.web.authenticated``); jupyter_server checks
+All need the notebook server's login (``@tornado.web.authenticated``); jupyter_server checks
 XSRF on cookie-authenticated requests that change things, as for its own API.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import tempfile
 from collections.abc import Awaitable
 from typing import Any
 
@@ -19,9 +22,14 @@ from tornado.iostream import StreamClosedError
 
 from det_hub import __version__
 from det_hub._relay import AnswerRelay
-from det_hub.extension.errors import ExtensionError
+from det_hub.extension.checkpoints import checked_uuid, write_checkpoint_archive
+from det_hub.extension.errors import BadRequest, ExtensionError
+from det_hub.extension.launch import experiment_body, parse_launch
 from det_hub.extension.master import MasterConnection
 from det_hub.extension.upstream import UpstreamRequest
+
+#: Bytes of a checkpoint archive sent at a time.
+_CHUNK = 1024 * 1024
 
 #: Methods whose request body is passed on even when it is empty.
 _WITH_BODY = ("POST", "PUT", "PATCH")
@@ -139,12 +147,72 @@ class ConfigHandler(DetHubHandler):
                                 "problem": problem}))
 
 
+class LaunchHandler(DetHubHandler):
+    """``POST <base_url>det-hub/launch``: an experiment from files on this server.
+
+    The body is ``{"config_path": ..., "context_dir": ..., "activate": true}``, paths relative
+    to the server's root directory (``context_dir`` defaults to the config's folder). The
+    answer is the master's to ``POST /api/v1/experiments`` (201 ``{"experiment": ...}``, or its
+    error), or the extension's own error for a path it cannot use.
+    """
+
+    @tornado.web.authenticated
+    async def post(self) -> None:
+        try:
+            try:
+                body = json.loads(self.request.body or b"null")
+            except ValueError as e:
+                raise BadRequest("the body is not JSON", [str(e)]) from e
+            request = parse_launch(body)
+            root = self.settings["server_root_dir"]
+            # Packing reads the whole context: off the event loop.
+            payload = await asyncio.to_thread(experiment_body, root, request)
+            answer = await self.master.call("POST", "experiments", payload)
+        except ExtensionError as e:
+            self.fail(e)
+            return
+        self.log.info("det_hub: experiment %s created from %s",
+                      answer.get("experiment", {}).get("id"), request.config_path)
+        self.set_status(201)
+        self.finish(json.dumps(answer))
+
+
+class CheckpointDownloadHandler(DetHubHandler):
+    """``GET <base_url>det-hub/checkpoints/<uuid>/download``: the checkpoint's files as a
+    ``.tar.gz``, read from its storage by this server."""
+
+    @tornado.web.authenticated
+    async def get(self, uuid: str) -> None:
+        with tempfile.TemporaryFile(prefix="det_hub_checkpoint_") as archive:
+            try:
+                found = await self.master.call("GET", f"checkpoints/{checked_uuid(uuid)}")
+                await asyncio.to_thread(write_checkpoint_archive, found["checkpoint"], archive)
+            except ExtensionError as e:
+                self.fail(e)
+                return
+            archive.seek(0)
+            self.set_header("Content-Type", "application/gzip")
+            self.set_header("Content-Disposition",
+                            f'attachment; filename="checkpoint-{uuid}.tar.gz"')
+            while chunk := archive.read(_CHUNK):
+                self.write(chunk)
+                try:
+                    await self.flush()
+                except StreamClosedError:
+                    return
+        self.finish(set_content_type="application/gzip")
+
+
 def routes(base_url: str) -> list[tuple[str, type[tornado.web.RequestHandler]]]:
     """The extension's routes below the notebook server's ``base_url``."""
     return [
         (url_path_join(base_url, r"det-hub/api/v1/(.*)"), ApiProxyHandler),
         (url_path_join(base_url, r"det-hub/config"), ConfigHandler),
+        (url_path_join(base_url, r"det-hub/launch"), LaunchHandler),
+        (url_path_join(base_url, r"det-hub/checkpoints/([^/]+)/download"),
+         CheckpointDownloadHandler),
     ]
 
 
-__all__ = ["ApiProxyHandler", "ConfigHandler", "DetHubHandler", "routes"]
+__all__ = ["ApiProxyHandler", "CheckpointDownloadHandler", "ConfigHandler", "DetHubHandler",
+           "LaunchHandler", "routes"]

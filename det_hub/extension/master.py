@@ -115,6 +115,42 @@ class MasterConnection(Configurable):
             f"the det_hub master at {self.master_url} cannot be reached",
             [str(error) or type(error).__name__])
 
+    async def call(self, method: str, path: str, body: Any = None,
+                   timeout: float = 120.0) -> dict[str, Any]:
+        """A JSON request to the master's ``/api/v1/<path>`` with the master token, answered
+        within ``timeout`` seconds.
+
+        Raises:
+            MasterNotConfigured: no master URL is set.
+            MasterUnreachable: the master did not answer.
+            MasterRefused: the master answered with an error (its status, message and details).
+        """
+        headers = self.request_headers(HTTPHeaders())
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        request = HTTPRequest(
+            self.api_url(path), method=method, headers=headers,
+            body=None if body is None else json.dumps(body),
+            connect_timeout=self.connect_timeout, request_timeout=timeout)
+        try:
+            response = await AsyncHTTPClient().fetch(request, raise_error=False)
+        except (OSError, HTTPClientError) as e:
+            raise self.unreachable(e) from e
+        if response.code == 599 and response.error is not None:
+            raise self.unreachable(response.error)
+        try:
+            answer = json.loads(response.body or b"null")
+        except ValueError:
+            answer = None
+        if not 200 <= response.code < 300:
+            if isinstance(answer, dict) and answer.get("error"):
+                raise MasterRefused(response.code, str(answer["error"]),
+                                    list(answer.get("details") or []))
+            raise MasterRefused(response.code, f"the master answered {response.code}")
+        if not isinstance(answer, dict):
+            raise MasterRefused(502, f"the master's answer to {method} {path} is not a JSON object")
+        return answer
+
     async def whoami(self) -> dict[str, Any]:
         """The user the token belongs to, as the master's ``/api/v1/me`` describes them.
 
@@ -123,25 +159,7 @@ class MasterConnection(Configurable):
             MasterUnreachable: the master did not answer.
             MasterRefused: the master answered with an error.
         """
-        headers = self.request_headers(HTTPHeaders())
-        request = HTTPRequest(self.api_url("me"), headers=headers,
-                              connect_timeout=self.connect_timeout, request_timeout=10)
-        try:
-            response = await AsyncHTTPClient().fetch(request, raise_error=False)
-        except (OSError, HTTPClientError) as e:
-            raise self.unreachable(e) from e
-        if response.code == 599 and response.error is not None:
-            raise self.unreachable(response.error)
-        try:
-            body = json.loads(response.body or b"null")
-        except ValueError:
-            body = None
-        if response.code != 200:
-            if isinstance(body, dict) and body.get("error"):
-                raise MasterRefused(response.code, str(body["error"]),
-                                    list(body.get("details") or []))
-            raise MasterRefused(response.code, f"the master answered {response.code}")
-        return dict(body["user"])
+        return dict((await self.call("GET", "me", timeout=10))["user"])
 
 
 __all__ = ["MasterConnection"]

@@ -10,17 +10,14 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import requests
 
-from det_hub.testing import MasterProcess, free_port
+from det_hub.testing import MasterProcess
 
-from .conftest import BROWSER_DIR, REPO, browser_node
+from .conftest import BROWSER_DIR, REPO, browser_node, jupyterlab
 
 pytestmark = pytest.mark.slow
 
@@ -56,52 +53,9 @@ def lab(module_master: MasterProcess, tmp_path: Path) -> Iterator[str]:
     work = tmp_path / "work"
     work.mkdir()
     _copy_notebook(work)
-    port, token = free_port(), "det-hub-browser-test"
-    # No "would you like news?" prompt over the screenshots.
-    notifications = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    notifications.mkdir(parents=True)
-    (notifications / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false"}))
-    env = {**os.environ, "DET_HUB_MASTER": module_master.url,
-           "DET_HUB_TOKEN": module_master.token,
-           # The server's own settings and state, away from the user's.
-           "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
-           "JUPYTER_RUNTIME_DIR": str(tmp_path / "jupyter-runtime")}
-    log_path = tmp_path / "jupyterlab.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1",
-             f"--ServerApp.port={port}", f"--ServerApp.token={token}",
-             "--ServerApp.open_browser=False", f"--ServerApp.root_dir={work}",
-             "--ServerApp.allow_root=True",
-             # `window.jupyterapp`, so the browser runs JupyterLab's own commands.
-             "--LabApp.expose_app_in_browser=True",
-             f"--LabApp.user_settings_dir={tmp_path / 'lab-settings'}",
-             f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}",
-             "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, log_path.read_text()
-            try:
-                if requests.get(f"{url}/api/status", params={"token": token},
-                                timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "JupyterLab did not answer:\n" + \
-                log_path.read_text()
-            time.sleep(0.2)
+    token = "det-hub-browser-test"
+    with jupyterlab(module_master, tmp_path, work, token) as url:
         yield f"{url}/?token={token}"
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def test_the_quickstart_notebook_runs_in_jupyterlab_in_a_browser(

@@ -1,0 +1,424 @@
+/**
+ * The panel's way to the det_hub master: the notebook server's extension, which forwards
+ * `<base_url>det-hub/api/v1/<path>` to the master's REST API with the master token added on
+ * the server. The browser holds no token of the master; requests carry only the notebook
+ * server's own login, which `ServerConnection.makeRequest` adds.
+ */
+
+import { URLExt } from '@jupyterlab/coreutils';
+import { ServerConnection } from '@jupyterlab/services';
+
+import { NdjsonParser, readText, ServerSentEventParser } from './streams';
+import {
+  ExperimentAction,
+  ExperimentEvent,
+  IAgent,
+  ICheckpoint,
+  IDetHubConfig,
+  IExperiment,
+  IJob,
+  ILogLine,
+  IMetricRow,
+  IResourcePool,
+  IStreamState,
+  ITrial,
+  isTerminal
+} from './types';
+
+/** Query parameters; `undefined` and `null` ones are left out. */
+export type Query = Record<string, string | number | boolean | null | undefined>;
+
+/** An answer of the master (or of the server extension) that is not a success. */
+export class DetHubError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    readonly details: unknown[] = []
+  ) {
+    super(message);
+    this.name = 'DetHubError';
+  }
+
+  /** The error of a failed answer: its JSON `{"error", "details"}`, or its status line. */
+  static async fromResponse(response: Response): Promise<DetHubError> {
+    let message = `${response.status} ${response.statusText}`.trim();
+    let details: unknown[] = [];
+    try {
+      const body = await response.json();
+      if (body && typeof body.error === 'string') {
+        message = body.error;
+        details = Array.isArray(body.details) ? body.details : [];
+      }
+    } catch {
+      // Not JSON (a proxy's error page): the status line says enough.
+    }
+    return new DetHubError(response.status, message, details);
+  }
+}
+
+/** What went wrong, in words: a DetHubError's message and details, or the error's text. */
+export function errorText(error: unknown): string {
+  if (error instanceof DetHubError) {
+    const details = error.details.map(d =>
+      typeof d === 'object' && d !== null && 'path' in d && 'message' in d
+        ? `${String((d as { path: unknown }).path)}: ${String((d as { message: unknown }).message)}`
+        : typeof d === 'string'
+          ? d
+          : JSON.stringify(d)
+    );
+    return [error.message, ...details].join('\n');
+  }
+  return error instanceof Error ? error.message : String(error);
+}
+
+/** Statuses a restarting master or a proxy in front of it answers with for a while. */
+const RETRYABLE = new Set([502, 503, 504]);
+
+/** Waits `ms`, or less when `signal` aborts. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise(resolve => {
+    if (signal?.aborted) {
+      resolve();
+      return;
+    }
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done);
+  });
+}
+
+export interface IFollowOptions {
+  /** Stops following; the returned promise then resolves. */
+  signal?: AbortSignal;
+  /** Give up after this many failed connections in a row (default 10). */
+  maxFailures?: number;
+  /** Milliseconds before the first reconnection, doubled after each failure (default 500). */
+  retryDelay?: number;
+}
+
+/** A client of the det_hub master through the notebook server's extension. */
+export class DetHubClient {
+  constructor(options: { serverSettings?: ServerConnection.ISettings } = {}) {
+    this.serverSettings = options.serverSettings ?? ServerConnection.makeSettings();
+  }
+
+  /** The notebook server's settings: its base URL, and the `fetch` requests go through. */
+  readonly serverSettings: ServerConnection.ISettings;
+
+  /** The URL of `<base_url>det-hub/<path>?<query>`. */
+  extensionUrl(path: string, query: Query = {}): string {
+    const kept: Record<string, string> = {};
+    for (const [key, value] of Object.entries(query)) {
+      if (value !== undefined && value !== null) {
+        kept[key] = String(value);
+      }
+    }
+    return (
+      URLExt.join(this.serverSettings.baseUrl, 'det-hub', path) + URLExt.objectToQueryString(kept)
+    );
+  }
+
+  /** The URL of the master's `/api/v1/<path>?<query>`, through the extension. */
+  apiUrl(path: string, query: Query = {}): string {
+    return this.extensionUrl(`api/v1/${path}`, query);
+  }
+
+  /**
+   * Sends a request to `<base_url>det-hub/<path>`; any status is returned, not thrown.
+   *
+   * @throws ServerConnection.NetworkError when the notebook server cannot be reached.
+   */
+  async send(
+    method: string,
+    path: string,
+    options: {
+      query?: Query;
+      body?: unknown;
+      headers?: Record<string, string>;
+      signal?: AbortSignal;
+    } = {}
+  ): Promise<Response> {
+    const init: RequestInit = { method, headers: options.headers, signal: options.signal };
+    if (options.body !== undefined) {
+      init.body = JSON.stringify(options.body);
+      init.headers = { 'Content-Type': 'application/json', ...options.headers };
+    }
+    return ServerConnection.makeRequest(
+      this.extensionUrl(path, options.query),
+      init,
+      this.serverSettings
+    );
+  }
+
+  /** A JSON answer of `<base_url>det-hub/<path>`; a failed one is thrown as a DetHubError. */
+  async json<T>(
+    method: string,
+    path: string,
+    options: { query?: Query; body?: unknown } = {}
+  ): Promise<T> {
+    const response = await this.send(method, path, options);
+    if (!response.ok) {
+      throw await DetHubError.fromResponse(response);
+    }
+    return (await response.json()) as T;
+  }
+
+  /** A JSON answer of the master's `/api/v1/<path>`. */
+  api<T>(
+    method: string,
+    path: string,
+    options: { query?: Query; body?: unknown } = {}
+  ): Promise<T> {
+    return this.json<T>(method, `api/v1/${path}`, options);
+  }
+
+  /** Where the master is and who the panel acts as. */
+  config(): Promise<IDetHubConfig> {
+    return this.json<IDetHubConfig>('GET', 'config');
+  }
+
+  /** Experiments, newest first. */
+  async listExperiments(
+    options: { owner?: string; archived?: boolean; state?: string; limit?: number } = {}
+  ): Promise<IExperiment[]> {
+    const body = await this.api<{ experiments: IExperiment[] }>('GET', 'experiments', {
+      query: {
+        owner: options.owner,
+        archived: options.archived,
+        state: options.state,
+        limit: options.limit
+      }
+    });
+    return body.experiments;
+  }
+
+  async getExperiment(id: number): Promise<IExperiment> {
+    return (await this.api<{ experiment: IExperiment }>('GET', `experiments/${id}`)).experiment;
+  }
+
+  /** Pauses, activates, kills, archives or unarchives an experiment; its new state. */
+  async experimentAction(id: number, action: ExperimentAction): Promise<IExperiment> {
+    return (await this.api<{ experiment: IExperiment }>('POST', `experiments/${id}/${action}`))
+      .experiment;
+  }
+
+  /** Sets the priority (1 first, 99 last) of an experiment's job. */
+  async setExperimentPriority(id: number, priority: number): Promise<IJob> {
+    const body = await this.api<{ job: IJob }>('PATCH', `jobs/exp-${id}`, { body: { priority } });
+    return body.job;
+  }
+
+  async listTrials(experimentId: number): Promise<ITrial[]> {
+    return (await this.api<{ trials: ITrial[] }>('GET', `experiments/${experimentId}/trials`))
+      .trials;
+  }
+
+  async getTrial(id: number): Promise<ITrial> {
+    return (await this.api<{ trial: ITrial }>('GET', `trials/${id}`)).trial;
+  }
+
+  /**
+   * A trial's metric reports, ascending; with `maxPoints`, downsampled by the master to about
+   * that many per group (keeping the shape of `metric`'s curve when given).
+   */
+  async trialMetrics(
+    id: number,
+    options: { group?: string; maxPoints?: number; metric?: string } = {}
+  ): Promise<IMetricRow[]> {
+    const body = await this.api<{ metrics: IMetricRow[] }>('GET', `trials/${id}/metrics`, {
+      query: { group: options.group, max_points: options.maxPoints, metric: options.metric }
+    });
+    return body.metrics.map(row => ({ ...row, trial_id: row.trial_id ?? id }));
+  }
+
+  /** An experiment's checkpoints, newest first. */
+  async listCheckpoints(experimentId: number): Promise<ICheckpoint[]> {
+    const body = await this.api<{ checkpoints: ICheckpoint[] }>(
+      'GET',
+      `experiments/${experimentId}/checkpoints`
+    );
+    return body.checkpoints;
+  }
+
+  async listAgents(): Promise<IAgent[]> {
+    return (await this.api<{ agents: IAgent[] }>('GET', 'agents')).agents;
+  }
+
+  async listResourcePools(): Promise<IResourcePool[]> {
+    return (await this.api<{ resource_pools: IResourcePool[] }>('GET', 'resource_pools'))
+      .resource_pools;
+  }
+
+  /** The job queue, in the order the scheduler considers it. */
+  async listJobs(): Promise<IJob[]> {
+    return (await this.api<{ jobs: IJob[] }>('GET', 'jobs')).jobs;
+  }
+
+  /**
+   * Creates an experiment from files on the notebook server: the config at `configPath` and
+   * the context directory `contextDir`, both relative to the server's root directory (as the
+   * file browser shows them). The server packs the context, so nothing large passes through
+   * the browser.
+   */
+  async createExperimentFromPath(
+    configPath: string,
+    contextDir: string,
+    options: { activate?: boolean } = {}
+  ): Promise<IExperiment> {
+    const body = await this.json<{ experiment: IExperiment }>('POST', 'launch', {
+      body: { config_path: configPath, context_dir: contextDir, activate: options.activate ?? true }
+    });
+    return body.experiment;
+  }
+
+  /** The URL that downloads a checkpoint's files as a .tar.gz (from the notebook server). */
+  checkpointDownloadUrl(uuid: string): string {
+    return this.extensionUrl(`checkpoints/${encodeURIComponent(uuid)}/download`);
+  }
+
+  /**
+   * Follows an experiment's metric stream: every metric row of its trials with an id above
+   * `afterId` (stored ones first), and its state whenever it changes, until the experiment is
+   * over and every row was sent, or `signal` aborts. A dropped connection, or the master asking
+   * to be reconnected to, is taken up again after the last row seen.
+   *
+   * @returns The id of the last row seen.
+   * @throws DetHubError when the master refuses the stream, or cannot be reached after
+   *   `maxFailures` tries in a row.
+   */
+  async followExperiment(
+    id: number,
+    onEvent: (event: ExperimentEvent) => void,
+    options: IFollowOptions & { afterId?: number } = {}
+  ): Promise<number> {
+    const { signal } = options;
+    let afterId = options.afterId ?? 0;
+    let failures = 0;
+    while (!signal?.aborted) {
+      let progressed = false;
+      let ended = false;
+      let problem = new DetHubError(0, 'the metric stream ended early');
+      try {
+        const response = await this.send('GET', `api/v1/experiments/${id}/metrics/stream`, {
+          query: { after_id: afterId },
+          headers: { Accept: 'text/event-stream' },
+          signal
+        });
+        if (!response.ok) {
+          problem = await DetHubError.fromResponse(response);
+          if (!RETRYABLE.has(response.status)) {
+            throw problem;
+          }
+        } else {
+          const parser = new ServerSentEventParser();
+          await readText(
+            response,
+            text => {
+              for (const sse of parser.push(text)) {
+                progressed = true;
+                if (sse.event === 'metrics') {
+                  const row = JSON.parse(sse.data) as IMetricRow;
+                  if (row.id > afterId) {
+                    afterId = row.id;
+                    onEvent({ kind: 'metrics', row });
+                  }
+                } else if (sse.event === 'state') {
+                  onEvent({ kind: 'state', state: JSON.parse(sse.data) as IStreamState });
+                } else if (sse.event === 'end') {
+                  ended = true;
+                }
+              }
+            },
+            signal
+          );
+        }
+      } catch (error) {
+        if (signal?.aborted) {
+          break;
+        }
+        if (error instanceof DetHubError) {
+          throw error;
+        }
+        problem = new DetHubError(0, `the notebook server cannot be reached: ${String(error)}`);
+      }
+      if (ended) {
+        break;
+      }
+      failures = progressed ? 0 : failures + 1;
+      if (failures > (options.maxFailures ?? 10)) {
+        throw problem;
+      }
+      await sleep(
+        Math.min((options.retryDelay ?? 500) * 2 ** Math.max(failures - 1, 0), 5000),
+        signal
+      );
+    }
+    return afterId;
+  }
+
+  /**
+   * Follows a trial's log: every line with an id above `afterId`, as it is written, until the
+   * trial has ended and every line was sent, or `signal` aborts. Without `follow`, the lines
+   * stored now only.
+   *
+   * @returns The id of the last line seen.
+   */
+  async followLogs(
+    trialId: number,
+    onLines: (lines: ILogLine[]) => void,
+    options: IFollowOptions & { afterId?: number; follow?: boolean } = {}
+  ): Promise<number> {
+    const { signal } = options;
+    const follow = options.follow ?? true;
+    let afterId = options.afterId ?? 0;
+    let failures = 0;
+    while (!signal?.aborted) {
+      let progressed = false;
+      try {
+        const response = await this.send('GET', `api/v1/trials/${trialId}/logs`, {
+          query: { follow, after_id: afterId },
+          signal
+        });
+        if (!response.ok) {
+          const problem = await DetHubError.fromResponse(response);
+          if (!RETRYABLE.has(response.status) || ++failures > (options.maxFailures ?? 10)) {
+            throw problem;
+          }
+        } else {
+          const parser = new NdjsonParser<ILogLine>();
+          const take = (lines: ILogLine[]): void => {
+            const fresh = lines.filter(line => line.id > afterId);
+            if (fresh.length) {
+              progressed = true;
+              afterId = fresh[fresh.length - 1].id;
+              onLines(fresh);
+            }
+          };
+          await readText(response, text => take(parser.push(text)), signal);
+          take(parser.flush());
+          // The stream ends by itself once the trial has ended; else the connection broke.
+          if (!follow || signal?.aborted || isTerminal((await this.getTrial(trialId)).state)) {
+            break;
+          }
+          failures = progressed ? 0 : failures + 1;
+        }
+      } catch (error) {
+        if (signal?.aborted) {
+          break;
+        }
+        if (error instanceof DetHubError || ++failures > (options.maxFailures ?? 10)) {
+          throw error;
+        }
+      }
+      await sleep(
+        Math.min((options.retryDelay ?? 500) * 2 ** Math.max(failures - 1, 0), 5000),
+        signal
+      );
+    }
+    return afterId;
+  }
+}

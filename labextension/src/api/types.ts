@@ -1,0 +1,174 @@
+/**
+ * The shapes of the det_hub master's REST API (docs/rest-api.md), as the panel reads them.
+ * Only the fields the panel uses are typed; the master may send more.
+ */
+
+/** Experiment and trial states; the last three are terminal. */
+export type RunState =
+  | 'ACTIVE'
+  | 'PAUSED'
+  | 'STOPPING_COMPLETED'
+  | 'STOPPING_CANCELED'
+  | 'STOPPING_ERROR'
+  | 'COMPLETED'
+  | 'CANCELED'
+  | 'ERROR';
+
+export const TERMINAL_STATES: ReadonlySet<string> = new Set(['COMPLETED', 'CANCELED', 'ERROR']);
+
+/** Whether an experiment or trial in `state` can change no more (short of `continue`). */
+export function isTerminal(state: string): boolean {
+  return TERMINAL_STATES.has(state);
+}
+
+export interface IUser {
+  id: number;
+  username: string;
+  admin: boolean;
+}
+
+/** `<base_url>det-hub/config`, from the server extension. */
+export interface IDetHubConfig {
+  master: string | null;
+  user: IUser | null;
+  version: string;
+  problem: string | null;
+}
+
+export interface IExperiment {
+  id: number;
+  name: string;
+  description: string;
+  owner: string;
+  state: RunState;
+  archived: boolean;
+  progress: number | null;
+  created_at: string;
+  ended_at: string | null;
+  config: Record<string, unknown>;
+  searcher_metric: string;
+  smaller_is_better: boolean;
+  num_trials: number;
+  resource_pool: string;
+  priority: number;
+  job_id?: string;
+  labels: string[];
+  forked_from: number | null;
+}
+
+export interface IValidation {
+  steps_completed: number;
+  metrics: Record<string, number>;
+}
+
+export interface ITrial {
+  id: number;
+  experiment_id: number;
+  state: RunState;
+  run_state: 'QUEUED' | 'STARTING' | 'RUNNING' | null;
+  hparams: Record<string, unknown>;
+  seed: number;
+  restarts: number;
+  created_at: string;
+  ended_at: string | null;
+  steps_completed: number;
+  progress: number | null;
+  latest_checkpoint: string | null;
+  best_validation: IValidation | null;
+  searcher_metric_value: number | null;
+}
+
+export interface ICheckpoint {
+  uuid: string;
+  trial_id: number;
+  experiment_id: number;
+  allocation_id: string | null;
+  state: 'ACTIVE' | 'COMPLETED' | 'DELETED';
+  steps_completed: number;
+  report_time: string | null;
+  resources: Record<string, number>;
+  metadata: Record<string, unknown>;
+  size: number | null;
+  storage: Record<string, unknown>;
+}
+
+/** One metric report of a trial (`/trials/{id}/metrics`, and the metric stream's rows). */
+export interface IMetricRow {
+  id: number;
+  trial_id?: number;
+  group: string;
+  steps_completed: number;
+  report_time: string;
+  metrics: Record<string, number | null>;
+}
+
+export interface ISlot {
+  id: string;
+  type: 'cpu' | 'cuda';
+  device: string | number | null;
+  cpus?: number[] | null;
+  description: string;
+  allocation_id: string | null;
+}
+
+export interface IAgent {
+  id: string;
+  type: string;
+  resource_pool: string;
+  enabled: boolean;
+  address: string;
+  connected: boolean;
+  slots: ISlot[];
+}
+
+export interface IResourcePool {
+  name: string;
+  description: string;
+  slots_total: number;
+  slots_used: number;
+  slot_type: string | null;
+  scheduler: string;
+  default: boolean;
+}
+
+export interface IJob {
+  job_id: string;
+  type: string;
+  name: string;
+  owner: string;
+  resource_pool: string;
+  queue_position: number | null;
+  priority: number;
+  weight: number;
+  state: 'QUEUED' | 'SCHEDULED' | 'SCHEDULED_PARTIALLY';
+  slots_requested: number;
+  slots_allocated: number;
+  preemptible: boolean;
+  experiment_id: number | null;
+  task_id: number | null;
+}
+
+/** One line of a trial's log (newline-delimited JSON of `/trials/{id}/logs`). */
+export interface ILogLine {
+  id: number;
+  trial_id: number;
+  timestamp: string;
+  rank: number | null;
+  stdtype: string;
+  message: string;
+}
+
+/** `event: state` of the metric stream. */
+export interface IStreamState {
+  experiment_id: number;
+  state: RunState;
+  progress: number | null;
+  trials: { id: number; state: RunState; steps_completed: number; progress: number | null }[];
+}
+
+/** An event of an experiment's metric stream, as the panel gets it. */
+export type ExperimentEvent =
+  { kind: 'metrics'; row: IMetricRow } | { kind: 'state'; state: IStreamState };
+
+/** The actions on an experiment, each a `POST /experiments/{id}/<action>`. */
+export type ExperimentAction = 'pause' | 'activate' | 'kill' | 'archive' | 'unarchive';

@@ -1,0 +1,312 @@
+/**
+ * What an experiment's view shows: the experiment, its trials and checkpoints, its metric
+ * curves (the stored ones, downsampled by the master, then each report as it arrives through
+ * the metric stream) and a trial's log, followed while it runs.
+ */
+
+import { ISignal, Signal } from '@lumino/signaling';
+
+import { DetHubClient } from '../api/client';
+import { ICheckpoint, IExperiment, ILogLine, IStreamState, ITrial, isTerminal } from '../api/types';
+import { MetricSeries } from './series';
+
+/** Points per trial and group fetched for the chart at first. */
+const STORED_POINTS = 500;
+/** The most log lines kept in view; older ones are dropped. */
+export const MAX_LOG_LINES = 5000;
+
+export class ExperimentModel {
+  constructor(
+    readonly client: DetHubClient,
+    readonly id: number
+  ) {}
+
+  /** Emitted when anything shown changes; reports arriving fast are gathered first. */
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get experiment(): IExperiment | null {
+    return this._experiment;
+  }
+
+  get trials(): readonly ITrial[] {
+    return this._trials;
+  }
+
+  get checkpoints(): readonly ICheckpoint[] {
+    return this._checkpoints;
+  }
+
+  get series(): MetricSeries {
+    return this._series;
+  }
+
+  get error(): string | null {
+    return this._error;
+  }
+
+  /** Whether the metric stream is being followed now. */
+  get live(): boolean {
+    return this._live;
+  }
+
+  /**
+   * Loads the experiment, its trials, checkpoints and stored metrics, then follows its metric
+   * stream until it is over or the model is disposed.
+   */
+  async start(): Promise<void> {
+    try {
+      await this.refresh();
+      const trials = this._trials;
+      const stored = await Promise.all(
+        trials.map(t => this.client.trialMetrics(t.id, { maxPoints: STORED_POINTS }))
+      );
+      for (const rows of stored) {
+        rows.forEach(row => this._series.add(row));
+      }
+      this._emit();
+    } catch (error) {
+      this._fail(error);
+      return;
+    }
+    void this._follow();
+  }
+
+  /** Fetches the experiment, its trials and its checkpoints again. */
+  async refresh(): Promise<void> {
+    const [experiment, trials, checkpoints] = await Promise.all([
+      this.client.getExperiment(this.id),
+      this.client.listTrials(this.id),
+      this.client.listCheckpoints(this.id)
+    ]);
+    this._experiment = experiment;
+    this._trials = trials;
+    this._checkpoints = checkpoints;
+    this._error = null;
+    this._emit(true);
+  }
+
+  /** Puts an experiment's new state (after an action) in view at once. */
+  update(experiment: IExperiment): void {
+    this._experiment = experiment;
+    this._emit(true);
+  }
+
+  get isDisposed(): boolean {
+    return this._stop.signal.aborted;
+  }
+
+  dispose(): void {
+    this._stop.abort();
+    if (this._timer !== null) {
+      clearTimeout(this._timer);
+    }
+    Signal.clearData(this);
+  }
+
+  private async _follow(): Promise<void> {
+    this._live = true;
+    this._emit(true);
+    try {
+      await this.client.followExperiment(
+        this.id,
+        event => {
+          if (event.kind === 'metrics') {
+            this._series.add(event.row);
+            this._emit();
+          } else {
+            this._onState(event.state);
+          }
+        },
+        { afterId: this._series.lastId, signal: this._stop.signal }
+      );
+    } catch (error) {
+      this._fail(error);
+    } finally {
+      this._live = false;
+    }
+    if (!this.isDisposed) {
+      // The experiment is over: its final trials and checkpoints.
+      await this.refresh().catch(error => this._fail(error));
+    }
+  }
+
+  private _onState(state: IStreamState): void {
+    const experiment = this._experiment;
+    if (experiment) {
+      this._experiment = { ...experiment, state: state.state, progress: state.progress };
+    }
+    const known = new Map(this._trials.map(t => [t.id, t]));
+    let fresh = false;
+    for (const update of state.trials) {
+      const trial = known.get(update.id);
+      if (trial) {
+        known.set(update.id, { ...trial, ...update });
+      } else {
+        fresh = true;
+      }
+    }
+    this._trials = [...known.values()];
+    if (fresh || isTerminal(state.state)) {
+      // New trials (their hyperparameters), or the last checkpoints.
+      void this.refresh().catch(error => this._fail(error));
+    } else {
+      void this._refreshCheckpointsSoon();
+    }
+    this._emit(true);
+  }
+
+  /** Checkpoints are looked at again at most every few seconds while trials report. */
+  private async _refreshCheckpointsSoon(): Promise<void> {
+    const now = Date.now();
+    if (now - this._checkpointsAt < 3000) {
+      return;
+    }
+    this._checkpointsAt = now;
+    try {
+      this._checkpoints = await this.client.listCheckpoints(this.id);
+      this._emit();
+    } catch {
+      // The next state change tries again.
+    }
+  }
+
+  private _fail(error: unknown): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this._error = error instanceof Error ? error.message : String(error);
+    this._emit(true);
+  }
+
+  /** Emits `changed` now, or within 200 ms for a burst of reports. */
+  private _emit(now = false): void {
+    if (this.isDisposed) {
+      return;
+    }
+    if (now) {
+      if (this._timer !== null) {
+        clearTimeout(this._timer);
+        this._timer = null;
+      }
+      this._changed.emit();
+    } else if (this._timer === null) {
+      this._timer = setTimeout(() => {
+        this._timer = null;
+        this._changed.emit();
+      }, 200);
+    }
+  }
+
+  private _experiment: IExperiment | null = null;
+  private _trials: ITrial[] = [];
+  private _checkpoints: ICheckpoint[] = [];
+  private _error: string | null = null;
+  private _live = false;
+  private _checkpointsAt = 0;
+  private _timer: ReturnType<typeof setTimeout> | null = null;
+  private readonly _series = new MetricSeries();
+  private readonly _stop = new AbortController();
+  private readonly _changed = new Signal<this, void>(this);
+}
+
+/** A trial's log lines, fetched and, while `follow` is on and the trial runs, followed. */
+export class TrialLogModel {
+  constructor(readonly client: DetHubClient) {}
+
+  get changed(): ISignal<this, void> {
+    return this._changed;
+  }
+
+  get trialId(): number | null {
+    return this._trialId;
+  }
+
+  get lines(): readonly ILogLine[] {
+    return this._lines;
+  }
+
+  get follow(): boolean {
+    return this._follow;
+  }
+
+  /** Whether lines are being read now (false once the trial's log has ended). */
+  get reading(): boolean {
+    return this._reading;
+  }
+
+  get error(): string | null {
+    return this._error;
+  }
+
+  /** Shows `trialId`'s log from its start; `follow` keeps reading while it runs. */
+  show(trialId: number | null, follow = this._follow): void {
+    this._abort?.abort();
+    this._trialId = trialId;
+    this._follow = follow;
+    this._lines = [];
+    this._afterId = 0;
+    this._error = null;
+    this._read();
+  }
+
+  /** Turns following on (reading on from the last line) or off. */
+  setFollow(follow: boolean): void {
+    if (follow === this._follow) {
+      return;
+    }
+    this._follow = follow;
+    this._abort?.abort();
+    this._read();
+  }
+
+  dispose(): void {
+    this._abort?.abort();
+    Signal.clearData(this);
+  }
+
+  private _read(): void {
+    const trialId = this._trialId;
+    this._changed.emit();
+    if (trialId === null) {
+      return;
+    }
+    const abort = new AbortController();
+    this._abort = abort;
+    this._reading = true;
+    void this.client
+      .followLogs(
+        trialId,
+        lines => {
+          if (abort.signal.aborted) {
+            return;
+          }
+          this._lines = [...this._lines, ...lines].slice(-MAX_LOG_LINES);
+          this._afterId = this._lines[this._lines.length - 1].id;
+          this._changed.emit();
+        },
+        { afterId: this._afterId, follow: this._follow, signal: abort.signal }
+      )
+      .catch(error => {
+        if (!abort.signal.aborted) {
+          this._error = error instanceof Error ? error.message : String(error);
+        }
+      })
+      .finally(() => {
+        if (this._abort === abort) {
+          this._reading = false;
+          this._changed.emit();
+        }
+      });
+  }
+
+  private _trialId: number | null = null;
+  private _lines: ILogLine[] = [];
+  private _afterId = 0;
+  private _follow = true;
+  private _reading = false;
+  private _error: string | null = null;
+  private _abort: AbortController | null = null;
+  private readonly _changed = new Signal<this, void>(this);
+}

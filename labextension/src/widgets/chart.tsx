@@ -1,0 +1,107 @@
+/**
+ * A Plotly chart of one metric's curves. Plotly.js (the `plotly.js-dist-min` bundle) is
+ * loaded the first time a chart is drawn, so the sidebar alone never pays for it.
+ */
+
+import * as React from 'react';
+
+import { ITrace } from '../model/series';
+
+type PlotlyModule = typeof import('plotly.js-dist-min');
+
+let plotly: Promise<PlotlyModule> | null = null;
+
+/** Plotly.js, loaded once. */
+export function loadPlotly(): Promise<PlotlyModule> {
+  if (!plotly) {
+    plotly = import('plotly.js-dist-min').then(
+      module =>
+        ((module as unknown as { default?: PlotlyModule }).default ?? module) as PlotlyModule
+    );
+  }
+  return plotly;
+}
+
+/** A CSS variable of JupyterLab's theme, for Plotly's colours (which are not CSS). */
+function themeColor(name: string, fallback: string): string {
+  const value = getComputedStyle(document.body).getPropertyValue(name).trim();
+  return value || fallback;
+}
+
+export function MetricChart(props: { metric: string | null; traces: ITrace[] }): JSX.Element {
+  const node = React.useRef<HTMLDivElement>(null);
+  const { metric, traces } = props;
+  const points = traces.reduce((n, t) => n + t.x.length, 0);
+
+  React.useEffect(() => {
+    let cancelled = false;
+    void loadPlotly().then(Plotly => {
+      const div = node.current;
+      if (cancelled || !div) {
+        return;
+      }
+      const font = themeColor('--jp-ui-font-color1', '#222');
+      const grid = themeColor('--jp-border-color2', '#e0e0e0');
+      const data = traces.map(trace => ({
+        type: 'scatter' as const,
+        name: trace.name,
+        x: trace.x,
+        y: trace.y,
+        mode:
+          trace.group === 'training' && trace.x.length > 1
+            ? ('lines' as const)
+            : ('lines+markers' as const),
+        line: { dash: trace.group === 'training' ? ('solid' as const) : ('dot' as const) }
+      }));
+      void Plotly.react(
+        div,
+        data,
+        {
+          autosize: true,
+          height: 320,
+          margin: { l: 56, r: 16, t: 16, b: 44 },
+          paper_bgcolor: 'rgba(0,0,0,0)',
+          plot_bgcolor: 'rgba(0,0,0,0)',
+          font: { color: font, size: 11 },
+          xaxis: { title: { text: 'batches' }, gridcolor: grid, zeroline: false },
+          yaxis: { title: { text: metric ?? '' }, gridcolor: grid, zeroline: false },
+          legend: { orientation: 'h', y: -0.2 },
+          showlegend: true
+        },
+        { responsive: true, displaylogo: false }
+      );
+    });
+    return () => {
+      cancelled = true;
+    };
+  }, [metric, traces]);
+
+  React.useEffect(() => {
+    const div = node.current;
+    return () => {
+      if (div && plotly) {
+        void plotly.then(Plotly => Plotly.purge(div));
+      }
+    };
+  }, []);
+
+  return (
+    <div className="jp-DetHub-chart" ref={node} data-metric={metric ?? ''} data-points={points}>
+      {traces.length === 0 ? (
+        <p className="jp-DetHub-note">No reports of this metric yet.</p>
+      ) : null}
+    </div>
+  );
+}
+
+/** Fits the charts inside `host` to their boxes again (after the host was resized). */
+export function resizeCharts(host: HTMLElement): void {
+  if (!plotly) {
+    return;
+  }
+  void plotly.then(Plotly => {
+    host.querySelectorAll<HTMLElement>('.js-plotly-plot').forEach(div => {
+      void Plotly.Plots.resize(div);
+    });
+  });
+}

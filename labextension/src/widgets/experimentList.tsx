@@ -1,0 +1,206 @@
+/** The sidebar's experiments: mine or all, a search box, and each row opening on its trials. */
+
+import * as React from 'react';
+
+import { actionLabel, actionsFor } from '../actions';
+import { ExperimentAction, IExperiment } from '../api/types';
+import { ExperimentListModel, formatMetric } from '../model/experiments';
+import { formatHparams, Progress, Sparkline, StateBadge } from './common';
+
+export interface IExperimentListProps {
+  model: ExperimentListModel;
+  /** Opens the experiment's view in the main area. */
+  onOpen: (experiment: IExperiment) => void;
+  onAction: (experiment: IExperiment, action: ExperimentAction) => void;
+  onPriority: (experiment: IExperiment) => void;
+  onRefresh: () => void;
+}
+
+export function ExperimentList(props: IExperimentListProps): JSX.Element {
+  const { model } = props;
+  const shown = model.shown;
+  return (
+    <div className="jp-DetHub-experimentList">
+      <div className="jp-DetHub-toolbar">
+        <div className="jp-DetHub-scope" role="group" aria-label="Whose experiments">
+          {(['mine', 'all'] as const).map(scope => (
+            <button
+              key={scope}
+              className="jp-DetHub-scopeButton"
+              aria-pressed={model.scope === scope}
+              data-scope={scope}
+              onClick={() => {
+                model.scope = scope;
+                props.onRefresh();
+              }}
+            >
+              {scope === 'mine' ? 'Mine' : 'All'}
+            </button>
+          ))}
+        </div>
+        <SearchBox
+          initial={model.query}
+          onChange={query => {
+            model.query = query;
+          }}
+        />
+        <button
+          className="jp-DetHub-refresh"
+          title="Refresh now"
+          aria-label="Refresh"
+          onClick={props.onRefresh}
+        >
+          ↻
+        </button>
+      </div>
+      {model.scope === 'mine' && model.user === null ? (
+        <p className="jp-DetHub-note">
+          The master did not say who you are: all experiments are listed.
+        </p>
+      ) : null}
+      {model.error ? <p className="jp-DetHub-error">{model.error}</p> : null}
+      {!model.loaded && !model.error ? (
+        <p className="jp-DetHub-note">Loading experiments…</p>
+      ) : null}
+      {model.loaded && shown.length === 0 ? (
+        <p className="jp-DetHub-note">
+          {model.experiments.length === 0
+            ? 'No experiments yet. Right-click a .yaml config in the file browser to create one.'
+            : 'No experiment matches the filter.'}
+        </p>
+      ) : null}
+      <ul className="jp-DetHub-experiments">
+        {shown.map(experiment => (
+          <ExperimentRow key={experiment.id} experiment={experiment} {...props} />
+        ))}
+      </ul>
+    </div>
+  );
+}
+
+/** The filter box; it keeps what is typed itself, the list follows. */
+function SearchBox(props: { initial: string; onChange: (query: string) => void }): JSX.Element {
+  const [query, setQuery] = React.useState(props.initial);
+  return (
+    <input
+      className="jp-DetHub-search jp-mod-styled"
+      type="search"
+      placeholder="Filter"
+      aria-label="Filter experiments by name, state, owner or id"
+      title="Filter by name, state, owner or id"
+      value={query}
+      onChange={event => {
+        setQuery(event.target.value);
+        props.onChange(event.target.value);
+      }}
+    />
+  );
+}
+
+function ExperimentRow(props: IExperimentListProps & { experiment: IExperiment }): JSX.Element {
+  const { experiment, model } = props;
+  const expanded = model.isExpanded(experiment.id);
+  const best = model.best(experiment.id);
+  return (
+    <li
+      className={`jp-DetHub-experiment${expanded ? ' jp-mod-expanded' : ''}`}
+      data-experiment-id={experiment.id}
+      data-state={experiment.state}
+    >
+      <div
+        className="jp-DetHub-experimentSummary"
+        role="button"
+        tabIndex={0}
+        aria-expanded={expanded}
+        onClick={() => void model.toggle(experiment.id)}
+        onKeyDown={event => {
+          if (event.key === 'Enter' || event.key === ' ') {
+            event.preventDefault();
+            void model.toggle(experiment.id);
+          }
+        }}
+      >
+        <div className="jp-DetHub-line">
+          <span className="jp-DetHub-caret">{expanded ? '▾' : '▸'}</span>
+          <span className="jp-DetHub-id">#{experiment.id}</span>
+          <span className="jp-DetHub-name" title={experiment.description || experiment.name}>
+            {experiment.name}
+          </span>
+          <StateBadge state={experiment.state} />
+        </div>
+        <div className="jp-DetHub-line jp-DetHub-secondary">
+          <Progress value={experiment.progress} />
+          <span className="jp-DetHub-best" title={`best ${experiment.searcher_metric}`}>
+            best {formatMetric(best)}
+          </span>
+          <span className="jp-DetHub-owner">{experiment.owner}</span>
+        </div>
+      </div>
+      {expanded ? <ExperimentDetail {...props} /> : null}
+    </li>
+  );
+}
+
+function ExperimentDetail(props: IExperimentListProps & { experiment: IExperiment }): JSX.Element {
+  const { experiment, model } = props;
+  const trials = model.trials(experiment.id);
+  return (
+    <div className="jp-DetHub-experimentDetail">
+      <div className="jp-DetHub-actions">
+        <button
+          className="jp-mod-styled jp-mod-accept jp-DetHub-open"
+          onClick={() => props.onOpen(experiment)}
+        >
+          Open
+        </button>
+        {actionsFor(experiment).map(action => (
+          <button
+            key={action}
+            className={`jp-mod-styled jp-DetHub-action${action === 'kill' ? ' jp-mod-warn' : ''}`}
+            data-action={action}
+            onClick={() => props.onAction(experiment, action)}
+          >
+            {actionLabel(action)}
+          </button>
+        ))}
+        <button
+          className="jp-mod-styled jp-DetHub-action"
+          data-action="priority"
+          title={`Priority ${experiment.priority} (1 runs first)`}
+          onClick={() => props.onPriority(experiment)}
+        >
+          Priority
+        </button>
+      </div>
+      {trials === undefined ? (
+        <p className="jp-DetHub-note">Loading trials…</p>
+      ) : trials.length === 0 ? (
+        <p className="jp-DetHub-note">No trials yet.</p>
+      ) : (
+        <ul className="jp-DetHub-trials">
+          {trials.map(trial => (
+            <li key={trial.id} className="jp-DetHub-trial" data-trial-id={trial.id}>
+              <div className="jp-DetHub-line">
+                <span className="jp-DetHub-id">trial {trial.id}</span>
+                <StateBadge state={trial.state} runState={trial.run_state} />
+                <span className="jp-DetHub-metricValue" title={experiment.searcher_metric}>
+                  {formatMetric(trial.searcher_metric_value)}
+                </span>
+              </div>
+              <div className="jp-DetHub-line">
+                <Sparkline
+                  points={model.curve(trial.id)}
+                  width={56}
+                  title={`${experiment.searcher_metric} of trial ${trial.id}`}
+                />
+                <span className="jp-DetHub-hparams" title={formatHparams(trial.hparams)}>
+                  {formatHparams(trial.hparams) || 'no hyperparameters'}
+                </span>
+              </div>
+            </li>
+          ))}
+        </ul>
+      )}
+    </div>
+  );
+}

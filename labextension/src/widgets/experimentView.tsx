@@ -1,0 +1,346 @@
+/**
+ * An experiment in JupyterLab's main area: its metric chart (live), trials, checkpoints (to
+ * download, or to load in the active notebook) and a trial's log, followed while it runs.
+ */
+
+import { ReactWidget } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
+import * as React from 'react';
+
+import { actionLabel, actionsFor } from '../actions';
+import { DetHubClient } from '../api/client';
+import { ExperimentAction, IExperiment, isTerminal } from '../api/types';
+import { ExperimentModel, TrialLogModel } from '../model/experiment';
+import { formatMetric } from '../model/experiments';
+import { defaultMetric, ITrace } from '../model/series';
+import { MetricChart, resizeCharts } from './chart';
+import { formatBytes, formatHparams, formatTime, Progress, StateBadge } from './common';
+
+export interface IExperimentViewOptions {
+  client: DetHubClient;
+  experimentId: number;
+  onAction: (experiment: IExperiment, action: ExperimentAction) => Promise<IExperiment | null>;
+  onPriority: (experiment: IExperiment) => Promise<void>;
+  /** Puts code that loads the checkpoint into the active notebook. */
+  onInsertCode: (uuid: string) => void;
+}
+
+export class ExperimentView extends ReactWidget {
+  constructor(options: IExperimentViewOptions) {
+    super();
+    this._options = options;
+    this.addClass('jp-DetHub-experimentView');
+    this.model = new ExperimentModel(options.client, options.experimentId);
+    this.logs = new TrialLogModel(options.client);
+    this.model.changed.connect(this._onChanged, this);
+    this.logs.changed.connect(this._onChanged, this);
+  }
+
+  readonly model: ExperimentModel;
+  readonly logs: TrialLogModel;
+
+  dispose(): void {
+    if (this.isDisposed) {
+      return;
+    }
+    this.model.dispose();
+    this.logs.dispose();
+    super.dispose();
+  }
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    if (!this._started) {
+      this._started = true;
+      void this.model.start();
+    }
+  }
+
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    resizeCharts(this.node);
+  }
+
+  protected render(): JSX.Element {
+    const { model, logs } = this;
+    const experiment = model.experiment;
+    if (!experiment) {
+      return (
+        <div className="jp-DetHub-view">
+          <p className={model.error ? 'jp-DetHub-error' : 'jp-DetHub-note'}>
+            {model.error ?? `Loading experiment ${model.id}…`}
+          </p>
+        </div>
+      );
+    }
+    const names = model.series.metricNames();
+    const metric =
+      this._metric && names.includes(this._metric)
+        ? this._metric
+        : defaultMetric(names, experiment.searcher_metric);
+    const best = model.trials
+      .map(t => t.searcher_metric_value)
+      .filter((v): v is number => typeof v === 'number')
+      .reduce<number | null>(
+        (b, v) => (b === null || (experiment.smaller_is_better ? v < b : v > b) ? v : b),
+        null
+      );
+    return (
+      <div
+        className="jp-DetHub-view"
+        data-experiment-id={experiment.id}
+        data-state={experiment.state}
+      >
+        <header className="jp-DetHub-viewHeader">
+          <h1>
+            <span className="jp-DetHub-id">#{experiment.id}</span> {experiment.name}
+          </h1>
+          <StateBadge state={experiment.state} />
+          <Progress value={experiment.progress} />
+          <span className="jp-DetHub-secondary">
+            {experiment.owner} · {experiment.num_trials} trial
+            {experiment.num_trials === 1 ? '' : 's'} · best {experiment.searcher_metric}{' '}
+            {formatMetric(best)} · priority {experiment.priority}
+            {model.live ? ' · live' : ''}
+          </span>
+          <span className="jp-DetHub-actions">
+            {actionsFor(experiment).map(action => (
+              <button
+                key={action}
+                className={`jp-mod-styled jp-DetHub-action${action === 'kill' ? ' jp-mod-warn' : ''}`}
+                data-action={action}
+                onClick={() => void this._act(experiment, action)}
+              >
+                {actionLabel(action)}
+              </button>
+            ))}
+            {isTerminal(experiment.state) ? null : (
+              <button
+                className="jp-mod-styled jp-DetHub-action"
+                data-action="priority"
+                onClick={() =>
+                  void this._options.onPriority(experiment).then(() => this.model.refresh())
+                }
+              >
+                Priority
+              </button>
+            )}
+          </span>
+        </header>
+        {model.error ? <p className="jp-DetHub-error">{model.error}</p> : null}
+
+        <section className="jp-DetHub-section">
+          <h2>
+            Metrics{' '}
+            <select
+              className="jp-DetHub-metricSelect"
+              aria-label="Metric"
+              value={metric ?? ''}
+              onChange={event => {
+                this._metric = event.target.value;
+                this.update();
+              }}
+            >
+              {names.map(name => (
+                <option key={name} value={name}>
+                  {name}
+                </option>
+              ))}
+            </select>
+          </h2>
+          <MetricChart metric={metric} traces={this._traces(metric)} />
+        </section>
+
+        <section className="jp-DetHub-section">
+          <h2>Trials</h2>
+          <table className="jp-DetHub-table jp-DetHub-trialTable">
+            <thead>
+              <tr>
+                <th>Trial</th>
+                <th>State</th>
+                <th>Batches</th>
+                <th>Progress</th>
+                <th>{experiment.searcher_metric}</th>
+                <th>Restarts</th>
+                <th>Hyperparameters</th>
+                <th />
+              </tr>
+            </thead>
+            <tbody>
+              {model.trials.map(trial => (
+                <tr key={trial.id} data-trial-id={trial.id}>
+                  <td>{trial.id}</td>
+                  <td>
+                    <StateBadge state={trial.state} runState={trial.run_state} />
+                  </td>
+                  <td>{trial.steps_completed}</td>
+                  <td>
+                    <Progress value={trial.progress} />
+                  </td>
+                  <td>{formatMetric(trial.searcher_metric_value)}</td>
+                  <td>{trial.restarts}</td>
+                  <td className="jp-DetHub-hparams">{formatHparams(trial.hparams)}</td>
+                  <td>
+                    <button className="jp-mod-styled" onClick={() => logs.show(trial.id)}>
+                      Logs
+                    </button>
+                  </td>
+                </tr>
+              ))}
+            </tbody>
+          </table>
+        </section>
+
+        <section className="jp-DetHub-section">
+          <h2>Checkpoints</h2>
+          {model.checkpoints.length === 0 ? (
+            <p className="jp-DetHub-note">No checkpoints yet.</p>
+          ) : (
+            <table className="jp-DetHub-table jp-DetHub-checkpointTable">
+              <thead>
+                <tr>
+                  <th>UUID</th>
+                  <th>Trial</th>
+                  <th>Batches</th>
+                  <th>State</th>
+                  <th>Size</th>
+                  <th>Reported</th>
+                  <th />
+                </tr>
+              </thead>
+              <tbody>
+                {model.checkpoints.map(checkpoint => (
+                  <tr key={checkpoint.uuid} data-uuid={checkpoint.uuid}>
+                    <td>
+                      <code title={checkpoint.uuid}>{checkpoint.uuid}</code>
+                    </td>
+                    <td>{checkpoint.trial_id}</td>
+                    <td>{checkpoint.steps_completed}</td>
+                    <td>{checkpoint.state}</td>
+                    <td>{formatBytes(checkpoint.size)}</td>
+                    <td>{formatTime(checkpoint.report_time)}</td>
+                    <td className="jp-DetHub-checkpointActions">
+                      {checkpoint.state === 'COMPLETED' ? (
+                        <>
+                          <a
+                            className="jp-DetHub-download"
+                            href={this._options.client.checkpointDownloadUrl(checkpoint.uuid)}
+                            download={`checkpoint-${checkpoint.uuid}.tar.gz`}
+                          >
+                            Download
+                          </a>
+                          <button
+                            className="jp-mod-styled jp-DetHub-insertCode"
+                            title={`Insert det_hub.load_checkpoint("${checkpoint.uuid}") in the active notebook`}
+                            onClick={() => this._options.onInsertCode(checkpoint.uuid)}
+                          >
+                            Insert code to load
+                          </button>
+                        </>
+                      ) : null}
+                    </td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          )}
+        </section>
+
+        <section className="jp-DetHub-section">
+          <h2>
+            Logs{' '}
+            <select
+              aria-label="Trial"
+              value={logs.trialId ?? ''}
+              onChange={event => logs.show(event.target.value ? Number(event.target.value) : null)}
+            >
+              <option value="">(choose a trial)</option>
+              {model.trials.map(trial => (
+                <option key={trial.id} value={trial.id}>
+                  trial {trial.id}
+                </option>
+              ))}
+            </select>{' '}
+            <label className="jp-DetHub-follow">
+              <input
+                type="checkbox"
+                checked={logs.follow}
+                onChange={event => logs.setFollow(event.target.checked)}
+              />{' '}
+              follow
+            </label>
+            {logs.reading && logs.follow ? (
+              <span className="jp-DetHub-secondary"> following…</span>
+            ) : null}
+          </h2>
+          {logs.error ? <p className="jp-DetHub-error">{logs.error}</p> : null}
+          <LogLines lines={logs.lines.map(l => l.message)} follow={logs.follow} />
+        </section>
+      </div>
+    );
+  }
+
+  private _traces(metric: string | null): ITrace[] {
+    // The chart redraws when this array changes: keep it while nothing new has arrived.
+    const revision = this.model.series.revision;
+    if (metric !== this._tracesFor.metric || revision !== this._tracesFor.revision) {
+      this._tracesFor = {
+        metric,
+        revision,
+        traces: metric ? this.model.series.traces(metric) : []
+      };
+    }
+    return this._tracesFor.traces;
+  }
+
+  private async _act(experiment: IExperiment, action: ExperimentAction): Promise<void> {
+    const updated = await this._options.onAction(experiment, action);
+    if (updated) {
+      this.model.update(updated);
+    }
+  }
+
+  private _onChanged(): void {
+    if (this.model.experiment) {
+      const { id, name, state } = this.model.experiment;
+      this.title.label = `Experiment ${id}`;
+      this.title.caption = `${name} (${state})`;
+    }
+    this.update();
+  }
+
+  private _metric: string | null = null;
+  private _started = false;
+  private _tracesFor: { metric: string | null; revision: number; traces: ITrace[] } = {
+    metric: null,
+    revision: -1,
+    traces: []
+  };
+  private readonly _options: IExperimentViewOptions;
+}
+
+/** A log's lines; while following, kept scrolled to the end unless scrolled up. */
+function LogLines(props: { lines: string[]; follow: boolean }): JSX.Element {
+  const node = React.useRef<HTMLPreElement>(null);
+  const stick = React.useRef(true);
+  React.useEffect(() => {
+    const pre = node.current;
+    if (pre && props.follow && stick.current) {
+      pre.scrollTop = pre.scrollHeight;
+    }
+  });
+  return (
+    <pre
+      className="jp-DetHub-logs"
+      ref={node}
+      data-lines={props.lines.length}
+      onScroll={event => {
+        const pre = event.currentTarget;
+        stick.current = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 8;
+      }}
+    >
+      {props.lines.join('\n')}
+    </pre>
+  );
+}
