@@ -94,7 +94,13 @@ def test_models_and_versions_over_http(master: MasterProcess, finished: dict[str
     version = r.json()["model_version"]
     assert (version["version"], version["model_name"], version["comment"]) == (
         1, "digits cnn", "first")
-    assert version["checkpoint"] == finished["checkpoints"][0]
+    # The version's checkpoint as GET /checkpoints/{uuid} answers it: with what it was
+    # trained from.
+    assert version["checkpoint"] == master.get(f"/checkpoints/{uuid}")["checkpoint"]
+    assert {k: v for k, v in version["checkpoint"].items() if k != "training"} == (
+        finished["checkpoints"][0])
+    assert version["checkpoint"]["training"]["validation_metrics"] == {
+        "validation_loss": pytest.approx(1 / 7)}
     assert api("POST", f"{path}/versions", json={"checkpoint_uuid": uuid}).json()[
         "model_version"]["version"] == 2
     assert [v["version"] for v in master.get(f"{path}/versions")["model_versions"]] == [2, 1]
