@@ -1,16 +1,22 @@
-"""Live metric events: an in-process publish/subscribe of stored metric rows, and the event
-sequence one streaming client of an experiment receives.
+"""Live events for UIs: in-process publish/subscribe of stored metric rows and of experiment
+changes, and the event sequences one streaming client receives.
 
 The master publishes each batch of metric rows once the store has committed it
 (:meth:`MetricEvents.publish`); every stream of that experiment holds a bounded
 :class:`Subscription`. :func:`experiment_events` turns a subscription plus the store into a
 gap-free sequence: it subscribes first, replays the stored rows after the client's last id, then
 passes live rows on, dropping those the replay already sent.
+
+The store tells :class:`ExperimentChanges` the id of every experiment whose summary a committed
+write may have changed; :func:`experiment_list_events` subscribes, sends a snapshot of the list,
+then the summary of each changed experiment, read again from the store, whenever it differs
+from what that client was last sent.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -22,11 +28,15 @@ from det_hub.states import ExperimentState
 
 if TYPE_CHECKING:
     from det_hub.service.master import Master
+    from det_hub.store.models import Experiment
 
 #: Rows a subscriber may fall behind by before it is told to reconnect.
 DEFAULT_QUEUE_ROWS = 10_000
 #: Rows read from the store per replay query.
 REPLAY_BATCH = 1_000
+#: Distinct experiments that may change before a list subscriber reads them, past which it is
+#: told to reconnect (and take a fresh snapshot).
+DEFAULT_PENDING_EXPERIMENTS = 1_000
 
 
 def metric_json(row: Any) -> dict[str, Any]:
@@ -237,11 +247,171 @@ async def _state(master: Master, experiment_id: int) -> dict[str, Any]:
     }
 
 
+# --- the experiment list ---------------------------------------------------------------------
+
+@dataclass(eq=False)
+class ChangeSubscription:
+    """One list subscriber's experiments changed since it last looked: a set, since only the
+    latest summary of each matters, bounded by ``max_pending``."""
+
+    max_pending: int
+    pending: set[int] = field(default_factory=set)
+    #: Set when an id did not fit: changes were lost, so the subscriber must start again.
+    overflowed: bool = False
+    #: Set on every change and on overflow, so a waiting subscriber wakes at once.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take(self) -> list[int]:
+        """The changed experiments' ids, ascending; the set is empty afterwards."""
+        ids = sorted(self.pending)
+        self.pending.clear()
+        self.wake.clear()
+        return ids
+
+
+class ExperimentChanges:
+    """Subscribers of experiment changes (the experiment list stream).
+
+    :meth:`publish` is one of the store's ``experiment_listeners``: it is called with an
+    experiment's id after every committed write that may change its summary.
+
+    Args:
+        max_pending: the most distinct experiments a subscriber may have unread; past that it
+            is marked overflowed and gets nothing more.
+    """
+
+    def __init__(self, max_pending: int = DEFAULT_PENDING_EXPERIMENTS) -> None:
+        self.max_pending = max_pending
+        self._subscribers: set[ChangeSubscription] = set()
+
+    def subscribe(self) -> ChangeSubscription:
+        sub = ChangeSubscription(self.max_pending)
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: ChangeSubscription) -> None:
+        self._subscribers.discard(sub)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, experiment_id: int) -> None:
+        """Tell every subscriber that the experiment may have changed; never blocks."""
+        for sub in self._subscribers:
+            if sub.overflowed:
+                continue
+            if experiment_id not in sub.pending and len(sub.pending) >= sub.max_pending:
+                sub.overflowed = True
+            else:
+                sub.pending.add(experiment_id)
+            sub.wake.set()
+
+
+@dataclass(frozen=True)
+class ExperimentFilter:
+    """Which experiments a list stream shows: the filters of ``GET /experiments``; ``None``
+    leaves one out."""
+
+    owner_id: int | None = None
+    archived: bool | None = None
+    states: frozenset[str] | None = None
+
+    def matches(self, row: Experiment) -> bool:
+        return ((self.owner_id is None or row.owner_id == self.owner_id)
+                and (self.archived is None or bool(row.archived) == self.archived)
+                and (self.states is None or row.state in self.states))
+
+
+async def experiment_list_events(
+    master: Master,
+    where: ExperimentFilter = ExperimentFilter(),
+    *,
+    limit: int = 100,
+    heartbeat: float = 15.0,
+    poll: float = 0.5,
+    min_interval: float = 0.25,
+) -> AsyncGenerator[list[Event], None]:
+    """The events one client streaming the experiment list gets, in batches to send together.
+
+    Events: ``snapshot`` (``{"experiments": [...], "total"}``: the newest ``limit`` experiments
+    that match, as ``GET /experiments`` lists them) first; then ``experiment`` (an experiment's
+    summary, the same JSON) for each matching experiment created or changed, whenever its
+    summary differs from what this client was last sent; ``removed`` (``{"id"}``) when one it
+    was sent matches no more (archived, under ``archived=false``); a comment at least every
+    ``heartbeat`` seconds; and last, ``reconnect`` (``{}``) when more experiments changed than
+    the subscription holds before the client read them, or the master is stopping: connect
+    again for a fresh snapshot.
+
+    Args:
+        poll: how often, at the least, the master stopping and the heartbeat are looked at.
+        min_interval: the least time between two reads of changed experiments, so that a
+            burst of changes (trials reporting progress) costs one read per client.
+    """
+    changes = master.experiment_changes
+    # Subscribed before the snapshot is read: what changes meanwhile is read again after it.
+    sub = changes.subscribe()
+    try:
+        rows, total = await master.store.list_experiments(
+            states=sorted(where.states) if where.states is not None else None,
+            archived=where.archived, owner_id=where.owner_id, limit=limit)
+        summaries = await master.experiment_json(rows)
+        sent: dict[int, dict[str, Any]] = {e["id"]: e for e in summaries}
+        yield [("snapshot", {"experiments": summaries, "total": total})]
+        sent_at = read_at = time.monotonic()
+        while True:
+            if sub.overflowed or master.stopping:
+                yield [("reconnect", {})]
+                return
+            if not sub.pending:
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sub.wake.wait(), poll)
+            batch: list[Event] = []
+            if sub.pending and not sub.overflowed:
+                wait = read_at + min_interval - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                read_at = time.monotonic()
+                batch = await _changed(master, where, sub.take(), sent)
+            now = time.monotonic()
+            if not batch and now - sent_at >= heartbeat:
+                batch.append((None, "heartbeat"))
+            if batch:
+                sent_at = now
+                yield batch
+    finally:
+        changes.unsubscribe(sub)
+
+
+async def _changed(master: Master, where: ExperimentFilter, ids: list[int],
+                   sent: dict[int, dict[str, Any]]) -> list[Event]:
+    """The events for experiments that may have changed, as the store has them now; ``sent``
+    (what the client was sent last, by id) is brought up to date."""
+    rows = [row for row in [await master.store.get_experiment(i) for i in ids]
+            if row is not None]
+    shown = [row for row in rows if where.matches(row)]
+    events: list[Event] = []
+    for summary in await master.experiment_json(shown):
+        if sent.get(summary["id"]) != summary:
+            sent[summary["id"]] = summary
+            events.append(("experiment", summary))
+    for row in rows:
+        if not where.matches(row) and sent.pop(row.id, None) is not None:
+            events.append(("removed", {"id": row.id}))
+    return events
+
+
 __all__ = [
+    "DEFAULT_PENDING_EXPERIMENTS",
     "DEFAULT_QUEUE_ROWS",
+    "Event",
+    "ChangeSubscription",
+    "ExperimentChanges",
+    "ExperimentFilter",
     "MetricEvents",
     "Subscription",
     "experiment_events",
+    "experiment_list_events",
     "metric_events",
     "metric_json",
 ]

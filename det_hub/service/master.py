@@ -42,7 +42,7 @@ from det_hub.service.checkpoint_gc import RETENTION_DEFAULTS, CheckpointGC, Rete
 from det_hub.service.cluster import RUNNING, Allocation, Cluster, Job, LaunchSpec, PoolSettings
 from det_hub.service.context import ContextError, check_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady, TooLarge
-from det_hub.service.events import metric_events
+from det_hub.service.events import ExperimentChanges, metric_events
 from det_hub.service.experiment import (
     EARLY_EXIT_REASONS,
     WAITING,
@@ -56,7 +56,7 @@ from det_hub.service.serialize import checkpoint_json, experiment_json, task_jso
 from det_hub.service.tasks import TaskManager, task_job_id, task_job_number
 from det_hub.states import CheckpointState, ExperimentState, TaskType, TrialState
 from det_hub.storage import remote_tensorboard, tensorboard_dir
-from det_hub.store import Store, StoreConflict, hash_token, utcnow
+from det_hub.store import Store, StoreConflict, TrialSummary, hash_token, utcnow
 
 if TYPE_CHECKING:
     from det_hub.service.hub import HubIdentity
@@ -134,6 +134,10 @@ class Master:
         #: Deletes checkpoints, by hand and by retention policy.
         self.checkpoint_gc = CheckpointGC(store)
         self._token_cache: dict[str, tuple[float, Principal]] = {}
+        #: Subscribers of experiment changes (the live experiment list). The store tells it of
+        #: every committed write that may change an experiment's summary, wherever it is made.
+        self.experiment_changes = ExperimentChanges()
+        store.experiment_listeners.append(self.experiment_changes.publish)
         self.cluster_id = ""
         #: Set while the process shuts down: requests are answered 503 so clients retry.
         self.stopping = False
@@ -151,6 +155,9 @@ class Master:
     async def stop(self) -> None:
         await self.tasks.stop()
         await self.cluster.stop()
+        # A store outliving this master (a restart in one process) tells it nothing more.
+        with contextlib.suppress(ValueError):
+            self.store.experiment_listeners.remove(self.experiment_changes.publish)
 
     def begin_shutdown(self) -> None:
         """Answer new requests with 503 and end long-polls, so in-flight work drains."""
@@ -773,10 +780,16 @@ class Master:
         return row
 
     async def experiment_json(self, rows: Iterable[Experiment]) -> list[dict[str, Any]]:
+        """Experiments as the REST API shows them, with their trial counts and best searcher
+        metric (one query for all)."""
         rows = list(rows)
-        counts = await self.store.count_trials([r.id for r in rows])
-        return [experiment_json(r, await self.username(r.owner_id), counts.get(r.id, 0))
-                for r in rows]
+        trials = await self.store.trial_summaries([r.id for r in rows])
+        out = []
+        for r in rows:
+            summary = trials.get(r.id, TrialSummary(0, None, None))
+            best = summary.lowest if r.smaller_is_better else summary.highest
+            out.append(experiment_json(r, await self.username(r.owner_id), summary.trials, best))
+        return out
 
     async def _owned_run(self, who: Principal, experiment_id: int) -> ExperimentRun | None:
         row = await self.get_experiment(experiment_id)

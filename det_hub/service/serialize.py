@@ -30,13 +30,16 @@ def user_json(user: User) -> dict[str, Any]:
             "active": user.active, "created_at": iso(user.created_at)}
 
 
-def experiment_json(e: Experiment, owner: str, num_trials: int) -> dict[str, Any]:
+def experiment_json(e: Experiment, owner: str, num_trials: int,
+                    best_searcher_metric: float | None = None) -> dict[str, Any]:
+    """An experiment as lists and its own endpoint show it; ``best_searcher_metric`` is the
+    best value of the searcher metric any of its trials reported (None before any)."""
     return {
         "id": e.id, "name": e.name, "description": e.description, "owner": owner,
         "state": e.state, "archived": e.archived, "progress": e.progress,
         "created_at": iso(e.created_at), "ended_at": iso(e.ended_at), "config": e.config,
         "searcher_metric": e.searcher_metric, "smaller_is_better": e.smaller_is_better,
-        "num_trials": num_trials, "resource_pool": e.resource_pool, "priority": e.priority,
+        "best_searcher_metric": best_searcher_metric, "num_trials": num_trials, "resource_pool": e.resource_pool, "priority": e.priority,
         "weight": e.weight, "job_id": f"exp-{e.id}",
         "seed": e.seed, "labels": e.labels or [], "forked_from": e.parent_id,
     }

@@ -24,7 +24,7 @@ from .models import (
     Trial,
     User,
 )
-from .store import Store, hash_token
+from .store import Store, TrialSummary, hash_token
 
 __all__ = [
     "AgentSetting",
@@ -46,6 +46,7 @@ __all__ = [
     "TaskLog",
     "Token",
     "Trial",
+    "TrialSummary",
     "User",
     "hash_token",
     "utcnow",

@@ -8,8 +8,8 @@ import datetime as dt
 import enum
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Iterable, Mapping
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
     ColumnElement,
@@ -147,6 +147,19 @@ def _summary_upsert(dialect: str) -> Executable:
     return statement
 
 
+#: Trial columns that change what an experiment's summary shows (its best searcher metric).
+_SUMMARY_TRIAL_FIELDS = frozenset({"searcher_metric_value"})
+
+
+class TrialSummary(NamedTuple):
+    """An experiment's trials in brief: how many, and the lowest and highest searcher-metric
+    value any of them reported (None before any did)."""
+
+    trials: int
+    lowest: float | None
+    highest: float | None
+
+
 class Store(RegistryQueries):
     """The master's database: SQLite (embedded default) or PostgreSQL, through one async API.
 
@@ -157,6 +170,10 @@ class Store(RegistryQueries):
     Attributes:
         url: the database URL in use, normalised to its async driver (password included).
         dialect: ``"sqlite"`` or ``"postgresql"``.
+        experiment_listeners: callables given an experiment's id after each committed write
+            that may change its summary (the experiments list's row): the experiment created
+            or updated, a trial added to it, or a trial's searcher-metric value. They run on
+            the event loop and must not block; the master's live experiment list is one.
     """
 
     def __init__(self, url: str, dialect: str, engine: AsyncEngine) -> None:
@@ -172,6 +189,7 @@ class Store(RegistryQueries):
         # SQLite has one writer at a time anyway: queueing this process's writers here spares
         # them the busy handler's sleep-and-retry; other processes still wait in busy_timeout.
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if dialect == "sqlite" else None
+        self.experiment_listeners: list[Callable[[int], None]] = []
 
     @classmethod
     async def open(cls, url: str, *, echo: bool = False) -> Store:
@@ -225,6 +243,10 @@ class Store(RegistryQueries):
                 if translated is None:
                     raise
                 raise translated from exc
+
+    def _experiment_changed(self, experiment_id: int) -> None:
+        for listener in list(self.experiment_listeners):
+            listener(experiment_id)
 
     async def _update(self, model: type[ModelT], key: Any, fields: Mapping[str, Any]) -> ModelT:
         _check_fields(model, fields)
@@ -367,6 +389,7 @@ class Store(RegistryQueries):
             await session.flush()
             if context is not None:
                 session.add(ExperimentContext(experiment_id=experiment.id, archive=context))
+        self._experiment_changed(experiment.id)
         return experiment
 
     async def get_experiment(self, experiment_id: int) -> Experiment | None:
@@ -429,7 +452,9 @@ class Store(RegistryQueries):
             NotFound: no such experiment.
             ValueError: a name that is not a column, or the primary key.
         """
-        return await self._update(Experiment, experiment_id, fields)
+        experiment = await self._update(Experiment, experiment_id, fields)
+        self._experiment_changed(experiment_id)
+        return experiment
 
     async def get_experiment_context(self, experiment_id: int) -> bytes | None:
         """The experiment's context archive, or ``None`` when it has none."""
@@ -469,6 +494,7 @@ class Store(RegistryQueries):
         )
         async with self._writing() as session:
             session.add(trial)
+        self._experiment_changed(experiment_id)
         return trial
 
     async def get_trial(self, trial_id: int) -> Trial | None:
@@ -489,22 +515,40 @@ class Store(RegistryQueries):
             NotFound: no such trial.
             ValueError: a name that is not a column, or the primary key.
         """
-        return await self._update(Trial, trial_id, fields)
+        trial = await self._update(Trial, trial_id, fields)
+        if _SUMMARY_TRIAL_FIELDS.intersection(fields):
+            self._experiment_changed(trial.experiment_id)
+        return trial
 
     async def count_trials(self, experiment_ids: list[int]) -> dict[int, int]:
         """How many trials each experiment has (0 for ids without any)."""
-        counts = dict.fromkeys(experiment_ids, 0)
+        summaries = await self.trial_summaries(experiment_ids)
+        return {i: summary.trials for i, summary in summaries.items()}
+
+    async def trial_summaries(self, experiment_ids: list[int]) -> dict[int, TrialSummary]:
+        """Each experiment's :class:`TrialSummary` (no trials: ``(0, None, None)``), in one
+        query."""
+        summaries = {i: TrialSummary(0, None, None) for i in experiment_ids}
         if not experiment_ids:
-            return counts
+            return summaries
         stmt = (
-            select(Trial.experiment_id, func.count())
+            select(
+                Trial.experiment_id,
+                func.count(),
+                func.min(Trial.searcher_metric_value),
+                func.max(Trial.searcher_metric_value),
+            )
             .where(Trial.experiment_id.in_(experiment_ids))
             .group_by(Trial.experiment_id)
         )
         async with self._reading() as session:
-            for experiment_id, count in await session.execute(stmt):
-                counts[experiment_id] = int(count)
-        return counts
+            for experiment_id, count, lowest, highest in await session.execute(stmt):
+                summaries[experiment_id] = TrialSummary(
+                    int(count),
+                    None if lowest is None else float(lowest),
+                    None if highest is None else float(highest),
+                )
+        return summaries
 
     # -- allocations ------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ import { DetHubClient, errorText } from './api/client';
 import { ExperimentAction, IExperiment } from './api/types';
 import { ClusterModel } from './model/cluster';
 import { ExperimentListModel } from './model/experiments';
+import { registerCheckpointDialog } from './registry';
 import { ExperimentView } from './widgets/experimentView';
 import { detHubIcon } from './widgets/icon';
 import { DetHubSidebar } from './widgets/sidebar';
@@ -72,9 +73,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     ): Promise<IExperiment | null> => {
       const updated = await confirmAction(client, experiment, action);
       if (updated) {
+        // At once; what follows (STOPPING_... to CANCELED) comes through the list's stream.
         sidebar.experiments.update(updated);
         viewOf(updated.id)?.content.model.update(updated);
-        void sidebar.refresh();
       }
       return updated;
     };
@@ -125,7 +126,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
             experimentId: id,
             onAction,
             onPriority,
-            onInsertCode: uuid => void commands.execute(CommandIDs.insertLoadCheckpoint, { uuid })
+            onInsertCode: uuid => void commands.execute(CommandIDs.insertLoadCheckpoint, { uuid }),
+            onRegister: (experiment, checkpoint) =>
+              registerCheckpointDialog(client, experiment, checkpoint)
           });
           widget = new MainAreaWidget({ content });
           widget.id = `det-hub-experiment-${id}`;
@@ -201,7 +204,6 @@ const plugin: JupyterFrontEndPlugin<void> = {
             }
           ]
         });
-        void sidebar.refresh();
       } catch (error) {
         Notification.dismiss(toast);
         await showErrorMessage(

@@ -131,6 +131,43 @@ describe('DetHubClient requests', () => {
   });
 });
 
+describe('DetHubClient.followExperimentList', () => {
+  it('asks for the event stream with the filters, and passes its events on', async () => {
+    const server = new FakeServer().on('GET', 'api/v1/experiments/stream', () =>
+      streamed([
+        ': heartbeat\n\n',
+        sse('snapshot', { experiments: [experiment({ id: 2 })], total: 1 }).slice(0, 20),
+        sse('snapshot', { experiments: [experiment({ id: 2 })], total: 1 }).slice(20),
+        sse('experiment', experiment({ id: 3 })),
+        sse('removed', { id: 2 })
+      ])
+    );
+    const abort = new AbortController();
+    const seen: string[] = [];
+    const done = client(server).followExperimentList(
+      event => {
+        seen.push(
+          event.kind === 'snapshot'
+            ? `snapshot ${event.experiments.map(e => e.id).join(',')} of ${event.total}`
+            : event.kind === 'experiment'
+              ? `experiment ${event.experiment.id}`
+              : `removed ${event.id}`
+        );
+        if (seen.length === 3) {
+          abort.abort();
+        }
+      },
+      { owner: 'alice', archived: false, signal: abort.signal }
+    );
+    await done;
+    expect(seen).toEqual(['snapshot 2 of 1', 'experiment 3', 'removed 2']);
+    const [request] = server.requests;
+    expect(request.headers.get('Accept')).toBe('text/event-stream');
+    expect(request.url.searchParams.get('owner')).toBe('alice');
+    expect(request.url.searchParams.get('archived')).toBe('false');
+  });
+});
+
 describe('DetHubClient.followExperiment', () => {
   const STREAM = 'api/v1/experiments/1/metrics/stream';
 

@@ -98,3 +98,64 @@ export function streamed(chunks: string[], contentType = 'text/event-stream'): R
 export function sse(event: string, data: unknown, id?: number): string {
   return `${id !== undefined ? `id: ${id}\n` : ''}event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
 }
+
+/**
+ * A Server-Sent Events answer the test writes to as it goes, like the master's experiment
+ * list: `respond` is a route handler, each call a new connection; `send` writes to the latest
+ * one, which stays open until `close` or until the client cancels it.
+ */
+export class LiveEventStream {
+  /** How many connections were made, and how many the client cancelled (closed). */
+  connections = 0;
+  cancelled = 0;
+
+  /** Whether the latest connection is open. */
+  get open(): boolean {
+    return this._current !== null;
+  }
+
+  readonly respond = (): Response => {
+    this.connections += 1;
+    let controller: ReadableStreamDefaultController<Uint8Array> | null = null;
+    const body = new ReadableStream<Uint8Array>({
+      start: c => {
+        controller = c;
+        this._current = c;
+      },
+      cancel: () => {
+        this.cancelled += 1;
+        if (this._current === controller) {
+          this._current = null;
+        }
+      }
+    });
+    return new Response(body, { status: 200, headers: { 'Content-Type': 'text/event-stream' } });
+  };
+
+  /** Writes an event to the open connection. */
+  send(event: string, data: unknown): void {
+    if (!this._current) {
+      throw new Error('no open connection to send to');
+    }
+    this._current.enqueue(new TextEncoder().encode(sse(event, data)));
+  }
+
+  /** Ends the open connection from the server's side. */
+  close(): void {
+    this._current?.close();
+    this._current = null;
+  }
+
+  private _current: ReadableStreamDefaultController<Uint8Array> | null = null;
+}
+
+/** Waits until `condition` holds, checking every few milliseconds (fails after `timeout`). */
+export async function until(condition: () => boolean, timeout = 2000): Promise<void> {
+  const deadline = Date.now() + timeout;
+  while (!condition()) {
+    if (Date.now() > deadline) {
+      throw new Error(`not so after ${timeout} ms: ${condition.toString()}`);
+    }
+    await new Promise(resolve => setTimeout(resolve, 2));
+  }
+}

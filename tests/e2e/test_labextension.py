@@ -1,9 +1,11 @@
 """The det_hub panel of JupyterLab (labextension/) in a real browser (Debian's Chromium),
 against a real master: it lists a running experiment, creates one from a config through the
-file browser's context menu, shows it going from ACTIVE to COMPLETED without a reload, draws
-its metric chart point for point as the master stores it, shows its log, downloads its
-checkpoint and inserts the code that loads it into a notebook, shows who holds the cluster's
-slots, kills the running experiment through its confirmation dialog, and asks the master
+file browser's context menu, shows it going from ACTIVE to COMPLETED without a reload (through
+the master's experiment stream, never asking for the list again), draws its metric chart point
+for point as the master stores it, shows its log, downloads its checkpoint, inserts the code
+that loads it into a notebook and registers it in the model registry, shows who holds the
+cluster's slots, pauses and activates the running experiment and then kills it through the
+confirmation dialogs, shows an ASHA search's rung table, and holds no stream and asks the master
 nothing while it is collapsed.
 
 JupyterLab finds the panel built in ``labextension/prebuilt`` (``make labextension``) through
@@ -21,6 +23,7 @@ import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -41,6 +44,22 @@ LAUNCHED = "launched-from-lab"
 #: Batches of the launched experiment, one report every 2, 0.1 s each: about 6 s of training,
 #: so that its chart is seen to grow.
 LENGTH = 60
+#: The model the panel registers the launched experiment's checkpoint under.
+MODEL = "lab-registered"
+
+
+def asha_config() -> dict[str, Any]:
+    """A short adaptive_asha search of the steps script: 3 trials of at most 8 batches, rungs
+    at 4 and 8, for the rung table."""
+    return {
+        "name": "asha-in-lab", "entrypoint": "python3 train.py",
+        "hyperparameters": {"sleep": 0.0, "report_every": 2,
+                            "lr": {"type": "double", "minval": 0.001, "maxval": 0.1}},
+        "searcher": {"name": "adaptive_asha", "metric": "validation_loss",
+                     "max_length": {"batches": 8}, "max_trials": 3, "divisor": 2,
+                     "max_rungs": 2, "max_concurrent_trials": 2},
+        "max_restarts": 0,
+    }
 
 
 @pytest.fixture
@@ -82,17 +101,23 @@ def test_the_panel_lists_launches_charts_and_kills(module_master: MasterProcess,
     running = module_master.create_ok(steps_config("runs-until-killed", length=100000,
                                                    sleep=0.05))
     module_master.wait(lambda: module_master.trials(running), timeout=30)
+    # Activated by the script once the launched experiment has left a slot free.
+    asha = module_master.create_ok(asha_config(), activate=False)
     shots = tmp_path / "screenshots"
+    env = {**os.environ, "DET_HUB_TEST_MASTER": module_master.url,
+           "DET_HUB_TEST_TOKEN": module_master.token}
     try:
         done = subprocess.run(
-            [node, str(BROWSER_DIR / "labextension.mjs"), lab, str(running), FOLDER, CONFIG,
-             NOTEBOOK, str(shots)], capture_output=True, text=True, timeout=300, cwd=BROWSER_DIR)
+            [node, str(BROWSER_DIR / "labextension.mjs"), lab, str(running), str(asha), FOLDER,
+             CONFIG, NOTEBOOK, MODEL, str(shots)],
+            capture_output=True, text=True, timeout=300, cwd=BROWSER_DIR, env=env)
     finally:
         if os.environ.get("DET_HUB_ARTIFACTS") and shots.is_dir():
             shutil.copytree(shots, REPO / "test-artifacts" / "labextension", dirs_exist_ok=True)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     for name in ("sidebar.png", "context-menu.png", "launched.png", "experiment.png",
-                 "experiment-completed.png", "inserted-code.png", "cluster.png",
+                 "experiment-completed.png", "inserted-code.png", "register-dialog.png",
+                 "registered.png", "cluster.png", "pause-dialog.png", "paused.png", "rungs.png",
                  "kill-dialog.png", "killed.png"):
         shot = shots / name
         assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
@@ -142,9 +167,39 @@ def test_the_panel_lists_launches_charts_and_kills(module_master: MasterProcess,
         {"type": "code",
          "source": f'import det_hub\n\nmodel = det_hub.load_checkpoint("{checkpoint["uuid"]}")'}]
 
+    # The checkpoint was registered as version 1 of a new model, named in the dialog (which
+    # suggested the experiment's name).
+    assert report["register_suggested"] == LAUNCHED
+    assert MODEL in report["register_hint"] and "new model" in report["register_hint"]
+    versions = module_master.get(f"/models/{MODEL}/versions")["model_versions"]
+    assert [(v["version"], v["checkpoint_uuid"]) for v in versions] == [
+        (1, checkpoint["uuid"])]
+    assert (report["registered_version"], report["registered_text"]) == (1, f"{MODEL} v1")
+
     # The cluster tab showed who holds the slot, and the queue.
     assert f"exp-{running}" in report["slot_text"] and "admin" in report["slot_text"]
     assert "runs-until-killed" in report["queued_job"]
+
+    # Paused, then activated through the dialogs: the master had each state, the list showed it.
+    assert report["rest_states"] == [["pause", "PAUSED"], ["activate", "ACTIVE"]]
+    assert f"experiment {running}" in report["pause_dialog"].lower()
+    assert f"experiment {running}" in report["activate_dialog"].lower()
+    states = report["states_seen"][str(running)]
+    assert states[0] == "ACTIVE" and "ACTIVE" in states[states.index("PAUSED"):], states
+
+    # The ASHA search's view showed the master's rung table, row for row.
+    assert module_master.experiment(asha)["state"] == "COMPLETED"
+    table = module_master.get(f"/experiments/{asha}/searcher")["searcher"]["rungs"]
+    expected = [
+        {"bracket": b["index"], "rung": r["index"],
+         "figures": [str(r["length"]), str(r["reported"]), str(r["promoted"])]}
+        for b in table["brackets"] for r in b["rungs"]]
+    multi = len(table["brackets"]) > 1
+    shown = [{"bracket": row["bracket"], "rung": row["rung"],
+              "figures": row["cells"][1 + multi:4 + multi]} for row in report["rungs"]]
+    assert shown == expected
+    assert sum(int(f[1]) for f in (row["figures"] for row in shown)) >= 3, shown
+    assert report["rung_headers"][multi:multi + 4] == ["Rung", "Length", "Reported", "Promoted"]
 
     # The kill confirmed in the dialog reached the master; the panel showed its end.
     assert module_master.experiment(running)["state"] == "CANCELED"
@@ -157,6 +212,10 @@ def test_the_panel_lists_launches_charts_and_kills(module_master: MasterProcess,
     assert [e["name"] for e in module_master.get("/experiments?limit=1000")["experiments"]
             ].count(LAUNCHED) == 1
 
-    # Polled while shown, silent while collapsed.
-    assert len(report["list_requests"]) >= 3
-    assert report["requests_while_hidden"] == 0, report["list_requests"]
+    # The list followed the master's stream while shown, and never asked for the list again;
+    # collapsed, it held no stream and asked nothing, and shown again it followed at once.
+    assert report["list_requests"] == []
+    assert report["stream_requests"], report
+    assert report["streams_open_when_hidden"] == 0
+    assert report["requests_while_hidden"] == 0, report["stream_requests"]
+    assert report["streams_open_when_shown"] == 1

@@ -8,7 +8,16 @@ from typing import Any
 import pytest
 
 from det_hub.states import RunState, TrialState
-from det_hub.store import Experiment, NotFound, Store, StoreConflict, Trial, hash_token, utcnow
+from det_hub.store import (
+    Experiment,
+    NotFound,
+    Store,
+    StoreConflict,
+    Trial,
+    User,
+    hash_token,
+    utcnow,
+)
 
 
 async def test_trial_create_get_list(
@@ -51,6 +60,46 @@ async def test_trial_create_get_list(
     counts = await store.count_trials([experiment.id, other.id, 9999])
     assert counts == {experiment.id: 3, other.id: 1, 9999: 0}
     assert await store.count_trials([]) == {}
+
+
+async def test_trial_summaries_count_and_bound_the_searcher_metric(
+    store: Store, experiment: Experiment, make_experiment: Any
+) -> None:
+    empty = await make_experiment(experiment.owner_id, name="empty")
+    for i, value in enumerate([0.5, None, 0.25, 2.0]):
+        trial = await store.create_trial(
+            experiment_id=experiment.id, request_id=f"r{i}", hparams={}, seed=i, state="ACTIVE"
+        )
+        if value is not None:
+            await store.update_trial(trial.id, searcher_metric_value=value)
+    summaries = await store.trial_summaries([experiment.id, empty.id])
+    assert summaries == {experiment.id: (4, 0.25, 2.0), empty.id: (0, None, None)}
+    assert summaries[experiment.id].trials == 4
+    assert await store.trial_summaries([]) == {}
+
+
+async def test_listeners_hear_of_writes_that_change_an_experiments_summary(
+    store: Store, user: User, make_experiment: Any
+) -> None:
+    heard: list[int] = []
+    store.experiment_listeners.append(heard.append)
+    exp = await make_experiment(user.id)
+    await store.update_experiment(exp.id, progress=0.5)
+    trial = await store.create_trial(
+        experiment_id=exp.id, request_id="r", hparams={}, seed=1, state="ACTIVE"
+    )
+    # What the summary does not show is not told.
+    await store.update_trial(trial.id, progress=0.5, steps_completed=3)
+    assert heard == [exp.id, exp.id, exp.id]
+    await store.update_trial(trial.id, searcher_metric_value=0.1)
+    assert heard == [exp.id] * 4
+    # A refused write tells nothing.
+    with pytest.raises(NotFound):
+        await store.update_experiment(9999, progress=1.0)
+    assert heard == [exp.id] * 4
+    store.experiment_listeners.remove(heard.append)
+    await store.update_experiment(exp.id, progress=1.0)
+    assert len(heard) == 4
 
 
 async def test_trial_update(store: Store, trial: Trial) -> None:

@@ -12,6 +12,7 @@ from tornado.web import HTTPError, RequestHandler
 
 from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized, Unavailable
 from det_hub.service.serialize import iso
+from det_hub.states import ExperimentState
 
 if TYPE_CHECKING:
     from det_hub.service.master import Master, Principal
@@ -26,6 +27,10 @@ def log_query(owner: str) -> dict[str, tuple[str, str]]:
         "after_id": ("integer", "only lines after this id"),
         "limit": ("integer", "at most this many lines (without follow)"),
     }
+
+
+#: The owner id :meth:`APIHandler.experiment_filters` gives for a user who does not exist.
+NO_OWNER = -1
 
 
 class APIHandler(RequestHandler):
@@ -125,6 +130,20 @@ class APIHandler(RequestHandler):
             raise BadRequest(f"{name}: must be between {lo} and {hi}" if hi is not None
                              else f"{name}: must be >= {lo}")
         return value
+
+    async def experiment_filters(self) -> tuple[list[str], int | None]:
+        """The ``state`` (repeatable) and ``owner`` arguments of the experiment lists: the
+        states, checked, and the owner's id, :data:`NO_OWNER` for a user who does not exist
+        (no experiment has it), None when not given."""
+        states = self.get_query_arguments("state")
+        for s in states:
+            if s not in ExperimentState.__members__:
+                raise BadRequest(f"state: {s!r} is not an experiment state")
+        owner = self.get_query_argument("owner", None)
+        if not owner:
+            return states, None
+        user = await self.master.store.get_user(owner)
+        return states, user.id if user is not None else NO_OWNER
 
     def bool_arg(self, name: str) -> bool | None:
         raw = self.get_query_argument(name, None)

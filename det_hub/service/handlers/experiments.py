@@ -5,9 +5,8 @@ from __future__ import annotations
 import yaml
 
 from det_hub.service.errors import BadRequest
-from det_hub.service.handlers.base import APIHandler
+from det_hub.service.handlers.base import NO_OWNER, APIHandler
 from det_hub.service.serialize import checkpoint_json, trial_json
-from det_hub.states import ExperimentState
 
 ID = r"(?P<experiment_id>\d+)"
 
@@ -33,19 +32,10 @@ class ExperimentsHandler(APIHandler):
 
     async def get(self) -> None:
         """List experiments, newest first."""
-        states = self.get_query_arguments("state")
-        for s in states:
-            if s not in ExperimentState.__members__:
-                raise BadRequest(f"state: {s!r} is not an experiment state")
-        owner_id = None
-        owner = self.get_query_argument("owner", None)
-        if owner:
-            user = await self.master.store.get_user(owner)
-            if user is None:
-                self.send({"experiments": [], "pagination": {"offset": 0, "limit": 0,
-                                                             "total": 0}})
-                return
-            owner_id = user.id
+        states, owner_id = await self.experiment_filters()
+        if owner_id == NO_OWNER:
+            self.send({"experiments": [], "pagination": {"offset": 0, "limit": 0, "total": 0}})
+            return
         limit = self.int_arg("limit", 100, 1, 1000)
         offset = self.int_arg("offset", 0)
         rows, total = await self.master.store.list_experiments(

@@ -1,18 +1,28 @@
-"""Live streams for UIs: an experiment's metrics as Server-Sent Events."""
+"""Live streams for UIs as Server-Sent Events: an experiment's metrics, and the experiment
+list."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from tornado.iostream import StreamClosedError
 
 from det_hub.service.errors import BadRequest
-from det_hub.service.events import experiment_events
+from det_hub.service.events import (
+    Event,
+    ExperimentFilter,
+    experiment_events,
+    experiment_list_events,
+)
 from det_hub.service.handlers.base import APIHandler
 
 ID = r"(?P<experiment_id>\d+)"
+
+HEARTBEAT_QUERY = ("number", "seconds between comment lines on a quiet stream, 1 to 60 "
+                             "(default 15)")
 
 
 def sse_frame(name: str | None, data: Any) -> str:
@@ -25,32 +35,22 @@ def sse_frame(name: str | None, data: Any) -> str:
     return f"{head}event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
 
 
-class ExperimentMetricStreamHandler(APIHandler):
-    query = {"get": {
-        "after_id": ("integer", "only metric rows with a greater id (default: the "
-                                "Last-Event-ID header, else 0)"),
-        "heartbeat": ("number", "seconds between comment lines on a quiet stream, 1 to 60 "
-                                "(default 15)"),
-    }}
-    answers = {"get": "text/event-stream: metrics, state, end and reconnect events"}
+class EventStreamHandler(APIHandler):
+    """A handler answering with Server-Sent Events from an async generator of batches."""
+
     #: Seconds between comment lines on a quiet stream, which keep proxies from closing it.
     heartbeat = 15.0
-    #: Seconds between looks at the experiment's state while no row arrives.
+    #: Seconds between looks at what the stream follows (and the master stopping) while
+    #: nothing arrives.
     poll = 0.5
 
     _gone = False
 
-    async def get(self, experiment_id: str) -> None:
-        """Stream the metrics of the experiment's trials as Server-Sent Events until it ends."""
-        eid = int(experiment_id)
-        await self.master.get_experiment(eid)
-        after = self._after_id()
-        heartbeat = self._heartbeat()
+    async def send_events(self, events: AsyncGenerator[list[Event], None]) -> None:
+        """Send each batch of ``events`` as it comes, until it ends or the client goes."""
         self.set_header("Content-Type", "text/event-stream; charset=UTF-8")
         # Asks nginx-style proxies (the hub's included) not to hold events back.
         self.set_header("X-Accel-Buffering", "no")
-        events = experiment_events(self.master, eid, after, heartbeat=heartbeat,
-                                   poll=self.poll)
         async with contextlib.aclosing(events):
             try:
                 async for batch in events:
@@ -66,7 +66,7 @@ class ExperimentMetricStreamHandler(APIHandler):
         self._gone = True
         super().on_connection_close()
 
-    def _heartbeat(self) -> float:
+    def heartbeat_arg(self) -> float:
         raw = self.get_query_argument("heartbeat", None)
         if raw is None or raw == "":
             return self.heartbeat
@@ -77,6 +77,24 @@ class ExperimentMetricStreamHandler(APIHandler):
         if not 1.0 <= value <= 60.0:
             raise BadRequest("heartbeat: must be between 1 and 60 seconds")
         return value
+
+
+class ExperimentMetricStreamHandler(EventStreamHandler):
+    query = {"get": {
+        "after_id": ("integer", "only metric rows with a greater id (default: the "
+                                "Last-Event-ID header, else 0)"),
+        "heartbeat": HEARTBEAT_QUERY,
+    }}
+    answers = {"get": "text/event-stream: metrics, state, end and reconnect events"}
+
+    async def get(self, experiment_id: str) -> None:
+        """Stream the metrics of the experiment's trials as Server-Sent Events until it ends."""
+        eid = int(experiment_id)
+        await self.master.get_experiment(eid)
+        after = self._after_id()
+        heartbeat = self.heartbeat_arg()
+        await self.send_events(experiment_events(self.master, eid, after, heartbeat=heartbeat,
+                                                 poll=self.poll))
 
     def _after_id(self) -> int:
         if self.get_query_argument("after_id", None) is not None:
@@ -89,6 +107,28 @@ class ExperimentMetricStreamHandler(APIHandler):
         return int(header)
 
 
+class ExperimentListStreamHandler(EventStreamHandler):
+    query = {"get": {
+        "state": ("string", "only experiments in this state (repeat for several)"),
+        "archived": ("boolean", "only archived (true) or unarchived (false) experiments"),
+        "owner": ("string", "only experiments of this user"),
+        "limit": ("integer", "experiments in the first snapshot (default 100, at most 1000)"),
+        "heartbeat": HEARTBEAT_QUERY,
+    }}
+    answers = {"get": "text/event-stream: snapshot, experiment, removed and reconnect events"}
+
+    async def get(self) -> None:
+        """Stream the experiment list as Server-Sent Events: a snapshot, then every change."""
+        states, owner_id = await self.experiment_filters()
+        where = ExperimentFilter(owner_id=owner_id, archived=self.bool_arg("archived"),
+                                 states=frozenset(states) if states else None)
+        limit = self.int_arg("limit", 100, 1, 1000)
+        heartbeat = self.heartbeat_arg()
+        await self.send_events(experiment_list_events(self.master, where, limit=limit,
+                                                      heartbeat=heartbeat, poll=self.poll))
+
+
 routes = [
+    (r"/experiments/stream", ExperimentListStreamHandler),
     (rf"/experiments/{ID}/metrics/stream", ExperimentMetricStreamHandler),
 ]

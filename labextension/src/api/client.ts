@@ -12,6 +12,7 @@ import { NdjsonParser, readText, ServerSentEventParser } from './streams';
 import {
   ExperimentAction,
   ExperimentEvent,
+  ExperimentListEvent,
   IAgent,
   ICheckpoint,
   IDetHubConfig,
@@ -19,7 +20,10 @@ import {
   IJob,
   ILogLine,
   IMetricRow,
+  IModel,
+  IModelVersion,
   IResourcePool,
+  ISearcherView,
   IStreamState,
   ITrial,
   isTerminal
@@ -196,6 +200,104 @@ export class DetHubClient {
     return body.experiments;
   }
 
+  /**
+   * Follows the master's experiment list (`/experiments/stream`) until `signal` aborts: a
+   * `snapshot` of the list first, then each experiment as it is created or changes, and
+   * `removed` for one that matches the filters no more. Every connection starts with a fresh
+   * snapshot, so nothing is missed across one that broke: a failed or dropped connection is
+   * tried again after a delay that doubles with each failure in a row (from `retryDelay`, at
+   * most `maxDelay`), for as long as it takes; `onProblem` hears of each failed attempt.
+   *
+   * @throws DetHubError when the master refuses the stream for good (a bad filter, no login).
+   */
+  async followExperimentList(
+    onEvent: (event: ExperimentListEvent) => void,
+    options: {
+      owner?: string;
+      archived?: boolean;
+      limit?: number;
+      signal?: AbortSignal;
+      onProblem?: (error: DetHubError) => void;
+      retryDelay?: number;
+      maxDelay?: number;
+    } = {}
+  ): Promise<void> {
+    const { signal } = options;
+    let failures = 0;
+    while (!signal?.aborted) {
+      let snapshot = false;
+      let reconnect = false;
+      let problem = new DetHubError(0, 'the experiment list stream ended before its snapshot');
+      try {
+        const response = await this.send('GET', 'api/v1/experiments/stream', {
+          query: { owner: options.owner, archived: options.archived, limit: options.limit },
+          headers: { Accept: 'text/event-stream' },
+          signal
+        });
+        if (!response.ok) {
+          problem = await DetHubError.fromResponse(response);
+          if (!RETRYABLE.has(response.status)) {
+            throw problem;
+          }
+        } else {
+          const parser = new ServerSentEventParser();
+          await readText(
+            response,
+            text => {
+              for (const sse of parser.push(text)) {
+                if (signal?.aborted) {
+                  return;
+                }
+                if (sse.event === 'snapshot') {
+                  snapshot = true;
+                  const body = JSON.parse(sse.data) as {
+                    experiments: IExperiment[];
+                    total: number;
+                  };
+                  onEvent({ kind: 'snapshot', experiments: body.experiments, total: body.total });
+                } else if (sse.event === 'experiment') {
+                  onEvent({ kind: 'experiment', experiment: JSON.parse(sse.data) as IExperiment });
+                } else if (sse.event === 'removed') {
+                  onEvent({ kind: 'removed', id: (JSON.parse(sse.data) as { id: number }).id });
+                } else if (sse.event === 'reconnect') {
+                  reconnect = true;
+                }
+              }
+            },
+            signal
+          );
+        }
+      } catch (error) {
+        if (signal?.aborted) {
+          break;
+        }
+        if (error instanceof DetHubError) {
+          throw error;
+        }
+        problem = new DetHubError(0, `the notebook server cannot be reached: ${String(error)}`);
+      }
+      if (signal?.aborted) {
+        break;
+      }
+      if (reconnect) {
+        // Asked by the master (it fell behind, or it is stopping): at once, for a fresh list.
+        failures = 0;
+        continue;
+      }
+      if (snapshot) {
+        // It ran a while and broke off (a proxy's time limit, say): no sign of trouble.
+        failures = 0;
+      } else {
+        failures += 1;
+        options.onProblem?.(problem);
+      }
+      await sleep(
+        Math.min((options.retryDelay ?? 500) * 2 ** failures, options.maxDelay ?? 30000),
+        signal
+      );
+    }
+  }
+
   async getExperiment(id: number): Promise<IExperiment> {
     return (await this.api<{ experiment: IExperiment }>('GET', `experiments/${id}`)).experiment;
   }
@@ -233,6 +335,36 @@ export class DetHubClient {
       query: { group: options.group, max_points: options.maxPoints, metric: options.metric }
     });
     return body.metrics.map(row => ({ ...row, trial_id: row.trial_id ?? id }));
+  }
+
+  /** The experiment's search at a glance, with the rung table of an ASHA search. */
+  async getSearcher(experimentId: number): Promise<ISearcherView> {
+    return (
+      await this.api<{ searcher: ISearcherView }>('GET', `experiments/${experimentId}/searcher`)
+    ).searcher;
+  }
+
+  /** The model registry's models, by name. */
+  async listModels(options: { archived?: boolean; limit?: number } = {}): Promise<IModel[]> {
+    const body = await this.api<{ models: IModel[] }>('GET', 'models', {
+      query: { archived: options.archived, limit: options.limit }
+    });
+    return body.models;
+  }
+
+  /** Creates a model (without versions), owned by the user the panel acts as. */
+  async createModel(name: string): Promise<IModel> {
+    return (await this.api<{ model: IModel }>('POST', 'models', { body: { name } })).model;
+  }
+
+  /** Registers a checkpoint as the next version of a model. */
+  async createModelVersion(modelName: string, checkpointUuid: string): Promise<IModelVersion> {
+    const body = await this.api<{ model_version: IModelVersion }>(
+      'POST',
+      `models/${encodeURIComponent(modelName)}/versions`,
+      { body: { checkpoint_uuid: checkpointUuid } }
+    );
+    return body.model_version;
   }
 
   /** An experiment's checkpoints, newest first. */

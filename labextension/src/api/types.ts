@@ -48,6 +48,8 @@ export interface IExperiment {
   config: Record<string, unknown>;
   searcher_metric: string;
   smaller_is_better: boolean;
+  /** The best searcher-metric value of its trials; null before any, absent from old masters. */
+  best_searcher_metric?: number | null;
   num_trials: number;
   resource_pool: string;
   priority: number;
@@ -169,6 +171,76 @@ export interface IStreamState {
 /** An event of an experiment's metric stream, as the panel gets it. */
 export type ExperimentEvent =
   { kind: 'metrics'; row: IMetricRow } | { kind: 'state'; state: IStreamState };
+
+/** An event of the experiment list stream (`/experiments/stream`), as the panel gets it. */
+export type ExperimentListEvent =
+  | { kind: 'snapshot'; experiments: IExperiment[]; total: number }
+  | { kind: 'experiment'; experiment: IExperiment }
+  | { kind: 'removed'; id: number };
+
+/** One rung of an ASHA bracket (`/experiments/{id}/searcher`). */
+export interface IRung {
+  index: number;
+  /** The training length a trial reaches at this rung, in the searcher's unit. */
+  length: number;
+  /** How many trials reported a result here. */
+  reported: number;
+  /** The best result here, in the metric's own sign; null before any finite one. */
+  best_metric: number | null;
+  /** How many results were promoted (or, with `stop_once`, continued) past this rung. */
+  promoted: number;
+  /** The trials with a result here, best first. */
+  trial_ids: number[];
+  /** Trials training towards this rung now. */
+  training: number[];
+}
+
+export interface IBracket {
+  index: number;
+  num_rungs: number;
+  max_trials: number;
+  trials_created: number;
+  rungs: IRung[];
+}
+
+/** The search at a glance (`GET /experiments/{id}/searcher`). */
+export interface ISearcherView {
+  name: string;
+  metric: string;
+  smaller_is_better: boolean;
+  progress: number | null;
+  trials_created: number;
+  shutdown: boolean;
+  waiting_trials: number[];
+  /** The rung table of `adaptive_asha` and `async_halving`; null for other searches. */
+  rungs: {
+    name: string;
+    divisor: number;
+    stop_once: boolean;
+    max_length: number;
+    brackets: IBracket[];
+  } | null;
+}
+
+/** A model of the model registry. */
+export interface IModel {
+  id: number;
+  name: string;
+  description: string;
+  owner: string;
+  archived: boolean;
+  num_versions: number;
+}
+
+/** A checkpoint registered under a model (`/models/{name}/versions`). */
+export interface IModelVersion {
+  id: number;
+  model_id: number;
+  model_name: string;
+  version: number;
+  checkpoint_uuid: string;
+  owner: string;
+}
 
 /** The actions on an experiment, each a `POST /experiments/{id}/<action>`. */
 export type ExperimentAction = 'pause' | 'activate' | 'kill' | 'archive' | 'unarchive';

@@ -1,19 +1,36 @@
 /**
- * What an experiment's view shows: the experiment, its trials and checkpoints, its metric
- * curves (the stored ones, downsampled by the master, then each report as it arrives through
- * the metric stream) and a trial's log, followed while it runs.
+ * What an experiment's view shows: the experiment, its trials and checkpoints, the rung table
+ * of an ASHA search, its metric curves (the stored ones, downsampled by the master, then each
+ * report as it arrives through the metric stream) and a trial's log, followed while it runs.
  */
 
 import { ISignal, Signal } from '@lumino/signaling';
 
 import { DetHubClient } from '../api/client';
-import { ICheckpoint, IExperiment, ILogLine, IStreamState, ITrial, isTerminal } from '../api/types';
+import {
+  ICheckpoint,
+  IExperiment,
+  ILogLine,
+  IModelVersion,
+  ISearcherView,
+  IStreamState,
+  ITrial,
+  isTerminal
+} from '../api/types';
 import { MetricSeries } from './series';
 
 /** Points per trial and group fetched for the chart at first. */
 const STORED_POINTS = 500;
 /** The most log lines kept in view; older ones are dropped. */
 export const MAX_LOG_LINES = 5000;
+/** The searchers whose rung table the master gives. */
+export const RUNG_SEARCHERS: ReadonlySet<string> = new Set(['adaptive_asha', 'async_halving']);
+
+/** Whether an experiment's search has rungs (an ASHA search). */
+export function hasRungs(experiment: IExperiment): boolean {
+  const searcher = experiment.config?.searcher as { name?: unknown } | undefined;
+  return typeof searcher?.name === 'string' && RUNG_SEARCHERS.has(searcher.name);
+}
 
 export class ExperimentModel {
   constructor(
@@ -40,6 +57,23 @@ export class ExperimentModel {
 
   get series(): MetricSeries {
     return this._series;
+  }
+
+  /** The search at a glance, with its rung table: ASHA searches only (null otherwise). */
+  get searcher(): ISearcherView | null {
+    return this._searcher;
+  }
+
+  /** The model versions registered from this view, by checkpoint. */
+  registered(uuid: string): readonly IModelVersion[] {
+    return this._registered.get(uuid) ?? [];
+  }
+
+  /** Shows a checkpoint's new model version by it. */
+  noteRegistered(version: IModelVersion): void {
+    const known = this._registered.get(version.checkpoint_uuid) ?? [];
+    this._registered.set(version.checkpoint_uuid, [...known, version]);
+    this._emit(true);
   }
 
   get error(): string | null {
@@ -73,7 +107,7 @@ export class ExperimentModel {
     void this._follow();
   }
 
-  /** Fetches the experiment, its trials and its checkpoints again. */
+  /** Fetches the experiment, its trials, its checkpoints and an ASHA search's rungs again. */
   async refresh(): Promise<void> {
     const [experiment, trials, checkpoints] = await Promise.all([
       this.client.getExperiment(this.id),
@@ -83,6 +117,7 @@ export class ExperimentModel {
     this._experiment = experiment;
     this._trials = trials;
     this._checkpoints = checkpoints;
+    this._searcher = hasRungs(experiment) ? await this.client.getSearcher(this.id) : null;
     this._error = null;
     this._emit(true);
   }
@@ -152,20 +187,29 @@ export class ExperimentModel {
       // New trials (their hyperparameters), or the last checkpoints.
       void this.refresh().catch(error => this._fail(error));
     } else {
-      void this._refreshCheckpointsSoon();
+      void this._refreshSoon();
     }
     this._emit(true);
   }
 
-  /** Checkpoints are looked at again at most every few seconds while trials report. */
-  private async _refreshCheckpointsSoon(): Promise<void> {
+  /**
+   * Checkpoints, and an ASHA search's rungs, are looked at again at most every few seconds
+   * while trials report.
+   */
+  private async _refreshSoon(): Promise<void> {
     const now = Date.now();
     if (now - this._checkpointsAt < 3000) {
       return;
     }
     this._checkpointsAt = now;
+    const experiment = this._experiment;
     try {
-      this._checkpoints = await this.client.listCheckpoints(this.id);
+      const [checkpoints, searcher] = await Promise.all([
+        this.client.listCheckpoints(this.id),
+        experiment && hasRungs(experiment) ? this.client.getSearcher(this.id) : null
+      ]);
+      this._checkpoints = checkpoints;
+      this._searcher = searcher;
       this._emit();
     } catch {
       // The next state change tries again.
@@ -202,6 +246,8 @@ export class ExperimentModel {
   private _experiment: IExperiment | null = null;
   private _trials: ITrial[] = [];
   private _checkpoints: ICheckpoint[] = [];
+  private _searcher: ISearcherView | null = null;
+  private readonly _registered = new Map<string, IModelVersion[]>();
   private _error: string | null = null;
   private _live = false;
   private _checkpointsAt = 0;

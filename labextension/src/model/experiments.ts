@@ -1,13 +1,14 @@
 /**
  * The sidebar's experiment list: what the master has, narrowed to "mine" or "all" and by a
- * search box, with each experiment's best searcher metric. Free of any widget, so that it is
- * tested on its own.
+ * search box, with each experiment's best searcher metric. It follows the master's experiment
+ * stream while it is started (the sidebar starts it while the list is shown), so it never
+ * polls. Free of any widget, so that it is tested on its own.
  */
 
 import { ISignal, Signal } from '@lumino/signaling';
 
-import { DetHubClient } from '../api/client';
-import { IExperiment, ITrial, isTerminal } from '../api/types';
+import { DetHubClient, errorText } from '../api/client';
+import { ExperimentListEvent, IExperiment, ITrial } from '../api/types';
 import { IPoint } from './sparkline';
 
 /** Whose experiments the list shows. */
@@ -71,10 +72,19 @@ export function formatMetric(value: number | null | undefined): string {
 export class ExperimentListModel {
   constructor(
     readonly client: DetHubClient,
-    options: { limit?: number; maxTrialFetches?: number } = {}
+    options: {
+      limit?: number;
+      maxTrialFetches?: number;
+      detailInterval?: number;
+      retryDelay?: number;
+      maxDelay?: number;
+    } = {}
   ) {
     this._limit = options.limit ?? 100;
     this._maxTrialFetches = options.maxTrialFetches ?? 20;
+    this._detailInterval = options.detailInterval ?? 2000;
+    this._retryDelay = options.retryDelay ?? 500;
+    this._maxDelay = options.maxDelay ?? 30000;
   }
 
   /** Emitted whenever anything shown changes. */
@@ -90,6 +100,9 @@ export class ExperimentListModel {
   set user(user: string | null) {
     if (user !== this._user) {
       this._user = user;
+      if (this._scope === 'mine') {
+        this._reset();
+      }
       this._changed.emit();
     }
   }
@@ -101,8 +114,7 @@ export class ExperimentListModel {
   set scope(scope: Scope) {
     if (scope !== this._scope) {
       this._scope = scope;
-      this._experiments = [];
-      this._loaded = false;
+      this._reset();
       this._changed.emit();
     }
   }
@@ -123,9 +135,14 @@ export class ExperimentListModel {
     return this._loaded;
   }
 
-  /** Why the last refresh failed, or null. */
+  /** What went wrong with the stream, or null while it is fine. */
   get error(): string | null {
     return this._error;
+  }
+
+  /** Whether the master's experiment stream is followed now. */
+  get live(): boolean {
+    return this._follow !== null;
   }
 
   /** Every experiment of the scope, newest first. */
@@ -138,9 +155,83 @@ export class ExperimentListModel {
     return this._experiments.filter(e => matchesQuery(e, this._query));
   }
 
-  /** An experiment's best searcher-metric value, when known. */
+  /**
+   * An experiment's best searcher-metric value, when known: as the master sends it, or from
+   * its trials as last fetched (a master that does not send it).
+   */
   best(id: number): number | null {
-    return this._best.get(id)?.value ?? null;
+    const experiment = this._experiments.find(e => e.id === id);
+    if (experiment && experiment.best_searcher_metric !== undefined) {
+      return experiment.best_searcher_metric;
+    }
+    const trials = this._trials.get(id);
+    return experiment && trials ? bestMetric(trials, experiment.smaller_is_better) : null;
+  }
+
+  /**
+   * Follows the master's experiment list: a snapshot, then every change as it happens, until
+   * `stop`. Does nothing when already following.
+   */
+  start(): void {
+    if (this._follow !== null) {
+      return;
+    }
+    const abort = new AbortController();
+    this._follow = abort;
+    const scope = this._scope;
+    void this.client
+      .followExperimentList(event => this._onEvent(event, abort.signal), {
+        owner: scope === 'mine' ? (this._user ?? undefined) : undefined,
+        archived: false,
+        limit: this._limit,
+        signal: abort.signal,
+        retryDelay: this._retryDelay,
+        maxDelay: this._maxDelay,
+        onProblem: error => {
+          if (!abort.signal.aborted) {
+            this._error = errorText(error);
+            this._changed.emit();
+          }
+        }
+      })
+      .catch(error => {
+        if (!abort.signal.aborted) {
+          this._error = errorText(error);
+        }
+      })
+      .finally(() => {
+        if (this._follow === abort) {
+          this._follow = null;
+          this._changed.emit();
+        }
+      });
+    this._changed.emit();
+  }
+
+  /** Stops following the master's list (what was listed stays shown). */
+  stop(): void {
+    const follow = this._follow;
+    if (follow === null) {
+      return;
+    }
+    this._follow = null;
+    follow.abort();
+    for (const timer of this._detailTimers.values()) {
+      clearTimeout(timer);
+    }
+    this._detailTimers.clear();
+    this._changed.emit();
+  }
+
+  /** Follows the list anew, from a fresh snapshot (the ↻ button). */
+  restart(): void {
+    this.stop();
+    this.start();
+  }
+
+  dispose(): void {
+    this.stop();
+    Signal.clearData(this);
   }
 
   /** Whether an experiment's row is open on its trials. */
@@ -158,6 +249,7 @@ export class ExperimentListModel {
     this._changed.emit();
     const experiment = this._experiments.find(e => e.id === id);
     if (experiment) {
+      this._detailAt.set(id, Date.now());
       await this.refreshDetail(experiment);
     }
   }
@@ -167,49 +259,9 @@ export class ExperimentListModel {
     return this._curves.get(trialId)?.points;
   }
 
-  /** Trials as last fetched for an experiment (for the best metric, or when expanded). */
+  /** An opened experiment's trials, as last fetched. */
   trials(id: number): readonly ITrial[] | undefined {
     return this._trials.get(id);
-  }
-
-  /**
-   * Fetches the list, and the trials of the experiments whose best metric may have changed
-   * since it was last looked at: unfinished ones, and finished ones not yet seen finished.
-   */
-  async refresh(): Promise<void> {
-    const scope = this._scope;
-    let experiments: IExperiment[];
-    try {
-      experiments = await this.client.listExperiments({
-        owner: scope === 'mine' ? (this._user ?? undefined) : undefined,
-        archived: false,
-        limit: this._limit
-      });
-    } catch (error) {
-      this._error = error instanceof Error ? error.message : String(error);
-      this._changed.emit();
-      throw error;
-    }
-    if (scope !== this._scope) {
-      return;
-    }
-    this._experiments = experiments;
-    this._loaded = true;
-    this._error = null;
-    this._changed.emit();
-
-    for (const experiment of experiments.filter(e => this._expanded.has(e.id))) {
-      await this.refreshDetail(experiment);
-    }
-    const stale = experiments.filter(e => {
-      const known = this._best.get(e.id);
-      return (
-        !this._expanded.has(e.id) && (!known || !isTerminal(known.state) || known.state !== e.state)
-      );
-    });
-    for (const experiment of stale.slice(0, this._maxTrialFetches)) {
-      await this.refreshTrials(experiment);
-    }
   }
 
   /**
@@ -217,7 +269,9 @@ export class ExperimentListModel {
    * trained on since its curve was fetched.
    */
   async refreshDetail(experiment: IExperiment): Promise<void> {
-    const trials = await this.refreshTrials(experiment);
+    const trials = await this.client.listTrials(experiment.id);
+    this._trials.set(experiment.id, trials);
+    this._changed.emit();
     for (const trial of trials.slice(0, this._maxTrialFetches)) {
       const known = this._curves.get(trial.id);
       if (known && known.steps === trial.steps_completed && known.state === trial.state) {
@@ -236,18 +290,6 @@ export class ExperimentListModel {
     }
   }
 
-  /** Fetches an experiment's trials (when expanded, or for its best metric). */
-  async refreshTrials(experiment: IExperiment): Promise<readonly ITrial[]> {
-    const trials = await this.client.listTrials(experiment.id);
-    this._trials.set(experiment.id, trials);
-    this._best.set(experiment.id, {
-      state: experiment.state,
-      value: bestMetric(trials, experiment.smaller_is_better)
-    });
-    this._changed.emit();
-    return trials;
-  }
-
   /** Puts an experiment's new state (after an action) into the list at once. */
   update(experiment: IExperiment): void {
     const index = this._experiments.findIndex(e => e.id === experiment.id);
@@ -258,17 +300,88 @@ export class ExperimentListModel {
     }
   }
 
+  private _onEvent(event: ExperimentListEvent, signal: AbortSignal): void {
+    if (signal.aborted) {
+      return;
+    }
+    if (event.kind === 'snapshot') {
+      this._experiments = [...event.experiments].sort((a, b) => b.id - a.id);
+      this._loaded = true;
+      for (const experiment of this._experiments) {
+        if (this._expanded.has(experiment.id)) {
+          this._refreshDetailSoon(experiment.id);
+        }
+      }
+    } else if (event.kind === 'experiment') {
+      const { experiment } = event;
+      const rest = this._experiments.filter(e => e.id !== experiment.id);
+      // Newest first; an old experiment brought back (unarchived) takes its place by id.
+      const at = rest.findIndex(e => e.id < experiment.id);
+      rest.splice(at < 0 ? rest.length : at, 0, experiment);
+      this._experiments = rest;
+      if (this._expanded.has(experiment.id)) {
+        this._refreshDetailSoon(experiment.id);
+      }
+    } else {
+      this._experiments = this._experiments.filter(e => e.id !== event.id);
+    }
+    this._error = null;
+    this._changed.emit();
+  }
+
+  /**
+   * Fetches an opened experiment's trials again after it changed: at once, or, when they
+   * were fetched less than `detailInterval` ago, once that much time has passed (trials
+   * reporting progress change their experiment many times a second).
+   */
+  private _refreshDetailSoon(id: number): void {
+    if (this._detailTimers.has(id)) {
+      return;
+    }
+    const wait = (this._detailAt.get(id) ?? 0) + this._detailInterval - Date.now();
+    const run = (): void => {
+      this._detailTimers.delete(id);
+      const experiment = this._experiments.find(e => e.id === id);
+      if (!experiment || !this._expanded.has(id) || this._follow === null) {
+        return;
+      }
+      this._detailAt.set(id, Date.now());
+      this.refreshDetail(experiment).catch(error => {
+        console.warn(`det_hub: the trials of experiment ${id}: ${errorText(error)}`);
+      });
+    };
+    if (wait <= 0) {
+      run();
+    } else {
+      this._detailTimers.set(id, setTimeout(run, wait));
+    }
+  }
+
+  /** Forgets the list of the previous scope or user, and follows the new one if following. */
+  private _reset(): void {
+    this._experiments = [];
+    this._loaded = false;
+    if (this._follow !== null) {
+      this.restart();
+    }
+  }
+
   private _user: string | null = null;
   private _scope: Scope = 'mine';
   private _query = '';
   private _loaded = false;
   private _error: string | null = null;
   private _experiments: IExperiment[] = [];
-  private readonly _best = new Map<number, { state: string; value: number | null }>();
+  private _follow: AbortController | null = null;
   private readonly _trials = new Map<number, ITrial[]>();
   private readonly _expanded = new Set<number>();
   private readonly _curves = new Map<number, { steps: number; state: string; points: IPoint[] }>();
+  private readonly _detailAt = new Map<number, number>();
+  private readonly _detailTimers = new Map<number, ReturnType<typeof setTimeout>>();
   private readonly _limit: number;
   private readonly _maxTrialFetches: number;
+  private readonly _detailInterval: number;
+  private readonly _retryDelay: number;
+  private readonly _maxDelay: number;
   private readonly _changed = new Signal<this, void>(this);
 }

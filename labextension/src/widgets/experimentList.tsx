@@ -13,6 +13,7 @@ export interface IExperimentListProps {
   onOpen: (experiment: IExperiment) => void;
   onAction: (experiment: IExperiment, action: ExperimentAction) => void;
   onPriority: (experiment: IExperiment) => void;
+  /** Reloads the list from a fresh snapshot. */
   onRefresh: () => void;
 }
 
@@ -20,7 +21,7 @@ export function ExperimentList(props: IExperimentListProps): JSX.Element {
   const { model } = props;
   const shown = model.shown;
   return (
-    <div className="jp-DetHub-experimentList">
+    <div className="jp-DetHub-experimentList" data-live={model.live ? 'true' : 'false'}>
       <div className="jp-DetHub-toolbar">
         <div className="jp-DetHub-scope" role="group" aria-label="Whose experiments">
           {(['mine', 'all'] as const).map(scope => (
@@ -30,8 +31,8 @@ export function ExperimentList(props: IExperimentListProps): JSX.Element {
               aria-pressed={model.scope === scope}
               data-scope={scope}
               onClick={() => {
+                // The list follows the new scope by itself.
                 model.scope = scope;
-                props.onRefresh();
               }}
             >
               {scope === 'mine' ? 'Mine' : 'All'}
@@ -46,7 +47,7 @@ export function ExperimentList(props: IExperimentListProps): JSX.Element {
         />
         <button
           className="jp-DetHub-refresh"
-          title="Refresh now"
+          title="Reload the list (it follows the master by itself)"
           aria-label="Refresh"
           onClick={props.onRefresh}
         >

@@ -1,6 +1,7 @@
 /**
- * An experiment in JupyterLab's main area: its metric chart (live), trials, checkpoints (to
- * download, or to load in the active notebook) and a trial's log, followed while it runs.
+ * An experiment in JupyterLab's main area: its metric chart (live), trials, an ASHA search's
+ * rungs, checkpoints (to download, to load in the active notebook, or to register in the
+ * model registry) and a trial's log, followed while it runs.
  */
 
 import { ReactWidget } from '@jupyterlab/ui-components';
@@ -10,9 +11,17 @@ import * as React from 'react';
 
 import { actionLabel, actionsFor } from '../actions';
 import { DetHubClient } from '../api/client';
-import { ExperimentAction, IExperiment, isTerminal } from '../api/types';
+import {
+  ExperimentAction,
+  ICheckpoint,
+  IExperiment,
+  IModelVersion,
+  ISearcherView,
+  isTerminal
+} from '../api/types';
 import { ExperimentModel, TrialLogModel } from '../model/experiment';
 import { formatMetric } from '../model/experiments';
+import { versionLabel } from '../model/registry';
 import { defaultMetric, ITrace } from '../model/series';
 import { MetricChart, resizeCharts } from './chart';
 import { formatBytes, formatHparams, formatTime, Progress, StateBadge } from './common';
@@ -24,6 +33,8 @@ export interface IExperimentViewOptions {
   onPriority: (experiment: IExperiment) => Promise<void>;
   /** Puts code that loads the checkpoint into the active notebook. */
   onInsertCode: (uuid: string) => void;
+  /** Registers the checkpoint in the model registry (after asking under which model). */
+  onRegister: (experiment: IExperiment, checkpoint: ICheckpoint) => Promise<IModelVersion | null>;
 }
 
 export class ExperimentView extends ReactWidget {
@@ -192,6 +203,10 @@ export class ExperimentView extends ReactWidget {
           </table>
         </section>
 
+        {model.searcher?.rungs ? (
+          <RungTable searcher={model.searcher} metric={experiment.searcher_metric} />
+        ) : null}
+
         <section className="jp-DetHub-section">
           <h2>Checkpoints</h2>
           {model.checkpoints.length === 0 ? (
@@ -237,8 +252,26 @@ export class ExperimentView extends ReactWidget {
                           >
                             Insert code to load
                           </button>
+                          <button
+                            className="jp-mod-styled jp-DetHub-register"
+                            title="Register this checkpoint as a version of a model in the model registry"
+                            onClick={() => void this._register(experiment, checkpoint)}
+                          >
+                            Register
+                          </button>
                         </>
                       ) : null}
+                      {model.registered(checkpoint.uuid).map(version => (
+                        <span
+                          key={version.id}
+                          className="jp-DetHub-registered"
+                          data-model={version.model_name}
+                          data-version={version.version}
+                          title={`Registered as version ${version.version} of model ${version.model_name}`}
+                        >
+                          {versionLabel(version)}
+                        </span>
+                      ))}
                     </td>
                   </tr>
                 ))}
@@ -294,6 +327,13 @@ export class ExperimentView extends ReactWidget {
     return this._tracesFor.traces;
   }
 
+  private async _register(experiment: IExperiment, checkpoint: ICheckpoint): Promise<void> {
+    const version = await this._options.onRegister(experiment, checkpoint);
+    if (version) {
+      this.model.noteRegistered(version);
+    }
+  }
+
   private async _act(experiment: IExperiment, action: ExperimentAction): Promise<void> {
     const updated = await this._options.onAction(experiment, action);
     if (updated) {
@@ -318,6 +358,69 @@ export class ExperimentView extends ReactWidget {
     traces: []
   };
   private readonly _options: IExperimentViewOptions;
+}
+
+/**
+ * An ASHA search's rungs, one row per bracket and rung: its length, how many trials reported
+ * there and were promoted past it, its best result, and the trials there (best first) and on
+ * their way to it.
+ */
+function RungTable(props: { searcher: ISearcherView; metric: string }): JSX.Element | null {
+  const { searcher, metric } = props;
+  const table = searcher.rungs;
+  if (!table) {
+    return null;
+  }
+  const brackets = table.brackets.length > 1;
+  const trialList = (ids: number[]): string => (ids.length ? ids.join(', ') : '–');
+  return (
+    <section className="jp-DetHub-section">
+      <h2>
+        Rungs{' '}
+        <span className="jp-DetHub-secondary">
+          {searcher.name}, divisor {table.divisor}
+          {searcher.waiting_trials.length
+            ? ` · waiting at a rung: trial ${searcher.waiting_trials.join(', ')}`
+            : ''}
+          {searcher.shutdown ? ' · search done' : ''}
+        </span>
+      </h2>
+      <table className="jp-DetHub-table jp-DetHub-rungTable">
+        <thead>
+          <tr>
+            {brackets ? <th>Bracket</th> : null}
+            <th>Rung</th>
+            <th>Length</th>
+            <th>Reported</th>
+            <th>Promoted</th>
+            <th>Best {metric}</th>
+            <th>Trials (best first)</th>
+            <th>Training</th>
+          </tr>
+        </thead>
+        <tbody>
+          {table.brackets.flatMap(bracket =>
+            bracket.rungs.map(rung => (
+              <tr
+                key={`${bracket.index}-${rung.index}`}
+                data-bracket={bracket.index}
+                data-rung={rung.index}
+              >
+                {brackets ? <td>{bracket.index}</td> : null}
+                <td>{rung.index}</td>
+                <td>{rung.length}</td>
+                <td>{rung.reported}</td>
+                <td>{rung.promoted}</td>
+                <td>{formatMetric(rung.best_metric)}</td>
+                <td className="jp-DetHub-trialIds">{trialList(rung.trial_ids)}</td>
+                <td>{trialList(rung.training)}</td>
+              </tr>
+            ))
+          )}
+        </tbody>
+      </table>
+    </section>
+  );
 }
 
 /** A log's lines; while following, kept scrolled to the end unless scrolled up. */

@@ -1,7 +1,8 @@
 /**
- * The det_hub panel in JupyterLab's left area: the experiments (live) and the cluster. The
- * master is asked again every few seconds only while the panel is visible; a collapsed
- * panel, or a hidden browser tab, asks nothing.
+ * The det_hub panel in JupyterLab's left area: the experiments (live) and the cluster. While
+ * the experiment list is shown, it follows the master's experiment stream; the cluster tab
+ * asks the master again every few seconds while it is shown. A collapsed panel, or a hidden
+ * browser tab, holds no stream and asks nothing.
  */
 
 import { ReactWidget } from '@jupyterlab/ui-components';
@@ -25,7 +26,7 @@ export interface ISidebarOptions {
   onOpen: (experimentId: number) => void;
   onAction: (experiment: IExperiment, action: ExperimentAction) => Promise<void>;
   onPriority: (experiment: IExperiment) => Promise<void>;
-  /** Milliseconds between looks at the master while visible (default 3000). */
+  /** Milliseconds between looks at the cluster while it is shown (default 3000). */
   interval?: number;
 }
 
@@ -42,11 +43,12 @@ export class DetHubSidebar extends ReactWidget {
     this.experiments.changed.connect(this._onChanged, this);
     this.cluster.changed.connect(this._onChanged, this);
     this._poll = new VisiblePoll({
-      name: 'det-hub:sidebar',
+      name: 'det-hub:cluster',
       interval: options.interval ?? 3000,
-      isVisible: () => this.isVisible,
-      factory: () => this._refresh()
+      isVisible: () => this.isVisible && this._tab === 'cluster',
+      factory: () => this._refreshCluster()
     });
+    document.addEventListener('visibilitychange', this._onVisibility);
   }
 
   readonly experiments: ExperimentListModel;
@@ -60,6 +62,7 @@ export class DetHubSidebar extends ReactWidget {
     if (tab !== this._tab) {
       this._tab = tab;
       this.update();
+      this._follow();
       void this._poll.wake();
     }
   }
@@ -67,28 +70,55 @@ export class DetHubSidebar extends ReactWidget {
   /** Who the notebook server acts as on the master, and any problem reaching it. */
   setConfig(config: IDetHubConfig | null, problem: string | null = null): void {
     this._config = config;
+    this._configured = true;
     this._problem = problem ?? config?.problem ?? null;
     this.experiments.user = config?.user?.username ?? null;
     this.update();
+    this._follow();
     void this._poll.wake();
   }
 
-  /** Asks the master now (after a change made here). */
-  refresh(): Promise<void> {
-    return this._poll.wake();
+  /**
+   * Looks at the master now: the cluster tab asks again; the experiment list takes a fresh
+   * snapshot when its stream is not followed (changes come by themselves while it is).
+   */
+  async refresh(): Promise<void> {
+    if (this._tab === 'cluster') {
+      await this._poll.wake();
+    } else if (this._shouldFollow() && !this.experiments.live) {
+      this.experiments.start();
+    }
   }
 
   dispose(): void {
     if (this.isDisposed) {
       return;
     }
+    document.removeEventListener('visibilitychange', this._onVisibility);
+    this.experiments.stop();
     this._poll.dispose();
     super.dispose();
   }
 
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    this._follow();
+  }
+
+  protected onBeforeDetach(msg: Message): void {
+    this.experiments.stop();
+    super.onBeforeDetach(msg);
+  }
+
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
+    this._follow();
     void this._poll.wake();
+  }
+
+  protected onAfterHide(msg: Message): void {
+    super.onAfterHide(msg);
+    this._follow();
   }
 
   protected render(): JSX.Element {
@@ -126,7 +156,11 @@ export class DetHubSidebar extends ReactWidget {
               onOpen={experiment => options.onOpen(experiment.id)}
               onAction={(experiment, action) => void options.onAction(experiment, action)}
               onPriority={experiment => void options.onPriority(experiment)}
-              onRefresh={() => void this.refresh()}
+              onRefresh={() => {
+                if (this._shouldFollow()) {
+                  this.experiments.restart();
+                }
+              }}
             />
           ) : (
             <ClusterView model={this.cluster} onOpenExperiment={options.onOpen} />
@@ -136,9 +170,33 @@ export class DetHubSidebar extends ReactWidget {
     );
   }
 
-  private async _refresh(): Promise<void> {
+  /** Whether the experiment list is in sight: its tab, in a shown panel of a shown page. */
+  private _shouldFollow(): boolean {
+    return (
+      this._configured &&
+      this._tab === 'experiments' &&
+      this.isAttached &&
+      this.isVisible &&
+      !document.hidden
+    );
+  }
+
+  /** Follows the master's experiment stream while the list is in sight, and only then. */
+  private _follow(): void {
+    if (this._shouldFollow()) {
+      this.experiments.start();
+    } else {
+      this.experiments.stop();
+    }
+  }
+
+  private readonly _onVisibility = (): void => {
+    this._follow();
+  };
+
+  private async _refreshCluster(): Promise<void> {
     try {
-      await (this._tab === 'experiments' ? this.experiments.refresh() : this.cluster.refresh());
+      await this.cluster.refresh();
     } catch (error) {
       // Shown by the view; the poll tries again, less often.
       console.warn(`det_hub: ${errorText(error)}`);
@@ -152,6 +210,8 @@ export class DetHubSidebar extends ReactWidget {
 
   private _tab: SidebarTab = 'experiments';
   private _config: IDetHubConfig | null = null;
+  /** Whether the config was asked for (answered or failed): the list waits for its user. */
+  private _configured = false;
   private _problem: string | null = null;
   private readonly _options: ISidebarOptions;
   private readonly _poll: VisiblePoll;
