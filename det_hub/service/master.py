@@ -339,7 +339,7 @@ class Master:
                 return token
         admin = await self.store.get_user("admin") or await self.store.create_user(
             "admin", admin=True)
-        token = secrets.token_urlsafe(32)
+        token = new_api_token()
         await self.store.add_token(admin.id, hash_token(token), description="admin token")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -402,7 +402,7 @@ class Master:
             user = await self.store.create_user(username, admin=admin)
         except StoreConflict:
             raise Conflict(f"user {username!r} already exists") from None
-        token = secrets.token_urlsafe(32)
+        token = new_api_token()
         await self.store.add_token(user.id, hash_token(token), description="created by admin")
         return user, token
 
@@ -1305,6 +1305,12 @@ def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"{key}: must be an integer")
     return value
+
+
+def new_api_token() -> str:
+    """A new API token: 64 hex digits. Never starting with ``-``, it is safe to give as
+    ``det-hub --token TOKEN`` (argparse takes ``-x...`` for an option) and in a shell."""
+    return secrets.token_hex(32)
 
 
 def _metric_row(index: int, row: Any) -> dict[str, Any]:

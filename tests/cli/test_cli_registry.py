@@ -32,7 +32,7 @@ def cli(master: MasterProcess, capsys: pytest.CaptureFixture[str],
 
     def run(*argv: str, stdin: str = "") -> Result:
         monkeypatch.setattr("sys.stdin", io.StringIO(stdin))
-        code = main(["-m", master.url, "--token", master.token, *argv])
+        code = main(["-m", master.url, f"--token={master.token}", *argv])
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)
 
