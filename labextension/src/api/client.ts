@@ -8,7 +8,7 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
-import { NdjsonParser, readText, ServerSentEventParser } from './streams';
+import { IServerSentEvent, NdjsonParser, readText, ServerSentEventParser } from './streams';
 import {
   ExperimentAction,
   ExperimentEvent,
@@ -227,55 +227,24 @@ export class DetHubClient {
     while (!signal?.aborted) {
       let snapshot = false;
       let reconnect = false;
-      let problem = new DetHubError(0, 'the experiment list stream ended before its snapshot');
-      try {
-        const response = await this.send('GET', 'api/v1/experiments/stream', {
-          query: { owner: options.owner, archived: options.archived, limit: options.limit },
-          headers: { Accept: 'text/event-stream' },
-          signal
-        });
-        if (!response.ok) {
-          problem = await DetHubError.fromResponse(response);
-          if (!RETRYABLE.has(response.status)) {
-            throw problem;
+      const failed = await this.readEventStream(
+        'api/v1/experiments/stream',
+        { owner: options.owner, archived: options.archived, limit: options.limit },
+        signal,
+        sse => {
+          if (sse.event === 'snapshot') {
+            snapshot = true;
+            const body = JSON.parse(sse.data) as { experiments: IExperiment[]; total: number };
+            onEvent({ kind: 'snapshot', experiments: body.experiments, total: body.total });
+          } else if (sse.event === 'experiment') {
+            onEvent({ kind: 'experiment', experiment: JSON.parse(sse.data) as IExperiment });
+          } else if (sse.event === 'removed') {
+            onEvent({ kind: 'removed', id: (JSON.parse(sse.data) as { id: number }).id });
+          } else if (sse.event === 'reconnect') {
+            reconnect = true;
           }
-        } else {
-          const parser = new ServerSentEventParser();
-          await readText(
-            response,
-            text => {
-              for (const sse of parser.push(text)) {
-                if (signal?.aborted) {
-                  return;
-                }
-                if (sse.event === 'snapshot') {
-                  snapshot = true;
-                  const body = JSON.parse(sse.data) as {
-                    experiments: IExperiment[];
-                    total: number;
-                  };
-                  onEvent({ kind: 'snapshot', experiments: body.experiments, total: body.total });
-                } else if (sse.event === 'experiment') {
-                  onEvent({ kind: 'experiment', experiment: JSON.parse(sse.data) as IExperiment });
-                } else if (sse.event === 'removed') {
-                  onEvent({ kind: 'removed', id: (JSON.parse(sse.data) as { id: number }).id });
-                } else if (sse.event === 'reconnect') {
-                  reconnect = true;
-                }
-              }
-            },
-            signal
-          );
         }
-      } catch (error) {
-        if (signal?.aborted) {
-          break;
-        }
-        if (error instanceof DetHubError) {
-          throw error;
-        }
-        problem = new DetHubError(0, `the notebook server cannot be reached: ${String(error)}`);
-      }
+      );
       if (signal?.aborted) {
         break;
       }
@@ -289,7 +258,9 @@ export class DetHubClient {
         failures = 0;
       } else {
         failures += 1;
-        options.onProblem?.(problem);
+        options.onProblem?.(
+          failed ?? new DetHubError(0, 'the experiment list stream ended before its snapshot')
+        );
       }
       await sleep(
         Math.min((options.retryDelay ?? 500) * 2 ** failures, options.maxDelay ?? 30000),
@@ -433,56 +404,34 @@ export class DetHubClient {
     while (!signal?.aborted) {
       let progressed = false;
       let ended = false;
-      let problem = new DetHubError(0, 'the metric stream ended early');
-      try {
-        const response = await this.send('GET', `api/v1/experiments/${id}/metrics/stream`, {
-          query: { after_id: afterId },
-          headers: { Accept: 'text/event-stream' },
-          signal
-        });
-        if (!response.ok) {
-          problem = await DetHubError.fromResponse(response);
-          if (!RETRYABLE.has(response.status)) {
-            throw problem;
+      const failed = await this.readEventStream(
+        `api/v1/experiments/${id}/metrics/stream`,
+        { after_id: afterId },
+        signal,
+        sse => {
+          progressed = true;
+          if (sse.event === 'metrics') {
+            const row = JSON.parse(sse.data) as IMetricRow;
+            if (row.id > afterId) {
+              afterId = row.id;
+              onEvent({ kind: 'metrics', row });
+            }
+          } else if (sse.event === 'state') {
+            onEvent({ kind: 'state', state: JSON.parse(sse.data) as IStreamState });
+          } else if (sse.event === 'end') {
+            ended = true;
           }
-        } else {
-          const parser = new ServerSentEventParser();
-          await readText(
-            response,
-            text => {
-              for (const sse of parser.push(text)) {
-                progressed = true;
-                if (sse.event === 'metrics') {
-                  const row = JSON.parse(sse.data) as IMetricRow;
-                  if (row.id > afterId) {
-                    afterId = row.id;
-                    onEvent({ kind: 'metrics', row });
-                  }
-                } else if (sse.event === 'state') {
-                  onEvent({ kind: 'state', state: JSON.parse(sse.data) as IStreamState });
-                } else if (sse.event === 'end') {
-                  ended = true;
-                }
-              }
-            },
-            signal
-          );
         }
-      } catch (error) {
-        if (signal?.aborted) {
-          break;
-        }
-        if (error instanceof DetHubError) {
-          throw error;
-        }
-        problem = new DetHubError(0, `the notebook server cannot be reached: ${String(error)}`);
+      );
+      if (signal?.aborted) {
+        break;
       }
       if (ended) {
         break;
       }
       failures = progressed ? 0 : failures + 1;
       if (failures > (options.maxFailures ?? 10)) {
-        throw problem;
+        throw failed ?? new DetHubError(0, 'the metric stream ended early');
       }
       await sleep(
         Math.min((options.retryDelay ?? 500) * 2 ** Math.max(failures - 1, 0), 5000),
@@ -490,6 +439,58 @@ export class DetHubClient {
       );
     }
     return afterId;
+  }
+
+  /**
+   * One connection to one of the master's Server-Sent Events streams: each event goes to
+   * `onEvent` until the stream ends or `signal` aborts.
+   *
+   * @returns What kept the stream from being read (a status worth retrying, or the notebook
+   *   server out of reach), or null when it was read to its end or aborted.
+   * @throws DetHubError when the master refuses the stream for good.
+   */
+  private async readEventStream(
+    path: string,
+    query: Query,
+    signal: AbortSignal | undefined,
+    onEvent: (sse: IServerSentEvent) => void
+  ): Promise<DetHubError | null> {
+    try {
+      const response = await this.send('GET', path, {
+        query,
+        headers: { Accept: 'text/event-stream' },
+        signal
+      });
+      if (!response.ok) {
+        const problem = await DetHubError.fromResponse(response);
+        if (!RETRYABLE.has(response.status)) {
+          throw problem;
+        }
+        return problem;
+      }
+      const parser = new ServerSentEventParser();
+      await readText(
+        response,
+        text => {
+          for (const sse of parser.push(text)) {
+            if (signal?.aborted) {
+              return;
+            }
+            onEvent(sse);
+          }
+        },
+        signal
+      );
+      return null;
+    } catch (error) {
+      if (signal?.aborted) {
+        return null;
+      }
+      if (error instanceof DetHubError) {
+        throw error;
+      }
+      return new DetHubError(0, `the notebook server cannot be reached: ${String(error)}`);
+    }
   }
 
   /**
