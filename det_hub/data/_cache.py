@@ -60,7 +60,8 @@ class HostCache:
                 return target
             partial = target.with_name(f".{target.name}.{os.getpid()}.part")
             try:
-                source.download(partial, progress)
+                source.download(partial, None if progress is None
+                                else lambda done: progress(done, size))
                 got = partial.stat().st_size
                 if got != size:
                     raise OSError(f"{source.url}: fetched {got} bytes, the source has {size}")

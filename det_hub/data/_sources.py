@@ -15,6 +15,9 @@ from det_hub.storage.s3 import S3Storage
 #: Called with (bytes done, bytes in all) while a file is fetched.
 Progress = Callable[[int, int], None]
 
+#: Called by :meth:`DataSource.download` with the bytes done so far.
+Fetched = Callable[[int], None]
+
 
 class DataSource(abc.ABC):
     """One remote file, which a :class:`~det_hub.data.HostCache` copies to local disk."""
@@ -32,8 +35,9 @@ class DataSource(abc.ABC):
         """
 
     @abc.abstractmethod
-    def download(self, dst: Path, progress: Progress | None = None) -> None:
-        """Copy the file to ``dst``, a path on local disk that does not exist yet."""
+    def download(self, dst: Path, fetched: Fetched | None = None) -> None:
+        """Copy the file to ``dst``, a path on local disk that does not exist yet, telling
+        ``fetched`` the bytes done as they grow (the size is known from :meth:`stat`)."""
 
 
 class FileSource(DataSource):
@@ -47,15 +51,14 @@ class FileSource(DataSource):
         st = self.path.stat()
         return st.st_size, f"{st.st_mtime_ns}"
 
-    def download(self, dst: Path, progress: Progress | None = None) -> None:
-        total = self.path.stat().st_size
+    def download(self, dst: Path, fetched: Fetched | None = None) -> None:
         done = 0
         with open(self.path, "rb") as src, open(dst, "wb") as out:
             while chunk := src.read(8 << 20):
                 out.write(chunk)
                 done += len(chunk)
-                if progress is not None:
-                    progress(done, total)
+                if fetched is not None:
+                    fetched(done)
         shutil.copystat(self.path, dst)
 
 
@@ -84,17 +87,16 @@ class S3Source(DataSource):
             raise
         return int(head["ContentLength"]), str(head.get("ETag", "")).strip('"')
 
-    def download(self, dst: Path, progress: Progress | None = None) -> None:
+    def download(self, dst: Path, fetched: Fetched | None = None) -> None:
         from boto3.s3.transfer import TransferConfig
 
-        total = self.stat()[0]
         done = 0
 
         def callback(n: int) -> None:
             nonlocal done
             done += n
-            if progress is not None:
-                progress(done, total)
+            if fetched is not None:
+                fetched(done)
 
         self.storage.client.download_file(
             self.storage.bucket, self.key, str(dst),
@@ -128,4 +130,4 @@ def source_for(location: str | os.PathLike[str] | DataSource,
     return FileSource(text)
 
 
-__all__ = ["DataSource", "FileSource", "Progress", "S3Source", "source_for"]
+__all__ = ["DataSource", "Fetched", "FileSource", "Progress", "S3Source", "source_for"]

@@ -20,7 +20,7 @@ from det_hub.data import (
     source_for,
     write_records,
 )
-from det_hub.data._sources import Progress
+from det_hub.data._sources import Fetched
 from det_hub.testing_s3 import SeaweedS3
 
 
@@ -36,16 +36,16 @@ class CountingSource(FileSource):
         super().__init__(path)
         self.log = log
 
-    def download(self, dst: Path, progress: Progress | None = None) -> None:
+    def download(self, dst: Path, fetched: Fetched | None = None) -> None:
         with open(self.log, "a") as f:
             f.write(f"{os.getpid()}\n")
-        super().download(dst, progress)
+        super().download(dst, fetched)
 
 
 class ShortSource(FileSource):
     """Delivers one byte less than the file has: a broken transfer."""
 
-    def download(self, dst: Path, progress: Progress | None = None) -> None:
+    def download(self, dst: Path, fetched: Fetched | None = None) -> None:
         dst.write_bytes(self.path.read_bytes()[:-1])
 
 
