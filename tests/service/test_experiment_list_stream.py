@@ -10,15 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import requests
 import yaml
 
-from det_hub.agents.local import LocalAgent
 from det_hub.service.events import (
     Event,
     ExperimentChanges,
@@ -26,32 +24,11 @@ from det_hub.service.events import (
     experiment_list_events,
 )
 from det_hub.service.master import Master, Principal
-from det_hub.store import Store
 from det_hub.testing import MasterProcess
 
 CONFIG = yaml.safe_dump({
     "name": "listed", "entrypoint": "python3 train.py",
     "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}})
-
-
-@pytest.fixture
-async def master(store: Store, tmp_path: Path) -> AsyncIterator[Master]:
-    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
-    m = Master(store, agent, master_url="http://127.0.0.1:9", data_dir=tmp_path,
-               kill_grace_seconds=2, poll_interval=0.05)
-    await m.start()
-    yield m
-    for run in list(m.runs.values()):
-        await run.kill()
-    await m.stop()
-
-
-@pytest.fixture
-async def admin(master: Master, tmp_path: Path) -> Principal:
-    token = await master.ensure_admin_token(tmp_path / "admin-token")
-    who = await master.authenticate(token)
-    assert who is not None
-    return who
 
 
 async def next_batch(events: Any, timeout: float = 5.0) -> list[Event]:

@@ -10,16 +10,12 @@ import asyncio
 import base64
 import io
 import tarfile
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 import yaml
 
-from det_hub.agents.local import LocalAgent
 from det_hub.service.errors import BadRequest, Conflict, Forbidden
 from det_hub.service.master import Master, Principal
-from det_hub.store import Store
 
 
 def context(script: str) -> str:
@@ -37,26 +33,6 @@ def config(**extra: object) -> str:
            "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}}
     doc.update(extra)
     return yaml.safe_dump(doc)
-
-
-@pytest.fixture
-async def master(store: Store, tmp_path: Path) -> AsyncIterator[Master]:
-    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
-    m = Master(store, agent, master_url="http://127.0.0.1:9", data_dir=tmp_path,
-               kill_grace_seconds=2, poll_interval=0.05)
-    await m.start()
-    yield m
-    for run in list(m.runs.values()):
-        await run.kill()
-    await m.stop()
-
-
-@pytest.fixture
-async def admin(master: Master, tmp_path: Path) -> Principal:
-    token = await master.ensure_admin_token(tmp_path / "admin-token")
-    who = await master.authenticate(token)
-    assert who is not None and who.is_admin
-    return who
 
 
 async def finished(master: Master, eid: int, timeout: float = 30) -> str:

@@ -10,26 +10,14 @@ from __future__ import annotations
 
 import json
 import uuid as uuidlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from det_hub.agents.local import LocalAgent
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.master import Master, Principal
 from det_hub.store import Experiment, Store, Trial
-
-
-@pytest.fixture
-async def master(store: Store, tmp_path: Path) -> AsyncIterator[Master]:
-    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
-    m = Master(store, agent, master_url="http://127.0.0.1:9", data_dir=tmp_path,
-               kill_grace_seconds=2, poll_interval=0.05)
-    await m.start()
-    yield m
-    await m.stop()
 
 
 @pytest.fixture

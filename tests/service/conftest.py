@@ -1,0 +1,35 @@
+"""Fixtures of the service tests: the master as an object in the test's event loop."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from det_hub.agents.local import LocalAgent
+from det_hub.service.master import Master, Principal
+from det_hub.store import Store
+
+
+@pytest.fixture
+async def master(store: Store, tmp_path: Path) -> AsyncIterator[Master]:
+    """A started master on the test's store with a local agent; what still runs at the end
+    is killed."""
+    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+    m = Master(store, agent, master_url="http://127.0.0.1:9", data_dir=tmp_path,
+               kill_grace_seconds=2, poll_interval=0.05)
+    await m.start()
+    yield m
+    for run in list(m.runs.values()):
+        await run.kill()
+    await m.stop()
+
+
+@pytest.fixture
+async def admin(master: Master, tmp_path: Path) -> Principal:
+    """The master's admin, signed in with the admin token."""
+    token = await master.ensure_admin_token(tmp_path / "admin-token")
+    who = await master.authenticate(token)
+    assert who is not None and who.is_admin
+    return who
