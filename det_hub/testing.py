@@ -45,12 +45,17 @@ class MasterProcess:
         data_dir: the master's ``--data-dir``; its log goes to ``data_dir/master.log``.
         db_url: the master's ``--db``.
         extra_args: more ``det-hub master`` arguments, e.g. ``["--cpu-slot-cores=2"]``.
+        prefix: a command the master runs under (one that switches to another account).
+        env: the master's environment (default: this process's).
     """
 
-    def __init__(self, data_dir: Path, db_url: str, extra_args: Sequence[str] = ()) -> None:
+    def __init__(self, data_dir: Path, db_url: str, extra_args: Sequence[str] = (), *,
+                 prefix: Sequence[str] = (), env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.db_url = db_url
         self.extra_args = list(extra_args)
+        self.prefix = list(prefix)
+        self.env = env
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -62,12 +67,15 @@ class MasterProcess:
         self.cli_cwd: Path | None = None
 
     def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - the process writes to it
+        # Private, as the master keeps its data directory: the log is the operator's.
+        self.log_path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = os.fdopen(os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600),
+                        "ab")
         self.proc = subprocess.Popen(
-            [DET_HUB, "master", "--data-dir", str(self.data_dir), "--db", self.db_url,
-             "--port", str(self.port), "--MasterApp.kill_grace_seconds=3", *self.extra_args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            [*self.prefix, DET_HUB, "master", "--data-dir", str(self.data_dir), "--db",
+             self.db_url, "--port", str(self.port), "--MasterApp.kill_grace_seconds=3",
+             *self.extra_args],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env)
         log.close()
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
@@ -165,11 +173,12 @@ class HubProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.api = f"{self.url}{SERVICE}/api/v1"
         self.log = data_dir / "up.log"
-        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         #: The hub's internal API, the proxy's API and the master.
         self.internal_ports = [free_port() for _ in range(3)]
         ports = [str(p) for p in self.internal_ports]
-        with self.log.open("w") as log:
+        with os.fdopen(os.open(self.log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600),
+                       "w") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "det_hub.cli.main", "up", "--data-dir", str(data_dir),
                  "--port", str(self.port), "--hub-port", ports[0], "--proxy-api-port",

@@ -28,7 +28,10 @@ cache=${DET_HUB_TEST_IMAGE_CACHE:-$root/.test-services/images}
 mirror=${DET_HUB_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 suite=bookworm
 packages=python3,libgomp1,libstdc++6,ca-certificates
-tarball="$cache/rootfs-$suite-$(echo "$packages" | cksum | cut -d' ' -f1).tar"
+# The layout's version is part of the key: a change to how the root file system is made below
+# makes a new tarball rather than reusing an old one.
+layout=2
+tarball="$cache/rootfs-$suite-$(echo "$packages $layout" | cksum | cut -d' ' -f1).tar"
 
 log() { echo "build-test-image: $*" >&2; }
 
@@ -49,6 +52,9 @@ if [ ! -s "$tarball" ]; then
     { log "debootstrap failed:"; tail -20 "$work/debootstrap.log" >&2; exit 1; }
   # Package caches and lists are of no use in a test image and only make it bigger.
   rm -rf "$work/fs/var/cache/apt/archives/"*.deb "$work/fs/var/lib/apt/lists/"*
+  # Tasks run as unprivileged users; the project's Python may be bind-mounted below /root
+  # (a pyenv build), which they must be able to reach.
+  chmod 0755 "$work/fs/root"
   tar -C "$work/fs" --numeric-owner -cf "$work/rootfs.tar" .
   mv "$work/rootfs.tar" "$tarball"
   log "root file system made in $(( $(date +%s) - start )) s: $tarball"

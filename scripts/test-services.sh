@@ -15,7 +15,7 @@ pg_port=${DET_HUB_TEST_PG_PORT:-}
 pg_data="$state/pg"
 docker_root="$state/docker"
 docker2_root="$state/docker2"
-test_image=${DET_HUB_TEST_IMAGE:-det-hub-test:bookworm}
+test_image=${DET_HUB_TEST_IMAGE:-det-hub-test:bookworm-2}
 
 log() { echo "test-services: $*" >&2; }
 

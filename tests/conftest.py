@@ -94,7 +94,7 @@ def _run_kept_checkpoints(master: MasterProcess, name: str = "kept") -> int:
         "searcher": {"name": "single", "metric": "validation_loss",
                      "max_length": {"batches": 7}},
         "checkpoint_storage": {"type": "shared_fs",
-                               "host_path": str(master.data_dir / "checkpoints"),
+                               "host_path": str(master.data_dir / "checkpoints" / "admin"),
                                "save_trial_latest": 10},
         "max_restarts": 0})
     assert master.wait_state(eid, timeout=90)["state"] == "COMPLETED"

@@ -76,6 +76,10 @@ class TaskSpec:
         slot_ids: the agent's slots the task gets, exclusively.
         files: extra files (name -> text) the task reads at :meth:`Agent.file_path`.
         container: the container the experiment asked for.
+        run_as: the Unix ``(uid, gid)`` the task runs as where the agent can choose (a Docker
+            container's user; a local task where the master runs as root): its owner's linked
+            account, else the master's unprivileged task account.
+        owner_is_admin: whether the task's owner is an admin (trusted with the master itself).
     """
 
     allocation_id: str
@@ -85,6 +89,8 @@ class TaskSpec:
     slot_ids: Sequence[int]
     files: Mapping[str, str] = dataclasses.field(default_factory=dict)
     container: ContainerSpec = dataclasses.field(default_factory=ContainerSpec)
+    run_as: tuple[int, int] | None = None
+    owner_is_admin: bool = False
 
 
 class TaskHandle(abc.ABC):
@@ -164,6 +170,12 @@ class Agent(LoggingConfigurable, metaclass=_AgentMeta):
     @abc.abstractmethod
     def kill(self, handle: TaskHandle, *, force: bool = False) -> None:
         """Ask the task to stop (SIGTERM), or stop it now (``force``: SIGKILL)."""
+
+    def isolation_warning(self) -> str | None:
+        """What an admin should know about how this agent keeps tasks apart from the master
+        and from each other; None when all is well (a container agent: the container is the
+        boundary)."""
+        return None
 
     def reap(self, handle: TaskHandle) -> None:
         """Release what the agent holds for a finished task (a zombie process, a container)."""

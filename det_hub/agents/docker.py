@@ -66,7 +66,8 @@ NVIDIA_SMI_QUERY = ["nvidia-smi", "--query-gpu=index,uuid,name", "--format=csv,n
 #: ``containers.create`` arguments the agent relies on to run and find the task, which
 #: ``extra_create_kwargs`` may not replace. ``tty`` would merge stdout and stderr into one
 #: unframed stream that :meth:`DockerTaskHandle.read_logs` cannot split.
-AGENT_OWNED_KWARGS = frozenset({"image", "command", "name", "working_dir", "tty", "detach"})
+AGENT_OWNED_KWARGS = frozenset({"image", "command", "name", "working_dir", "tty", "detach",
+                                "user"})
 
 _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RUNNING_STATES = frozenset({"created", "running", "paused", "restarting"})
@@ -234,9 +235,17 @@ def container_create_kwargs(
     argv = list(spec.argv)
     if argv and argv[0] in PYTHON_NAMES:
         argv[0] = python
+    task_root = task_dir.rstrip("/")
+    # The container's first process unpacks the context as the task's user, then becomes the
+    # task's command (det_hub.exec.task_start, as on every agent kind).
+    start = [python, "-I", "-m", "det_hub.exec.task_start"]
+    if spec.context:
+        start += ["--context", f"{task_root}/context.tar", "--into", f"{task_root}/run"]
+    argv = [*start, "--", *argv]
 
     env: dict[str, str] = dict(spec.env)
     env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("HOME", f"{task_root}/home")
     if os.path.isabs(python):
         # Launchers run `python3 ...` again by name inside the task; it must be this Python.
         env["PATH"] = os.path.dirname(python) + ":" + (spec.env.get("PATH") or image_path
@@ -253,7 +262,7 @@ def container_create_kwargs(
             LABEL_AGENT: agent_id,
             LABEL_SLOTS: ",".join(str(s.id) for s in slots),
         },
-        "working_dir": f"{task_dir.rstrip('/')}/run",
+        "working_dir": f"{task_root}/run",
         "environment": env,
         # Containers reach the master, and one another in a distributed trial, on the host's
         # addresses.
@@ -264,6 +273,8 @@ def container_create_kwargs(
         "mounts": [bind_mount(m, f"bind_mounts[{i}]") for i, m in enumerate(container.bind_mounts)]
         + [bind_mount(m, f"mounts[{i}]") for i, m in enumerate(mounts)],
     }
+    if spec.run_as is not None:
+        kwargs["user"] = f"{spec.run_as[0]}:{spec.run_as[1]}"
     shm = container.shm_size or shm_size
     if shm:
         kwargs["shm_size"] = int(shm)
@@ -293,19 +304,23 @@ def container_create_kwargs(
     return kwargs
 
 
-def _tar(entries: Sequence[tuple[str, bytes | None]]) -> bytes:
-    """A tar of directories (``None`` content) and files, owned by root."""
+def _tar(entries: Sequence[tuple[str, bytes | None, int]],
+         owner: tuple[int, int] | None = None) -> bytes:
+    """A tar of directories (``None`` content) and files with the given modes, owned by
+    ``owner`` (root when None)."""
     buf = io.BytesIO()
     now = time.time()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for name, content in entries:
+        for name, content, mode in entries:
             info = tarfile.TarInfo(name)
-            info.mtime = now
+            info.mtime, info.mode = now, mode
+            if owner is not None:
+                info.uid, info.gid = owner
             if content is None:
-                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                info.type = tarfile.DIRTYPE
                 tar.addfile(info)
             else:
-                info.size, info.mode = len(content), 0o644
+                info.size = len(content)
                 tar.addfile(info, io.BytesIO(content))
     return buf.getvalue()
 
@@ -685,18 +700,19 @@ class DockerAgent(Agent):
         return client.containers.create(**kwargs)
 
     def _copy_in(self, container: Container, spec: TaskSpec) -> None:
-        """The task dir with its files, then the context unpacked into the working directory."""
+        """The task dir: its working directory and home, its files and the context archive,
+        owned by the task's user. The task unpacks the context itself (task_start)."""
         task_dir = PurePosixPath(self.task_dir)
         rel = str(task_dir.relative_to("/"))
-        entries: list[tuple[str, bytes | None]] = [(rel, None), (f"{rel}/run", None)]
+        entries: list[tuple[str, bytes | None, int]] = [
+            (rel, None, 0o755), (f"{rel}/run", None, 0o700), (f"{rel}/home", None, 0o700)]
         for name, text in spec.files.items():
             parents = PurePosixPath(name).parents
-            entries += [(f"{rel}/{p}", None) for p in reversed(parents) if str(p) != "."]
-            entries.append((f"{rel}/{name}", text.encode()))
-        container.put_archive("/", _tar(entries))
+            entries += [(f"{rel}/{p}", None, 0o755) for p in reversed(parents) if str(p) != "."]
+            entries.append((f"{rel}/{name}", text.encode(), 0o444))
         if spec.context:
-            # The engine unpacks plain, gzip, bzip2 and xz archives itself.
-            container.put_archive(str(task_dir / "run"), spec.context)
+            entries.append((f"{rel}/context.tar", spec.context, 0o400))
+        container.put_archive("/", _tar(entries, spec.run_as))
 
     def file_path(self, allocation_id: str, name: str) -> str:
         """Where the task reads ``spec.files[name]``: a path inside its container."""

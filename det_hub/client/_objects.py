@@ -89,6 +89,26 @@ class Listing(list[T], Generic[T]):
 
 
 @dataclass(frozen=True)
+class AgentUserGroup:
+    """The Unix account a user's tasks run as (``det-hub user link-with-agent-user``); the
+    names are None when the link was made without them."""
+
+    agent_uid: int
+    agent_gid: int
+    agent_user: str | None = None
+    agent_group: str | None = None
+
+    @classmethod
+    def from_json(cls, data: Any) -> AgentUserGroup | None:
+        """Builds one from a user's ``agent_user_group``; None for an unlinked user."""
+        if not isinstance(data, dict) or _opt_int(data.get("agent_uid")) is None:
+            return None
+        return cls(agent_uid=_int(data.get("agent_uid")), agent_gid=_int(data.get("agent_gid")),
+                   agent_user=_opt_str(data.get("agent_user")),
+                   agent_group=_opt_str(data.get("agent_group")))
+
+
+@dataclass(frozen=True)
 class User:
     """A user of the master."""
 
@@ -96,6 +116,8 @@ class User:
     username: str
     admin: bool
     raw: dict[str, Any] = field(repr=False, compare=False)
+    #: The Unix account the user's tasks run as, None when not linked to one.
+    agent_user_group: AgentUserGroup | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> User:
@@ -105,6 +127,7 @@ class User:
             username=str(data.get("username", "")),
             admin=bool(data.get("admin", False)),
             raw=data,
+            agent_user_group=AgentUserGroup.from_json(data.get("agent_user_group")),
         )
 
 
@@ -575,6 +598,7 @@ Command = Task
 
 __all__ = [
     "Agent",
+    "AgentUserGroup",
     "Checkpoint",
     "Command",
     "Task",

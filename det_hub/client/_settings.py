@@ -98,7 +98,7 @@ def save_token(master_url: str, token: str | None, env: Mapping[str, str] | None
     else:
         tokens[master_url] = token
     path = data_dir(env) / SAVED_TOKENS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # the master's data dir too
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         json.dump(tokens, f, indent=1)

@@ -29,6 +29,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from det_hub.service.data_dir import PRIVATE_UMASK, make_private_dir, private_umask, write_private
+
 #: Where ``make`` installs configurable-http-proxy when none is on the PATH.
 LOCAL_PROXY = Path(sys.prefix) / "node_modules" / ".bin" / "configurable-http-proxy"
 
@@ -112,7 +114,8 @@ def docker_master_config(data_dir: Path, host: str) -> Path:
     """A ``det_hub_config.py`` that adds the engine as the Docker agent of the ``notebooks``
     pool, beside the local agent that runs trials."""
     path = data_dir / "det_hub_config.up.py"
-    path.write_text(
+    write_private(
+        path,
         "# Written by det-hub up: the local agent runs trials; notebook servers take the\n"
         "# slots of the Docker engine's agent, in the notebooks pool.\n"
         f"c.MasterApp.docker_agents = [{{'agent_id': 'docker', 'docker_host': {host!r}, "
@@ -160,6 +163,8 @@ def hub_config(args: argparse.Namespace, data_dir: Path, proxy: str,
         f"c.JupyterHub.hub_bind_url = 'http://127.0.0.1:{args.hub_port}'",
         f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{args.proxy_api_port}'",
         f"c.ConfigurableHTTPProxy.command = [{proxy!r}]",
+        # JupyterHub starts the proxy under a umask of its own (0o007); keep it private.
+        f"c.ConfigurableHTTPProxy.command_umask = {PRIVATE_UMASK:#o}",
         f"c.JupyterHub.db_url = {hub_db!r}",
         f"c.JupyterHub.cookie_secret_file = {str(data_dir / 'jupyterhub_cookie_secret')!r}",
         f"c.JupyterHub.pid_file = {str(data_dir / 'jupyterhub.pid')!r}",
@@ -207,6 +212,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    # Before anything is made: the data directory's files, the hub's and the master's among
+    # them, are created private (0600/0700); the hub, its proxy and the master inherit it.
+    private_umask()
     args = parse_args(sys.argv[1:] if argv is None else argv)
     proxy = find_proxy()
     if proxy is None:
@@ -215,22 +223,24 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     data_dir = Path(args.data_dir).expanduser().resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
+    tightened = make_private_dir(data_dir)
+    if tightened:
+        print(f"det_hub: data directory {data_dir} was readable by other accounts; made "
+              f"private: {', '.join(tightened)}", file=sys.stderr, flush=True)
     spawner, engine = choose_spawner(args.spawner, args.image)
     master_config = None
     if engine is not None and args.master_config is None:
         master_config = str(docker_master_config(data_dir, engine))
     config = data_dir / "jupyterhub_config.py"
-    config.write_text(hub_config(args, data_dir, proxy, spawner, master_config))
+    write_private(config, hub_config(args, data_dir, proxy, spawner, master_config))
     where = f"containers of {args.image} on {engine}" if engine else "local processes"
     print(f"det_hub: notebook servers run as {where}", flush=True)
     print(f"det_hub: JupyterHub at http://{args.host}:{args.port}/ -- sign in as admin "
-          f"(or any name) with the password in {data_dir / 'hub-password'}: "
-          f"{password(data_dir)}", flush=True)
+          f"(or any name) with the password in {data_dir / 'hub-password'}", flush=True)
     # A session of its own: Ctrl-C reaches the hub once, from here, and it stops its service
     # and notebook servers cleanly.
     proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config)],
-                            cwd=data_dir, start_new_session=True)
+                            cwd=data_dir, start_new_session=True, umask=PRIVATE_UMASK)
 
     def stop(signum: int, _frame: object) -> None:
         proc.send_signal(signum)

@@ -41,10 +41,15 @@ from traitlets.config import Application, Configurable
 from det_hub import __version__
 from det_hub.agents import Agent
 from det_hub.agents.local import LocalAgent
+from det_hub.archive import ContextLimits
+from det_hub.service.access_log import log_request
 from det_hub.service.cluster import PoolSettings
+from det_hub.service.data_dir import file_mode, make_private_dir, private_umask
 from det_hub.service.handlers import api_routes
+from det_hub.service.hub import HubIdentity
 from det_hub.service.master import Master
 from det_hub.service.proxy import proxy_routes
+from det_hub.service.unix_accounts import DEFAULT_TASK_USER, task_account
 from det_hub.store import Store
 
 API_PREFIX = "/api/v1"
@@ -69,7 +74,7 @@ def make_app(master: Master, *, cookie_secret: bytes | None = None) -> tornado.w
         handlers.append((base, tornado.web.RedirectHandler, {"url": api + "/health"}))
     # A base64 context of 96 MiB is 128 MiB on the wire; leave room for the config.
     return tornado.web.Application(handlers, master=master, api_routes=api_routes,
-                                   max_body_size=160 * 1024 * 1024,
+                                   max_body_size=160 * 1024 * 1024, log_function=log_request,
                                    cookie_secret=cookie_secret or secrets.token_bytes(32))
 
 
@@ -134,6 +139,45 @@ class MasterApp(Application):
         30.0, config=True,
         help="""Seconds an agent may go unanswered before the trials on it are given up for
         lost and restart elsewhere from their latest checkpoints.""")
+    context_max_bytes = Integer(
+        ContextLimits.max_bytes, min=1, config=True,
+        help="""The largest total size, in bytes, of the files in an uploaded context (an
+        experiment's or task's model directory) once unpacked; larger ones are refused with
+        413. Uploads are also capped at 160 MiB of request body.""")
+    context_max_members = Integer(
+        ContextLimits.max_members, min=1, config=True,
+        help="""The most members (files, directories, links) an uploaded context may hold;
+        reading stops, and the upload is refused with 413, past this many.""")
+    context_max_path_bytes = Integer(
+        ContextLimits.max_path_bytes, min=1, max=4000, config=True,
+        help="""The longest path, in bytes, of a member of an uploaded context, as written
+        and once "." and ".." are resolved (and of a link target); longer ones are refused
+        with 400. Keep it well below PATH_MAX (4096).""")
+    task_user = Unicode(
+        DEFAULT_TASK_USER, config=True,
+        help="""The Unix account (name or uid[:gid]) that runs the tasks of users linked to no
+        account of their own (`det-hub user link-with-agent-user`): in Docker containers, and
+        on the local agent when the master runs as root. Never root.""")
+
+    def task_account(self) -> tuple[int, int]:
+        """``task_user`` as ``(uid, gid)``.
+
+        Raises:
+            ValueError: no such account, or it is root.
+        """
+        try:
+            return task_account(self.task_user)
+        except ValueError as e:
+            raise ValueError(f"MasterApp.task_user: {e}") from None
+
+    def private_paths(self) -> list[Path]:
+        """What no task may see besides the data directory: the config file and the Docker
+        hosts' TLS keys."""
+        paths = [Path(self.config_file).expanduser().resolve()]
+        for entry in self.docker_agents:
+            paths += [Path(entry[k]) for k in ("tls_ca_cert", "tls_client_cert",
+                                               "tls_client_key") if entry.get(k)]
+        return [p for p in paths if p.exists()]
 
     @default("log_level")
     def _default_log_level(self) -> int:
@@ -171,7 +215,7 @@ class MasterApp(Application):
         "cpu-slot-cores": "LocalAgent.cpu_slot_cores",
         "log-level": "Application.log_level",
     }
-    classes = _agent_classes()
+    classes = [*_agent_classes(), HubIdentity]
 
     def make_agents(self, work_root: Path) -> list[Agent]:
         """The agents the settings describe.
@@ -181,7 +225,8 @@ class MasterApp(Application):
         """
         agents: list[Agent] = []
         if self.local_agent:
-            agents.append(LocalAgent(work_root=work_root, parent=self))
+            agents.append(LocalAgent(work_root=work_root, parent=self, private_paths=[
+                self.data_path, *self.private_paths()]))
         if self.docker_agents:
             from det_hub.agents.docker import DockerAgent  # the docker SDK is an extra
 
@@ -257,7 +302,7 @@ class MasterApp(Application):
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Run until SIGINT or SIGTERM. Trials keep running; a restarted master adopts them."""
         data = self.data_path
-        data.mkdir(parents=True, exist_ok=True)
+        make_private_dir(data, self.log)
         try:
             agents = self.make_agents(data / "work")
             pools = self.make_pools()
@@ -268,19 +313,24 @@ class MasterApp(Application):
         try:
             hub = None
             if self.hub:
-                from det_hub.service.hub import HubIdentity
-
-                hub = HubIdentity()
+                hub = HubIdentity(parent=self)
             master = Master(store, agents, master_url=self.effective_master_url(),
                             data_dir=data, pools=pools,
                             kill_grace_seconds=self.kill_grace_seconds,
                             agent_timeout=self.agent_timeout, base_url=self.normal_base_url,
-                            hub=hub)
+                            hub=hub, task_account=self.task_account(),
+                            private_paths=self.private_paths(),
+                            context_limits=ContextLimits(
+                                max_bytes=self.context_max_bytes,
+                                max_members=self.context_max_members,
+                                max_path_bytes=self.context_max_path_bytes))
         except ValueError as e:
             await store.close()
             raise SystemExit(f"det-hub master: bad cluster settings: {e}") from None
-        token = await master.ensure_admin_token(data / "admin-token")
-        print(f"DET_HUB_TOKEN={token}", flush=True)
+        token_path = data / "admin-token"
+        await master.ensure_admin_token(token_path)
+        # Never the token itself: logs are read by more people than the token is meant for.
+        self.log.info("admin token in %s (mode %s)", token_path, file_mode(token_path))
         await master.start()
         server = make_app(master, cookie_secret=self.cookie_secret()).listen(
             self.port, self.host, xheaders=True)
@@ -308,6 +358,8 @@ class MasterApp(Application):
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``det-hub master``."""
+    # Before anything is made: the data directory's files are created private (0600/0700).
+    private_umask()
     app = MasterApp.instance()
     app.initialize(argv)
     asyncio.run(app.serve())

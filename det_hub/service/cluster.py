@@ -45,7 +45,7 @@ from det_hub.scheduler import (
     Slot,
     build_scheduler,
 )
-from det_hub.storage import storage_in_container
+from det_hub.storage import storage_in_container, storage_mounts
 from det_hub.store import Store, hash_token, utcnow
 
 log = logging.getLogger("det_hub.cluster")
@@ -115,6 +115,13 @@ class LaunchSpec:
     #: Hold the slots only: nothing is started on the agents (a hub notebook server, which its
     #: spawner runs on them). The allocation runs until it is killed or its agent is lost.
     reserve_only: bool = False
+    #: The Unix ``(uid, gid)`` the task runs as where an agent can choose (see ``TaskSpec``).
+    run_as: tuple[int, int] | None = None
+    #: Whether the owner is an admin: an agent that cannot sandbox runs only admins' tasks.
+    owner_is_admin: bool = False
+    #: The owner's data cache on the master's host (DET_HUB_DATA_CACHE, see det_hub.data):
+    #: kept between their local tasks, seen by no one else's.
+    data_cache: str | None = None
 
     def __post_init__(self) -> None:
         if (self.trial_id is None) == (self.task_id is None):
@@ -506,6 +513,7 @@ class Cluster:
             "id": agent.agent_id, "type": agent.kind, "resource_pool": agent.resource_pool,
             "enabled": agent.enabled, "address": agent.address,
             "connected": agent.agent_id not in self.unreachable,
+            "isolation_warning": agent.isolation_warning(),
             "slots": [{"id": s.id, "type": s.kind, "device": s.device,
                        "cpus": list(s.cpus), "description": s.description,
                        "allocation_id": used.get((agent.agent_id, s.id))} for s in agent.slots],
@@ -680,9 +688,16 @@ class Cluster:
         if agent.uses_containers:
             storage, mounts = storage_in_container(info.get("checkpoint_storage"))
             info["checkpoint_storage"] = storage
-            container = dataclasses.replace(
-                container, bind_mounts=[*container.bind_mounts, *mounts])
+        else:
+            # A sandboxed local task sees its storage, and its owner's data cache, at the same
+            # paths as the host.
+            mounts = storage_mounts(info.get("checkpoint_storage"))
         env = dict(spec.env)
+        if spec.data_cache and not agent.uses_containers:
+            mounts.append({"host_path": spec.data_cache, "container_path": spec.data_cache,
+                           "read_only": False, "propagation": "rprivate"})
+            env.setdefault("DET_HUB_DATA_CACHE", spec.data_cache)
+        container = dataclasses.replace(container, bind_mounts=[*container.bind_mounts, *mounts])
         env.update({
             "DET_HUB_ALLOCATION_ID": alloc.id,
             "DET_HUB_ALLOCATION_TOKEN": alloc.token,
@@ -697,7 +712,8 @@ class Cluster:
                 "DET_HUB_CHIEF_PORT": str(rendezvous_port(alloc.id)),
             })
         return TaskSpec(alloc.id, spec.argv, env, spec.context, node.slot_ids,
-                        {"cluster_info.json": json.dumps(info, indent=2)}, container)
+                        {"cluster_info.json": json.dumps(info, indent=2)}, container,
+                        run_as=spec.run_as, owner_is_admin=spec.owner_is_admin)
 
     async def _heartbeat(self) -> None:
         """Ask idle and unanswering agents whether they are there, every heartbeat interval."""

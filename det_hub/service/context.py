@@ -1,66 +1,45 @@
-"""Checks on uploaded context archives.
+"""Uploaded context archives, as the API sees them: base64 in, checked archive or an error out.
 
-A context is a gzipped tar of the user's model directory. It is checked member by member when
-the experiment is created, so a bad archive is refused with the member's name before anything
-is stored; the agent unpacks it later with tarfile's ``data`` filter as a second line of defence.
+The checking is :func:`det_hub.archive.check_archive`'s; this module decodes the upload and
+turns a refusal into the API's answer (400 naming the member, 413 for a size bound). It is
+plain blocking code: the master runs it in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
-import io
-import posixpath
-import tarfile
+import base64
+import binascii
 
-MAX_CONTEXT_BYTES = 96 * 1024 * 1024
+from det_hub.archive import ContextError, ContextLimits, check_archive
+from det_hub.service.errors import BadRequest, TooLarge
 
-
-class ContextError(ValueError):
-    """The archive is unsafe or malformed. ``too_large`` tells the size limit apart."""
-
-    def __init__(self, message: str, *, too_large: bool = False) -> None:
-        super().__init__(message)
-        self.too_large = too_large
+__all__ = ["decode_context"]
 
 
-def _inside(name: str) -> bool:
-    """Whether a relative member path stays inside the extraction directory."""
-    norm = posixpath.normpath(name)
-    return not (norm == ".." or norm.startswith("../") or posixpath.isabs(name))
+def decode_context(context_b64: str, limits: ContextLimits) -> bytes:
+    """Decode an uploaded context and check it completely.
 
+    Args:
+        context_b64: The archive (a .tar.gz), base64-encoded.
+        limits: The bounds it must keep.
 
-def check_context(archive: bytes, *, limit: int = MAX_CONTEXT_BYTES) -> int:
-    """Validate a context archive and return its unpacked size in bytes.
+    Returns:
+        The archive's bytes.
 
-    Refused: absolute paths, paths that climb out with ``..``, symbolic or hard links whose
-    target leaves the directory, device files and FIFOs, and archives whose files add up to
-    more than ``limit`` bytes.
+    Raises:
+        BadRequest: Not base64, not a readable archive, or an unsafe member; the message
+            names the member, and ``details`` holds ``{"member": ..., "message": ...}``.
+        TooLarge: Over a size bound (unpacked size, member count, inflated bytes).
     """
     try:
-        with tarfile.open(fileobj=io.BytesIO(archive), mode="r:*") as tar:
-            members = tar.getmembers()
-    except (tarfile.TarError, EOFError, OSError) as e:
-        raise ContextError(f"the context is not a readable tar archive: {e}") from None
-    total = 0
-    for m in members:
-        name = m.name
-        if posixpath.isabs(name) or name.startswith("\\"):
-            raise ContextError(f"context member {name!r} has an absolute path")
-        if not _inside(name):
-            raise ContextError(f"context member {name!r} points outside the context")
-        if m.issym():
-            target = posixpath.join(posixpath.dirname(name), m.linkname)
-            if posixpath.isabs(m.linkname) or not _inside(target):
-                raise ContextError(
-                    f"context member {name!r} links to {m.linkname!r}, outside the context")
-        elif m.islnk():
-            if posixpath.isabs(m.linkname) or not _inside(m.linkname):
-                raise ContextError(
-                    f"context member {name!r} links to {m.linkname!r}, outside the context")
-        elif not (m.isfile() or m.isdir()):
-            raise ContextError(f"context member {name!r} is not a regular file or directory")
-        total += max(m.size, 0)
-        if total > limit:
-            raise ContextError(
-                f"the context is larger than {limit // (1024 * 1024)} MiB unpacked",
-                too_large=True)
-    return total
+        context = base64.b64decode(context_b64, validate=True)
+    except (binascii.Error, ValueError, TypeError):
+        raise BadRequest("context: not valid base64") from None
+    try:
+        check_archive(context, limits)
+    except ContextError as e:
+        details = [] if e.member is None else [{"member": e.member, "message": str(e)}]
+        if e.too_large:
+            raise TooLarge(str(e), details) from None
+        raise BadRequest(str(e), details) from None
+    return context

@@ -15,23 +15,57 @@ Tokens det_hub issued itself (allocation tokens, the admin token) keep working b
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from typing import Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from tornado.web import RequestHandler
+from traitlets import Bool
+from traitlets.config import LoggingConfigurable
+
+from det_hub.service.unix_accounts import AgentUserGroup, link_problems, unix_account
 
 log = logging.getLogger("det_hub.hub")
 
 
-class HubIdentity:
+class HubIdentity(LoggingConfigurable):
     """Asks the hub who a token belongs to, and whether they are an admin."""
 
-    def __init__(self) -> None:
+    link_unix_users = Bool(False, config=True, help="""Run hub users' tasks as the Unix
+        account of the same name on the master's host: a hub user not linked yet (see
+        `det-hub user link-with-agent-user`) is linked to that account and its primary group
+        when the master first sees them. A user with no such account, or whose account is
+        root's, is left unlinked (and logged once). A link an admin made by hand is kept; a
+        user an admin unlinked is linked again when next seen.""")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
         from jupyterhub.services.auth import HubOAuth
 
         self.auth = HubOAuth.instance()
+        #: Hub users already logged as having no account that may be linked.
+        self._not_linked: set[str] = set()
+
+    async def unix_account(self, name: str) -> AgentUserGroup | None:
+        """The Unix account a hub user without a link is linked to: the one of the same name,
+        when :attr:`link_unix_users` is on and that account may run tasks (it is not root's);
+        else None."""
+        if not self.link_unix_users:
+            return None
+        account = await asyncio.to_thread(unix_account, name)
+        if account is None:
+            why = "there is no Unix account of that name"
+        else:
+            problems = link_problems(account.uid, account.gid, account.user, account.group)
+            if not problems:
+                return account
+            why = "; ".join(f"{p['path']} {p['message']}" for p in problems)
+        if name not in self._not_linked:
+            self._not_linked.add(name)
+            log.warning("hub user %s is left without a linked Unix account: %s", name, why)
+        return None
 
     async def user_for_token(self, token: str) -> dict[str, Any] | None:
         """The hub's model of the token's user (``name``, ``admin``), or None when the token

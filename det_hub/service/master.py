@@ -8,7 +8,6 @@ live experiments (:class:`ExperimentRun`), the :class:`Cluster`, and the store; 
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import dataclasses
 import importlib.util
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from det_hub.agents import Agent, ContainerSpec, ExitStatus
 from det_hub.agents.slots import slot_resources
+from det_hub.archive import ContextLimits
 from det_hub.config import (
     CommandConfig,
     ConfigError,
@@ -40,8 +40,8 @@ from det_hub.hub import ADMIN_SCOPE, CLUSTER_SCOPE, MANAGE_SCOPE
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
 from det_hub.service.checkpoint_gc import RETENTION_DEFAULTS, CheckpointGC, RetentionPolicy
 from det_hub.service.cluster import RUNNING, Allocation, Cluster, Job, LaunchSpec, PoolSettings
-from det_hub.service.context import ContextError, check_context
-from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady, TooLarge
+from det_hub.service.context import decode_context
+from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady
 from det_hub.service.events import ExperimentChanges, metric_events
 from det_hub.service.experiment import (
     EARLY_EXIT_REASONS,
@@ -53,7 +53,17 @@ from det_hub.service.experiment import (
 )
 from det_hub.service.registry import ModelRegistry
 from det_hub.service.serialize import checkpoint_json, experiment_json, task_json
+from det_hub.service.task_paths import (
+    CACHES,
+    CHECKPOINTS,
+    owner_checkpoint_dir,
+    owner_dir,
+    path_problems,
+    resolved,
+)
 from det_hub.service.tasks import TaskManager, task_job_id, task_job_number
+from det_hub.service.unix_accounts import AgentUserGroup, link_problems
+from det_hub.service.unix_accounts import task_account as named_task_account
 from det_hub.states import CheckpointState, ExperimentState, TaskType, TrialState
 from det_hub.storage import remote_tensorboard, tensorboard_dir
 from det_hub.store import Store, StoreConflict, TrialSummary, hash_token, utcnow
@@ -112,14 +122,25 @@ class Master:
         heartbeat_interval: float = 5.0,
         base_url: str = "/",
         hub: HubIdentity | None = None,
+        task_account: tuple[int, int] | None = None,
+        private_paths: Sequence[Path] = (),
+        context_limits: ContextLimits | None = None,
     ) -> None:
+        """``task_account``: the Unix ``(uid, gid)`` that runs the tasks of users linked to no
+        account of their own (see :meth:`task_identity`; ``nobody`` by default). ``private_paths``: besides the data
+        directory, what no task may have mounted (the config file, keys). ``context_limits``:
+        the bounds an uploaded context archive must keep (default: ``ContextLimits()``)."""
         self.store = store
+        self.context_limits = context_limits or ContextLimits()
+        self.task_account = task_account or named_task_account()
         self.master_url = master_url
         #: The path everything is served under: ``/``, or the hub service's prefix.
         self.base_url = base_url
         #: Who hub tokens belong to, when JupyterHub runs the master.
         self.hub = hub
         self.data_dir = Path(data_dir)
+        #: What no task may mount (see :mod:`det_hub.service.task_paths`), resolved.
+        self.private_paths = [resolved(str(p)) for p in (self.data_dir, *private_paths)]
         self.cluster = Cluster(store, agents, self._on_allocation_exit,
                                self._on_allocation_state, pools=pools or (),
                                kill_grace_seconds=kill_grace_seconds,
@@ -129,6 +150,8 @@ class Master:
         self.tasks = TaskManager(store, self.cluster, self._task_launch_spec, self.username,
                                  base_url)
         self._usernames: dict[int, str] = {}
+        #: (uid, gid) of each user's linked Unix account, None when unlinked; see agent_user.
+        self._agent_users: dict[int, tuple[int, int] | None] = {}
         #: The model registry (its REST handlers call it directly).
         self.registry = ModelRegistry(store, self.username, self.checkpoint_training)
         #: Deletes checkpoints, by hand and by retention policy.
@@ -341,7 +364,7 @@ class Master:
             "admin", admin=True)
         token = new_api_token()
         await self.store.add_token(admin.id, hash_token(token), description="admin token")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
@@ -383,6 +406,12 @@ class Master:
                 user = await self.store.get_user(name)
         if user is not None and user.admin != admin:
             user = await self.store.update_user(user.id, admin=admin)
+        if user is not None and user.agent_uid is None and self.hub is not None:
+            account = await self.hub.unix_account(name)  # when HubIdentity.link_unix_users
+            if account is not None:
+                user = await self._store_agent_link(user.id, account)
+                log.info("linked hub user %s to Unix account %s (uid %d, gid %d)", name,
+                         account.user, account.uid, account.gid)
         return Principal(user=user, scopes=frozenset(model.get("scopes") or ()))
 
     async def username(self, user_id: int) -> str:
@@ -405,6 +434,67 @@ class Master:
         token = new_api_token()
         await self.store.add_token(user.id, hash_token(token), description="created by admin")
         return user, token
+
+    async def _linkable_user(self, who: Principal, username: str) -> User:
+        if not who.is_admin:
+            raise Forbidden("only admins can link users to Unix accounts")
+        user = await self.store.get_user(username)
+        if user is None:
+            raise NotFound(f"user {username!r} not found")
+        return user
+
+    async def link_agent_user(self, who: Principal, username: str, agent_uid: Any,
+                              agent_gid: Any, agent_user: Any = None,
+                              agent_group: Any = None) -> User:
+        """Link a user to the Unix account their tasks run as (admins only), replacing any
+        earlier link. The names are optional; uid and gid are what tasks get.
+
+        Raises:
+            Forbidden: the caller is not an admin.
+            NotFound: no such user.
+            BadRequest: a uid or gid that is not an integer from 1 to 4294967294 (0, root,
+                is refused), or a name that is not a Unix name; each is a detail naming its
+                field.
+        """
+        user = await self._linkable_user(who, username)
+        problems = link_problems(agent_uid, agent_gid, agent_user, agent_group)
+        if problems:
+            raise BadRequest(f"cannot link user {username!r}: " + "; ".join(
+                f"{p['path']} {p['message']}" for p in problems), problems)
+        return await self._store_agent_link(
+            user.id, AgentUserGroup(agent_uid, agent_gid, agent_user, agent_group))
+
+    async def unlink_agent_user(self, who: Principal, username: str) -> User:
+        """Forget a user's Unix account (admins only); unlinking an unlinked user is no
+        error.
+
+        Raises:
+            Forbidden: the caller is not an admin.
+            NotFound: no such user.
+        """
+        user = await self._linkable_user(who, username)
+        user = await self.store.unlink_agent_user(user.id)
+        self._agent_users[user.id] = None
+        return user
+
+    async def _store_agent_link(self, user_id: int, account: AgentUserGroup) -> User:
+        user = await self.store.link_agent_user(
+            user_id, agent_uid=account.uid, agent_gid=account.gid, agent_user=account.user,
+            agent_group=account.group)
+        self._agent_users[user_id] = (account.uid, account.gid)
+        return user
+
+    async def agent_user(self, user_id: int) -> tuple[int, int] | None:
+        """(uid, gid) of the Unix account a user's tasks run as, None when the user is not
+        linked to one (or does not exist). Answered from memory after the first ask; links
+        and unlinks made through this master update it."""
+        if user_id not in self._agent_users:
+            user = await self.store.get_user_by_id(user_id)
+            found = (None if user is None or user.agent_uid is None or user.agent_gid is None
+                     else (user.agent_uid, user.agent_gid))
+            # setdefault: a link made while this read was in flight wins over what it read.
+            self._agent_users.setdefault(user_id, found)
+        return self._agent_users[user_id]
 
     # --- tasks: commands, notebooks, shells, TensorBoards --------------------------------
     async def create_task(self, who: Principal, kind: TaskType, config_text: str,
@@ -430,7 +520,8 @@ class Master:
                 {"path": p.path, "message": p.message} for p in e.problems]) from None
         problems = self._placement_problems(config.resources.resource_pool,
                                             config.resources.slots, "resources.slots")
-        context = self._decode_context(context_b64)
+        problems += self._path_problems(config.to_dict(), who.user.username)
+        context = await self._decode_context(context_b64)
         if problems:
             raise BadRequest(f"the {kind.word} config cannot run on this master", problems)
         details: dict[str, Any] | None = None
@@ -572,26 +663,17 @@ class Master:
             raise NotReady(task)
         return task, task.proxy_address
 
-    def _decode_context(self, context_b64: str | None) -> bytes | None:
-        """A context archive sent as base64, checked.
+    async def _decode_context(self, context_b64: str | None) -> bytes | None:
+        """A context archive sent as base64, decoded and checked whole in a worker thread (the
+        event loop only routes), before anything is stored.
 
         Raises:
-            BadRequest: Not base64, or not a valid archive.
-            TooLarge: Larger than allowed once unpacked.
+            BadRequest: Not base64, not a readable archive, or an unsafe member (named).
+            TooLarge: Over a bound of ``context_limits`` (size, members, inflated bytes).
         """
         if not context_b64:
             return None
-        try:
-            context = base64.b64decode(context_b64, validate=True)
-        except (ValueError, TypeError):
-            raise BadRequest("context: not valid base64") from None
-        try:
-            check_context(context)
-        except ContextError as e:
-            if e.too_large:
-                raise TooLarge(str(e)) from None
-            raise BadRequest(str(e)) from None
-        return context
+        return await asyncio.to_thread(decode_context, context_b64, self.context_limits)
 
     # --- experiments --------------------------------------------------------------------
     async def create_experiment(self, who: Principal, config_text: str, context_b64: str | None,
@@ -609,7 +691,7 @@ class Master:
             raise BadRequest("the experiment config is invalid", [
                 {"path": p.path, "message": p.message} for p in e.problems]) from None
         problems = self._check_runnable(config)
-        context = self._decode_context(context_b64)
+        context = await self._decode_context(context_b64)
         if problems:
             raise BadRequest("the experiment config cannot run on this master", problems)
         if context is None and parent_id is not None:
@@ -617,16 +699,25 @@ class Master:
 
         config_dict = config.to_dict()
         source = await self._warm_start_checkpoint(config_dict)
+        if source is not None:
+            source_exp = await self.store.get_experiment(source.experiment_id)
+            if source_exp is not None and not who.may_change(source_exp.owner_id):
+                owner = await self.username(source_exp.owner_id)
+                raise Forbidden(f"checkpoint {source.uuid} belongs to {owner}'s experiment "
+                                f"{source_exp.id}; only its owner, an admin or a user with the "
+                                "manage scope can start trials from it")
         if source is not None and config_dict.get("checkpoint_storage") is None:
             # Trials must read the source checkpoint: keep to the storage that holds it.
             config_dict["checkpoint_storage"] = dict(source.storage)
         if config_dict.get("checkpoint_storage") is None:
-            # Made now: a container's bind mount needs the directory to exist.
-            (self.data_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
             config_dict["checkpoint_storage"] = {
-                "type": "shared_fs", "host_path": str(self.data_dir / "checkpoints"),
+                "type": "shared_fs",
+                "host_path": str(await self._owner_dir(CHECKPOINTS, who.user.id)),
                 "storage_path": None, "save_experiment_best": 0, "save_trial_best": 1,
                 "save_trial_latest": 1}
+        problems = self._path_problems(config_dict, who.user.username)
+        if problems:
+            raise BadRequest("the experiment config cannot run on this master", problems)
         seed = config.reproducibility.experiment_seed
         if seed is None:
             seed = secrets.randbelow(2**31 - 1)
@@ -714,6 +805,34 @@ class Master:
         await run.continue_trials([run.trials[t.id] for t in reopen])
         self.runs[experiment_id] = run
         return run.row
+
+    async def task_identity(self, owner_id: int) -> tuple[tuple[int, int] | None, bool]:
+        """Who a user's tasks run as, where an agent can choose: the ``(uid, gid)`` of their
+        linked Unix account, else the master's task account; and whether they are an admin."""
+        user = await self.store.get_user_by_id(owner_id)
+        linked = await self.agent_user(owner_id)
+        return (linked or self.task_account), bool(user is not None and user.admin)
+
+    async def _owner_dir(self, kind: str, user_id: int) -> Path:
+        """A user's own directory of the data directory (their default checkpoint storage,
+        their data cache), made (0700) when missing; where the master runs as root, owned by
+        the account their tasks run as."""
+        path = owner_dir(self.data_dir, kind, await self.username(user_id))
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, exist_ok=True)
+        run_as, _ = await self.task_identity(user_id)
+        if run_as is not None and os.geteuid() == 0:
+            stat = path.stat()
+            if (stat.st_uid, stat.st_gid) != run_as:
+                # A user linked since: new checkpoints are written by the new account.
+                os.chown(path, *run_as)
+        return path
+
+    def _path_problems(self, config: dict[str, Any], username: str) -> list[dict[str, str]]:
+        """Where a config's storage or bind mounts would show its tasks the master's private
+        paths (see :mod:`det_hub.service.task_paths`)."""
+        allowed = resolved(str(owner_checkpoint_dir(self.data_dir, username)))
+        return path_problems(config, private=self.private_paths, allowed=allowed)
 
     async def _warm_start_checkpoint(self, config: dict[str, Any]) -> Checkpoint | None:
         """The checkpoint every new trial starts from: ``searcher.source_checkpoint_uuid``, or
@@ -1149,8 +1268,18 @@ class Master:
             },
             "checkpoint_storage": exp.config.get("checkpoint_storage"),
         }
+        owner = await self.username(exp.owner_id)
+        problems = self._path_problems(exp.config, owner)
+        if problems:
+            raise LaunchRefused("; ".join(f"{p['path']}: {p['message']}" for p in problems))
+        storage = exp.config.get("checkpoint_storage") or {}
+        if storage.get("host_path") == str(owner_checkpoint_dir(self.data_dir, owner)):
+            await self._owner_dir(CHECKPOINTS, exp.owner_id)  # owned by who runs it now
+        run_as, owner_is_admin = await self.task_identity(exp.owner_id)
         return LaunchSpec(
-            trial_id=trial.id, experiment_id=exp.id, owner=await self.username(exp.owner_id),
+            run_as=run_as, owner_is_admin=owner_is_admin,
+            data_cache=str(await self._owner_dir(CACHES, exp.owner_id)),
+            trial_id=trial.id, experiment_id=exp.id, owner=owner,
             slots=slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_experiment_context(exp.id), job_id=_job_id(exp.id),
             container=_container_spec(config))
@@ -1189,7 +1318,10 @@ class Master:
                 env["DET_HUB_TENSORBOARD_STORAGES"] = json.dumps(remote)
             container = dataclasses.replace(
                 container, bind_mounts=[*container.bind_mounts, *mounts])
+        run_as, owner_is_admin = await self.task_identity(task.owner_id)
         return LaunchSpec(
+            run_as=run_as, owner_is_admin=owner_is_admin,
+            data_cache=str(await self._owner_dir(CACHES, task.owner_id)),
             task_id=task.id, owner=await self.username(task.owner_id),
             slots=config.resources.slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_task_context(task.id), job_id=task_job_id(task),

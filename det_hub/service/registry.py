@@ -1,8 +1,10 @@
 """The model registry's manager: models and their versions, without HTTP.
 
 Anyone may read the registry. A model is changed (edited, archived, deleted, given a version)
-by its owner or an admin; a version by its own owner, its model's owner or an admin. An
-archived model is read-only until it is unarchived, except that it may be deleted.
+by its owner or an admin; a version by its own owner, its model's owner or an admin. A
+registered checkpoint can no longer be deleted, so only who may change its experiment (its
+owner, a user with the manage scope, an admin) registers it. An archived model is read-only
+until it is unarchived, except that it may be deleted.
 
 Request bodies are checked here, so that every bad field is named in the error's details.
 """
@@ -193,11 +195,13 @@ class ModelRegistry:
 
     async def register_version(self, who: Principal, name: str,
                                body: dict[str, Any]) -> ModelVersion:
-        """Register a COMPLETED checkpoint as the model's next version.
+        """Register a COMPLETED checkpoint as the model's next version. Registering pins
+        the checkpoint (it can no longer be deleted), so the caller needs the right to its
+        experiment too: its owner, a user with the manage scope, or an admin.
 
         Raises:
             BadRequest: a bad field.
-            Forbidden: the caller may not change the model.
+            Forbidden: the caller may not change the model, or the checkpoint's experiment.
             NotFound: no such model or checkpoint.
             Conflict: the model is archived, or the checkpoint is not COMPLETED.
         """
@@ -210,6 +214,14 @@ class ModelRegistry:
         checkpoint = await self.store.get_checkpoint(uuid)
         if checkpoint is None:
             raise NotFound(f"checkpoint {uuid} not found")
+        experiment = await self.store.get_experiment(checkpoint.experiment_id)
+        if experiment is None:  # deleted since the checkpoint was read
+            raise NotFound(f"checkpoint {uuid} not found")
+        if not who.may_change(experiment.owner_id):
+            owner = await self.username(experiment.owner_id)
+            raise Forbidden(f"checkpoint {uuid} is of experiment {experiment.id}, owned by "
+                            f"{owner}: only its owner, a user with the manage scope or an "
+                            "admin can register it")
         if checkpoint.state != CheckpointState.COMPLETED.value:
             raise Conflict(f"checkpoint {uuid} is {checkpoint.state}; only a COMPLETED "
                            "checkpoint can be registered")

@@ -27,7 +27,10 @@ def iso(value: datetime | None) -> str | None:
 
 def user_json(user: User) -> dict[str, Any]:
     return {"id": user.id, "username": user.username, "admin": user.admin,
-            "active": user.active, "created_at": iso(user.created_at)}
+            "active": user.active, "created_at": iso(user.created_at),
+            "agent_user_group": None if user.agent_uid is None or user.agent_gid is None else {
+                "agent_uid": user.agent_uid, "agent_gid": user.agent_gid,
+                "agent_user": user.agent_user, "agent_group": user.agent_group}}
 
 
 def experiment_json(e: Experiment, owner: str, num_trials: int,

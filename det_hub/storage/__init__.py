@@ -12,6 +12,7 @@ from det_hub.storage._build import (
     build_storage,
     remote_tensorboard,
     storage_in_container,
+    storage_mounts,
     tensorboard_dir,
 )
 from det_hub.storage.directory import DirectoryStorage
@@ -22,6 +23,7 @@ from det_hub.storage.shared_fs import SharedFSStorage
 __all__ = [
     "CONTAINER_SHARED_FS",
     "storage_in_container",
+    "storage_mounts",
     "CheckpointIntegrityError",
     "CheckpointRecord",
     "DirectoryStorage",

@@ -94,6 +94,16 @@ def tensorboard_dir(experiment_id: int, config: Mapping[str, Any] | None) -> Pat
 CONTAINER_SHARED_FS = "/det_hub_shared_fs"
 
 
+def storage_mounts(config: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The bind mounts that show a task a ``shared_fs`` storage's ``host_path`` at the same
+    path (a sandboxed local task); none for storages reached over the network."""
+    if not config or config.get("type") != "shared_fs" or not config.get("host_path"):
+        return []
+    host = str(config["host_path"])
+    return [{"host_path": host, "container_path": host, "read_only": False,
+             "propagation": config.get("propagation") or "rprivate"}]
+
+
 def storage_in_container(
     config: Mapping[str, Any] | None,
 ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
@@ -104,8 +114,8 @@ def storage_in_container(
     mounted at :data:`CONTAINER_SHARED_FS` and its config says so. Other types reach their
     storage over the network and pass through unchanged.
     """
-    if not config or config.get("type") != "shared_fs" or not config.get("host_path"):
+    mounts = storage_mounts(config)
+    if not mounts:
         return (dict(config) if config else None), []
-    mount = {"host_path": str(config["host_path"]), "container_path": CONTAINER_SHARED_FS,
-             "read_only": False, "propagation": config.get("propagation") or "rprivate"}
-    return {**config, "host_path": CONTAINER_SHARED_FS}, [mount]
+    mounts[0]["container_path"] = CONTAINER_SHARED_FS
+    return {**config, "host_path": CONTAINER_SHARED_FS}, mounts  # type: ignore[dict-item]

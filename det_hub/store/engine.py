@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -122,9 +124,12 @@ def alembic_config() -> Config:
 def upgrade_to_head(sync_url: URL) -> None:
     """Run ``alembic upgrade head`` on the database (blocking; the store calls it in a thread)."""
     if sync_url.get_backend_name() == "sqlite":
-        Path(sync_url.database or "").expanduser().resolve().parent.mkdir(
-            parents=True, exist_ok=True
-        )
+        database = Path(sync_url.database or "").expanduser().resolve()
+        database.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Made 0600 before SQLite opens it (an empty file is an empty database): SQLite would
+        # create it under the umask, and its -wal and -shm files take the database's mode.
+        with contextlib.suppress(FileExistsError):
+            os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         engine = create_engine(sync_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
         _configure_sqlite(engine, always_immediate=True)
     else:

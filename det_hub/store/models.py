@@ -54,6 +54,13 @@ class User(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     active: Mapped[bool] = mapped_column(Boolean, default=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # The Unix account the user's tasks run as (Determined's link-with-agent-user): uid and
+    # gid are set together or not at all; the names are for people and may be missing.
+    # 64-bit: uids go up to 2**32 - 2, past PostgreSQL's INTEGER.
+    agent_uid: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    agent_gid: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    agent_user: Mapped[str | None] = mapped_column(String(32), default=None)
+    agent_group: Mapped[str | None] = mapped_column(String(32), default=None)
 
 
 class Token(Base):

@@ -296,6 +296,28 @@ class Store(RegistryQueries):
         """
         return await self._update(User, user_id, fields)
 
+    async def link_agent_user(self, user_id: int, *, agent_uid: int, agent_gid: int,
+                              agent_user: str | None = None,
+                              agent_group: str | None = None) -> User:
+        """Link a user to the Unix account their tasks run as, replacing any earlier link
+        (all four columns are written, so no part of an old link is left behind).
+
+        Raises:
+            NotFound: no such user.
+        """
+        return await self._update(User, user_id, {
+            "agent_uid": agent_uid, "agent_gid": agent_gid, "agent_user": agent_user,
+            "agent_group": agent_group})
+
+    async def unlink_agent_user(self, user_id: int) -> User:
+        """Forget a user's Unix account; unlinking a user without one changes nothing.
+
+        Raises:
+            NotFound: no such user.
+        """
+        return await self._update(User, user_id, {
+            "agent_uid": None, "agent_gid": None, "agent_user": None, "agent_group": None})
+
     async def add_token(
         self,
         user_id: int,

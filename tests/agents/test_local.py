@@ -35,6 +35,15 @@ sys.exit(int(os.environ.get("EXIT", "0")))
 """
 
 
+#: Who the tasks run as where the master runs as root (an unprivileged account).
+NOBODY = (65534, 65534)
+
+
+def spec(*args: object, **kwargs: object) -> TaskSpec:
+    """A TaskSpec that runs as nobody."""
+    return TaskSpec(*args, run_as=NOBODY, **kwargs)  # type: ignore[arg-type]
+
+
 @pytest.fixture
 def agent(tmp_path: Path) -> LocalAgent:
     return LocalAgent(work_root=tmp_path / "work", use_gpus=False)
@@ -51,7 +60,7 @@ def test_slots_are_groups_of_cores() -> None:
 
 
 def test_runs_the_context_and_captures_both_streams(agent: LocalAgent) -> None:
-    handle = agent.launch(TaskSpec("1.a", ["python3", "train.py"], {"MY_VAR": "hi"},
+    handle = agent.launch(spec("1.a", ["python3", "train.py"], {"MY_VAR": "hi"},
                                    targz({"train.py": SCRIPT}), [0], {"info.json": "{}"}))
     status = wait_exit(handle)
     assert status.exit_code == 0 and status.success
@@ -68,17 +77,17 @@ def test_runs_the_context_and_captures_both_streams(agent: LocalAgent) -> None:
 
 
 def test_exit_codes_and_missing_programs(agent: LocalAgent) -> None:
-    handle = agent.launch(TaskSpec("2.a", [sys.executable, "train.py"],
+    handle = agent.launch(spec("2.a", [sys.executable, "train.py"],
                                    {"MY_VAR": "x", "EXIT": "3"}, targz({"train.py": SCRIPT}), [0]))
     assert wait_exit(handle).exit_code == 3
-    missing = agent.launch(TaskSpec("3.a", ["no-such-program-here"], {}, None, [0]))
+    missing = agent.launch(spec("3.a", ["no-such-program-here"], {}, None, [0]))
     status = wait_exit(missing)
     assert status.exit_code == 127
     assert "cannot start 'no-such-program-here'" in (status.reason or "")
 
 
 def test_kill_stops_the_whole_task(agent: LocalAgent) -> None:
-    handle = agent.launch(TaskSpec("4.a", [sys.executable, "-c", "import time; "
+    handle = agent.launch(spec("4.a", [sys.executable, "-c", "import time; "
                                    "print('up', flush=True); time.sleep(60)"], {}, None, [0]))
     deadline = time.monotonic() + 10
     while not any(line.message == "up" for line in handle.read_logs()):
@@ -90,7 +99,7 @@ def test_kill_stops_the_whole_task(agent: LocalAgent) -> None:
 
 
 def test_a_new_agent_adopts_a_running_task(agent: LocalAgent, tmp_path: Path) -> None:
-    handle = agent.launch(TaskSpec("5.a", [sys.executable, "-c",
+    handle = agent.launch(spec("5.a", [sys.executable, "-c",
                                    "import time\nfor i in range(3):\n print(i, flush=True)\n"
                                    " time.sleep(0.3)"], {}, None, [0]))
     time.sleep(0.4)

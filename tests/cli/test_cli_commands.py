@@ -480,11 +480,48 @@ def test_users(fake_master: FakeMaster, det: Det) -> None:
     fake_master.json("GET", "/me", ME)
     fake_master.json("POST", "/users", {"user": {"id": 3, "username": "bob", "admin": True}, "token": "secret-tok"}, 201)
 
-    assert table_rows(det("user", "list").out)[1:] == [["1", "admin", "yes"], ["2", "ann", "no"]]
+    assert table_rows(det("user", "list").out)[1:] == [["1", "admin", "yes", "-", "-"],
+                                                       ["2", "ann", "no", "-", "-"]]
     created = det("user", "create", "bob", "--admin")
     assert created.code == 0 and "Token: secret-tok" in created.out and "only this once" in created.err
     assert fake_master.calls("POST", "/users")[0].json() == {"username": "bob", "admin": True}
     assert det("user", "whoami").out.startswith("You are admin (admin)")
+
+
+def test_users_link_with_agent_users(fake_master: FakeMaster, det: Det) -> None:
+    linked = {"agent_uid": 1001, "agent_gid": 1002, "agent_user": "ann", "agent_group": "staff"}
+    fake_master.json("GET", "/users", {"users": [
+        {"id": 2, "username": "ann", "admin": False, "agent_user_group": linked},
+        {"id": 3, "username": "bo", "admin": False,
+         "agent_user_group": {**linked, "agent_user": None, "agent_group": None}},
+        {"id": 4, "username": "cy", "admin": False, "agent_user_group": None}]})
+    assert table_rows(det("user", "list").out) == [
+        ["ID", "Username", "Admin", "Agent user", "Agent group"],
+        ["2", "ann", "no", "ann (1001)", "staff (1002)"], ["3", "bo", "no", "1001", "1002"],
+        ["4", "cy", "no", "-", "-"]]
+
+    fake_master.sequence("PATCH", "/users/ann", [
+        {"user": {"id": 2, "username": "ann", "admin": False, "agent_user_group": linked}},
+        {"user": {"id": 2, "username": "ann", "admin": False, "agent_user_group": None}}])
+    result = det("user", "link-with-agent-user", "ann", "--agent-uid", "1001", "--agent-gid",
+                 "1002", "--agent-user", "ann", "--agent-group", "staff")
+    assert result.code == 0, result.err
+    assert result.out.startswith("Linked ann to Unix user ann (1001), group staff (1002)")
+    result = det("user", "unlink-agent-user", "ann")
+    assert result.code == 0 and result.out.strip() == "Unlinked ann from their Unix account"
+    assert [c.json() for c in fake_master.calls("PATCH", "/users/ann")] == [
+        {"agent_user_group": linked}, {"agent_user_group": None}]
+
+    fake_master.json("PATCH", "/users/bo", {"error": "cannot link user 'bo': agent_uid 0 is "
+                     "root; tasks never run as root", "details": [
+                         {"path": "agent_uid", "message": "0 is root; tasks never run as root"}]},
+                     400)
+    result = det("user", "link-with-agent-user", "bo", "--agent-uid", "0", "--agent-gid", "5")
+    assert result.code == 1 and "agent_uid: 0 is root; tasks never run as root" in result.err
+    assert fake_master.calls("PATCH", "/users/bo")[0].json() == {"agent_user_group": {
+        "agent_uid": 0, "agent_gid": 5, "agent_user": None, "agent_group": None}}
+    # Both ids are required.
+    assert det("user", "link-with-agent-user", "bo", "--agent-uid", "7").code == 2
 
 
 # -- errors ---------------------------------------------------------------------------------

@@ -105,7 +105,7 @@ def test_model_verbs(kept_steps_experiment: Callable[[], dict[int, str]], cli: C
 def test_checkpoint_delete_asks_and_reports_each_refusal(kept_steps_experiment: Callable[[], dict[int, str]], cli: Cli,
                                                          master: MasterProcess) -> None:
     ckpts = kept_steps_experiment()
-    files: Path = master.data_dir / "checkpoints"
+    files: Path = master.data_dir / "checkpoints" / "admin"
     cli("model", "create", "cli-keeper")
     cli("model", "register-version", "cli-keeper", ckpts[2])
 

@@ -109,7 +109,7 @@ def test_models_versions_and_their_checkpoints(kept_steps_experiment: Callable[[
     v1.delete()
     deleted = v1.checkpoint.delete()
     assert isinstance(deleted, Checkpoint) and deleted.state == "DELETED"
-    assert not (master.data_dir / "checkpoints" / ckpts[2].uuid).exists()
+    assert not (master.data_dir / "checkpoints" / "admin" / ckpts[2].uuid).exists()
 
     model.archive()
     assert model.archived and client.list_models(archived=False, name="sdk-") == []
@@ -149,7 +149,7 @@ def test_load_model_gives_a_core_api_checkpoints_directory(kept_steps_experiment
     [trial] = client.list_trials(eid)
     client.create_model("core-dir").register_version(trial.latest_checkpoint or "")
     directory = det_hub.load_model("core-dir", client=client)
-    assert directory == master.data_dir / "checkpoints" / trial.latest_checkpoint
+    assert directory == master.data_dir / "checkpoints" / "admin" / trial.latest_checkpoint
     assert json.loads((directory / "state.json").read_text()) == {"step": 7}
 
 
@@ -176,7 +176,7 @@ def test_load_model_rebuilds_a_pytorch_trials_trained_model(
 
     loaded = det_hub.load_model("regression", client=client)
     assert isinstance(loaded, torch.nn.Sequential) and not loaded.training
-    saved = torch.load(master.data_dir / "checkpoints" / uuid / "state_dict.pth",
+    saved = torch.load(master.data_dir / "checkpoints" / "admin" / uuid / "state_dict.pth",
                        weights_only=False)["models_state_dict"][0]
     state = loaded.state_dict()
     assert state.keys() == saved.keys() and all(torch.equal(state[k], saved[k]) for k in saved)

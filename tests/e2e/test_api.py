@@ -7,7 +7,7 @@ import io
 import json
 import tarfile
 import threading
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,7 +48,7 @@ GOOD = "name: x\nentrypoint: python3 train.py\nsearcher: {name: single, metric: 
      {"error": "context member '/etc/cron.d/x' has an absolute path"}),
     (GOOD, "not base64 !!", 400, {"error": "context: not valid base64"}),
     (GOOD, tar_b64(("big.bin", b"\0" * (97 * 1024 * 1024))), 413,
-     {"error": "the context is larger than 96 MiB unpacked"}),
+     {"error": "the context is larger than 96 MiB unpacked (at member 'big.bin')"}),
 ])
 def test_bad_input_is_refused_clearly_and_creates_nothing(
         master: MasterProcess, config: str, context: str | None, status: int,
@@ -75,11 +75,19 @@ def test_requests_without_a_valid_token_are_refused(master: MasterProcess) -> No
     assert requests.get(master.url + "/api/v1/health", timeout=10).json()["status"] == "ok"
 
 
-def test_a_trial_token_reaches_only_its_own_trial(master: MasterProcess, tmp_path: Path) -> None:
-    files = [tmp_path / "a.json", tmp_path / "b.json"]
+def printed_token(master: MasterProcess, eid: int) -> dict[str, Any]:
+    """What a trial of ``print_token`` printed: its allocation token, allocation and trial."""
+    def found() -> str | None:
+        trials = master.trials(eid)
+        lines = master.logs(trials[0]["id"]) if trials else []
+        return next((line for line in lines if line.startswith("allocation token ")), None)
+    return dict(json.loads(master.wait(found).removeprefix("allocation token ")))
+
+
+def test_a_trial_token_reaches_only_its_own_trial(master: MasterProcess) -> None:
     ids = [master.create_ok(steps_config(f"t{i}", length=100_000, sleep=0.05,
-                                         token_file=str(f))) for i, f in enumerate(files)]
-    a, b = (json.loads(master.wait(lambda f=f: f.exists() and f.read_text())) for f in files)
+                                         print_token=True)) for i in range(2)]
+    a, b = (printed_token(master, eid) for eid in ids)
     tok = a["token"]
     own, other = a["trial_id"], b["trial_id"]
     metric = {"group": "x", "metrics": [{"steps_completed": 1, "metrics": {"v": 1}}]}

@@ -87,7 +87,7 @@ def test_a_trial_runs_in_a_container_and_checkpoints_to_the_host(
     assert checkpoints[0]["state"] == "COMPLETED" and checkpoints[0]["steps_completed"] == 10
     # The container wrote through the shared_fs mount into the master's storage on the host.
     for c in checkpoints:
-        state = tmp_path / "data" / "checkpoints" / c["uuid"] / "state.json"
+        state = tmp_path / "data" / "checkpoints" / "admin" / c["uuid"] / "state.json"
         assert state.is_file() == (c["state"] == "COMPLETED")
         assert c["state"] == "DELETED" or state.read_text() == '{"step": 10}'
 

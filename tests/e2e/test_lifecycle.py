@@ -33,7 +33,7 @@ def test_a_trial_runs_to_completion_and_reports_everything(master_any_db: Master
     assert {c["state"] for c in ckpts if c["steps_completed"] < 30} == {"DELETED"}
     kept = [c for c in ckpts if c["state"] == "COMPLETED"]
     assert {c["uuid"] for c in kept} >= {trial["latest_checkpoint"]}
-    storage = m.data_dir / "checkpoints"
+    storage = m.data_dir / "checkpoints" / "admin"
     assert sorted(p.name for p in storage.iterdir() if p.name != "tensorboard") == sorted(
         c["uuid"] for c in kept)
     # The reported metrics are also TensorBoard scalars beside the checkpoints.

@@ -78,7 +78,7 @@ def test_the_same_config_twice_gives_identical_metrics_and_weights(
             for group in ("training", "validation")
         ]
         ckpt = master.get(f"/checkpoints/{trial['latest_checkpoint']}")["checkpoint"]
-        state = torch.load(Path(master.data_dir / "checkpoints" / ckpt["uuid"] /
+        state = torch.load(Path(master.data_dir / "checkpoints" / "admin" / ckpt["uuid"] /
                                 "state_dict.pth"), weights_only=False)
         return metrics[0], metrics[1], state["models_state_dict"][0]
 

@@ -60,6 +60,7 @@ def test_det_hub_up_writes_a_config_jupyterhub_can_load(tmp_path: Path) -> None:
          {"c": c, "load_subconfig": lambda path: None})
     assert (c.JupyterHub.port, c.JupyterHub.hub_bind_url) == (18000, "http://127.0.0.1:18081")
     assert c.ConfigurableHTTPProxy.command == ["/opt/chp"]
+    assert c.ConfigurableHTTPProxy.command_umask == 0o077  # JupyterHub's default is 0o007
     assert c.DummyAuthenticator.password == password(tmp_path)
     assert (tmp_path / "hub-password").stat().st_mode & 0o777 == 0o600
     assert c.JupyterHub.services[0]["url"] == "http://127.0.0.1:18082"

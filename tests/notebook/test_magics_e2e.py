@@ -186,7 +186,7 @@ def test_load_checkpoint_of_a_core_api_cell_gives_its_directory(
     [trial] = core_cell_run[0].value.trials
     uuid = trial.latest_checkpoint
     in_place = det_hub.load_checkpoint(uuid)
-    assert in_place == master_env.data_dir / "checkpoints" / uuid
+    assert in_place == master_env.data_dir / "checkpoints" / "admin" / uuid
     assert (in_place / "weights.txt").read_text() == "20"
     copied = det_hub.load_checkpoint(uuid, path=tmp_path / "copy")
     assert copied == tmp_path / "copy" and (copied / "weights.txt").read_text() == "20"
@@ -249,7 +249,7 @@ def test_a_pytorch_trial_cell_trains_and_load_checkpoint_rebuilds_its_model(
     [trial] = exp.trials
     assert trial.steps_completed == 16 and trial.latest_checkpoint
 
-    state = torch.load(master_env.data_dir / "checkpoints" / trial.latest_checkpoint /
+    state = torch.load(master_env.data_dir / "checkpoints" / "admin" / trial.latest_checkpoint /
                        "state_dict.pth", weights_only=False)
     trained = state["models_state_dict"][0]
     rng_before = torch.get_rng_state()

@@ -229,7 +229,8 @@ async def test_a_trial_whose_warm_start_checkpoint_is_gone_fails_with_the_reason
     await master.store.add_checkpoint(
         uuid=uuid, trial_id=trial.id, experiment_id=source.id, allocation_id=None,
         state="COMPLETED", steps_completed=1, resources={}, metadata={},
-        storage={"type": "shared_fs", "host_path": "/tmp", "storage_path": None})
+        storage={"type": "shared_fs", "storage_path": None,
+                 "host_path": str(master.data_dir / "checkpoints" / "admin")})
     warm = config(searcher={"name": "random", "metric": "loss", "max_trials": 2,
                             "max_length": {"batches": 1}, "source_checkpoint_uuid": uuid})
     row = await master.create_experiment(admin, warm, context("print('x')\n"), activate=False)

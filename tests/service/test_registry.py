@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from det_hub.hub import MANAGE_SCOPE
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.master import Master, Principal
 from det_hub.store import Experiment, Store, Trial
@@ -202,6 +203,40 @@ async def test_versions_number_up_and_keep_their_checkpoints(
     # The checkpoints stay.
     assert [(await store.get_checkpoint(u)).state  # type: ignore[union-attr]
             for u in uuids.values()] == ["COMPLETED", "COMPLETED"]
+
+
+async def test_registering_a_checkpoint_needs_the_right_to_its_experiment(
+        master: Master, store: Store, alice: Principal, bob: Principal, admin: Principal,
+        tmp_path: Path) -> None:
+    """Registering pins a checkpoint against its owner's deletes: bob may not do that to
+    alice's, even in his own model."""
+    registry = master.registry
+    exp = await finished_experiment(store, alice, tmp_path)
+    _, uuids = await trial_with_checkpoints(store, exp, tmp_path, {5: 0.5, 10: 0.2})
+    bobs = await registry.create_model(bob, {"name": "bobs"})
+
+    with pytest.raises(Forbidden) as refused:
+        await registry.register_version(bob, "bobs", {"checkpoint_uuid": uuids[5]})
+    assert str(refused.value) == (
+        f"checkpoint {uuids[5]} is of experiment {exp.id}, owned by alice: only its owner, "
+        "a user with the manage scope or an admin can register it")
+    assert await store.list_model_versions(bobs.id) == []
+    assert await registry.registered_message(uuids[5]) is None
+    # Still alice's to delete.
+    assert (await master.delete_checkpoint(alice, uuids[5])).state == "DELETED"
+
+    # Alice may register it in her model; an admin, and bob once the hub lets him manage
+    # anyone's work, in bob's.
+    await registry.create_model(alice, {"name": "alices"})
+    mine = await registry.register_version(alice, "alices", {"checkpoint_uuid": uuids[10]})
+    assert (mine.version, mine.checkpoint_uuid, mine.owner_id) == (1, uuids[10], exp.owner_id)
+    assert bob.user is not None
+    manager = Principal(user=bob.user, scopes=frozenset({MANAGE_SCOPE}))
+    versions = [await registry.register_version(who, "bobs", {"checkpoint_uuid": uuids[10]})
+                for who in (admin, manager)]
+    assert [(v.version, v.checkpoint_uuid) for v in versions] == [(1, uuids[10]),
+                                                                   (2, uuids[10])]
+    assert [v.version for v in await store.list_model_versions(bobs.id)] == [2, 1]
 
 
 # -- checkpoint deletion ---------------------------------------------------------------------

@@ -31,7 +31,7 @@ def checkpointing(master: MasterProcess, length: int, every: int, *, sleep: floa
     }
     if retention:
         config["checkpoint_storage"] = {"type": "shared_fs",
-                                        "host_path": str(master.data_dir / "checkpoints"),
+                                        "host_path": str(master.data_dir / "checkpoints" / "admin"),
                                         **retention}
     return config
 
@@ -134,6 +134,20 @@ def test_models_and_versions_over_http(master: MasterProcess, finished: dict[str
     assert error(api("GET", f"{path}/versions"), 404) == "model 'digits cnn' not found"
 
 
+def test_another_users_checkpoint_is_not_registered(master: MasterProcess,
+                                                    finished: dict[str, Any], bob: str) -> None:
+    """Registering pins a checkpoint: bob may not pin the admin's, even in his own model."""
+    uuid = finished["checkpoints"][-1]["uuid"]
+    assert master.api("POST", "/models", token=bob, json={"name": "bobs"}).status_code == 201
+    r = master.api("POST", "/models/bobs/versions", token=bob, json={"checkpoint_uuid": uuid})
+    assert error(r, 403) == (
+        f"checkpoint {uuid} is of experiment {finished['id']}, owned by admin: only its "
+        "owner, a user with the manage scope or an admin can register it")
+    assert master.get("/models/bobs/versions")["model_versions"] == []
+    assert master.get("/models/bobs")["model"]["num_versions"] == 0
+    assert master.api("DELETE", "/models/bobs", token=bob).status_code == 200
+
+
 def test_checkpoint_delete_refuses_registered_ones_and_other_users(
         master: MasterProcess, finished: dict[str, Any], bob: str) -> None:
     api = master.api
@@ -150,7 +164,7 @@ def test_checkpoint_delete_refuses_registered_ones_and_other_users(
     missing = "00000000-0000-4000-8000-000000000000"
     assert error(api("DELETE", f"/checkpoints/{missing}"), 404) == (
         f"checkpoint {missing} not found")
-    files = master.data_dir / "checkpoints"
+    files = master.data_dir / "checkpoints" / "admin"
     assert (files / doomed / "state.json").is_file()
 
     r = api("DELETE", f"/checkpoints/{doomed}")
@@ -194,7 +208,7 @@ def test_gc_on_demand_dry_run_then_for_real(master: MasterProcess, bob: str) -> 
         "checkpoints"]}
     assert states == {**dict.fromkeys(expected, "DELETED"), registered: "COMPLETED",
                       latest: "COMPLETED"}
-    on_disk = {p.name for p in (master.data_dir / "checkpoints").iterdir()}
+    on_disk = {p.name for p in (master.data_dir / "checkpoints" / "admin").iterdir()}
     assert registered in on_disk and latest in on_disk and not set(expected) & on_disk
     stored = master.experiment(eid)["config"]["checkpoint_storage"]
     assert {k: stored[k] for k in policy} == policy
@@ -225,7 +239,7 @@ def test_a_running_trial_keeps_its_latest_and_trial_end_gc_keeps_registered_ones
     final = master.trials(eid)[0]["latest_checkpoint"]
     kept = {c["uuid"] for c in ckpts if c["state"] == "COMPLETED"}
     assert kept == {first, final}
-    assert len(ckpts) > 3 and (master.data_dir / "checkpoints" / first).is_dir()
+    assert len(ckpts) > 3 and (master.data_dir / "checkpoints" / "admin" / first).is_dir()
 
 
 def test_the_openapi_document_lists_the_new_endpoints(master: MasterProcess) -> None:

@@ -10,13 +10,13 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, create_engine, inspect, select, text
 
-from det_hub.store import Store, utcnow
+from det_hub.store import Store, hash_token, utcnow
 from det_hub.store.engine import alembic_config, normalize_url
 from det_hub.store.models import Base, MetricSummary
 from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0007"
+HEAD = "0008"
 
 EXPECTED_TABLES = {
     "users",
@@ -259,5 +259,53 @@ async def test_the_summaries_migration_summarises_metrics_already_stored(db_url:
         # the booleans are not summarised.
         assert sorted(k[2] for k in want if k[1] == LEVELS[0]) == [0, 1, 2, 3]
         assert {k[0] for k in want} == {"loss"}
+    finally:
+        await store.close()
+
+
+async def test_the_agent_user_migration_adds_unlinked_users_and_downgrades(db_url: str) -> None:
+    """0008 gives users of 0007 an empty link; going back to 0007 drops the links and keeps
+    the users; going forward again leaves them unlinked."""
+    def user_columns() -> set[str]:
+        engine = _sync_engine(db_url)
+        try:
+            return {c["name"] for c in inspect(engine).get_columns("users")}
+        finally:
+            engine.dispose()
+
+    link = {"agent_uid", "agent_gid", "agent_user", "agent_group"}
+    _migrate(db_url, "upgrade", "0007", _add_old_experiment)
+    assert not link & user_columns()
+    store = await Store.open(db_url)  # upgrades to 0008
+    try:
+        old = await store.get_user("old")
+        assert old is not None
+        assert (old.agent_uid, old.agent_gid, old.agent_user, old.agent_group) == (
+            None, None, None, None)
+        await store.link_agent_user(old.id, agent_uid=3000000000, agent_gid=1000,
+                                    agent_user="old", agent_group="staff")
+        await store.add_token(old.id, hash_token("old-secret"))
+    finally:
+        await store.close()
+    assert link <= user_columns()
+
+    _migrate(db_url, "downgrade", "0007")
+    assert not link & user_columns()
+    engine = _sync_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
+            assert conn.execute(text("SELECT username FROM users")).scalars().all() == ["old"]
+            # What references the user is untouched: its experiment and its token.
+            assert conn.execute(text("SELECT name FROM experiments")).scalars().all() == ["kept"]
+            assert conn.execute(text("SELECT token_hash FROM tokens")).scalars().all() == [
+                hash_token("old-secret")]
+    finally:
+        engine.dispose()
+
+    store = await Store.open(db_url)
+    try:
+        old = await store.get_user("old")
+        assert old is not None and old.agent_uid is None and old.agent_user is None
     finally:
         await store.close()

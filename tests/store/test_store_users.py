@@ -76,3 +76,39 @@ async def test_expired_tokens_and_inactive_users_are_ignored(store: Store) -> No
     assert await store.user_for_token(hash_token("new")) is None
     with pytest.raises(NotFound):
         await store.update_user(9999, active=False)
+
+
+def _link(user: object) -> tuple[object, ...]:
+    return tuple(getattr(user, k) for k in ("agent_uid", "agent_gid", "agent_user", "agent_group"))
+
+
+async def test_users_link_to_unix_accounts_and_unlink(store: Store) -> None:
+    alice = await store.create_user("alice")
+    bob = await store.create_user("bob")
+    assert _link(alice) == (None, None, None, None)
+
+    linked = await store.link_agent_user(alice.id, agent_uid=1001, agent_gid=100,
+                                         agent_user="alice", agent_group="users")
+    assert _link(linked) == (1001, 100, "alice", "users")
+    # Past a 32-bit signed integer: the largest uid a link may name.
+    await store.link_agent_user(bob.id, agent_uid=4294967294, agent_gid=4294967294)
+    assert _link(await store.get_user("bob")) == (4294967294, 4294967294, None, None)
+    assert _link(await store.get_user_by_id(alice.id)) == (1001, 100, "alice", "users")
+
+    # A new link replaces the whole old one, names included.
+    await store.link_agent_user(alice.id, agent_uid=2002, agent_gid=2002)
+    assert _link(await store.get_user("alice")) == (2002, 2002, None, None)
+
+    unlinked = await store.unlink_agent_user(alice.id)
+    assert _link(unlinked) == (None, None, None, None)
+    assert _link(await store.get_user("alice")) == (None, None, None, None)
+    assert _link(await store.unlink_agent_user(alice.id)) == (None, None, None, None)
+    # Bob's link was not touched, nor anything else of alice's.
+    assert _link(await store.get_user("bob")) == (4294967294, 4294967294, None, None)
+    found = await store.get_user("alice")
+    assert found is not None and (found.username, found.active) == ("alice", True)
+
+    with pytest.raises(NotFound):
+        await store.link_agent_user(9999, agent_uid=1, agent_gid=1)
+    with pytest.raises(NotFound):
+        await store.unlink_agent_user(9999)

@@ -2,8 +2,8 @@
 
 Hyperparameters steer it: ``sleep`` (seconds per batch), ``checkpoint_every``,
 ``report_every``, ``crash_once_at`` (exit 3 at that batch on the first attempt only),
-``exit_code`` (exit with it after training), ``token_file`` (write the allocation token there,
-so a test can try to misuse it), ``ignore_preempt`` (never stop when asked to),
+``exit_code`` (exit with it after training), ``print_token`` (print the allocation token to
+the trial's log, so a test can try to misuse it), ``ignore_preempt`` (never stop when asked to),
 ``report_where`` (print whether it runs in a container).
 """
 
@@ -19,11 +19,11 @@ def main() -> int:
     info = core.get_cluster_info()
     assert info is not None and info.trial is not None
     hp = info.trial.hparams
-    if hp.get("token_file"):
-        with open(hp["token_file"], "w") as f:
-            json.dump({"token": os.environ["DET_HUB_ALLOCATION_TOKEN"],
-                       "allocation_id": os.environ["DET_HUB_ALLOCATION_ID"],
-                       "trial_id": info.trial.trial_id}, f)
+    if hp.get("print_token"):
+        print("allocation token " + json.dumps({
+            "token": os.environ["DET_HUB_ALLOCATION_TOKEN"],
+            "allocation_id": os.environ["DET_HUB_ALLOCATION_ID"],
+            "trial_id": info.trial.trial_id}), flush=True)
     if hp.get("report_where"):
         print(f"in container {os.path.exists('/.dockerenv')} on agent "
               f"{info.agent_id}", flush=True)

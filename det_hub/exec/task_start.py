@@ -1,0 +1,86 @@
+"""The first process of every task, inside its sandbox or container and as the task's user.
+
+    python -I -m det_hub.exec.task_start [--env-fd N] [--status-fd M]
+        [--context ARCHIVE --into DIR] -- CMD...
+
+It takes the task's environment from the agent (on file descriptor ``N``, as JSON, so that it
+never stands on a command line or in a privileged process's environment), unpacks the
+experiment's context into the working directory with the one extraction routine every agent
+kind uses (:func:`det_hub.archive.extract_archive`), then becomes the task's command. Because it
+runs after the task has dropped to its own user, the context is unpacked with that user's
+powers only. ``-I`` keeps the user's ``PYTHON*`` variables and the working directory out of this
+Python. When the task cannot start, the reason goes to stderr (the task's log) and, given
+``--status-fd``, to the agent, which records it with the exit status.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import json
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+
+#: The exit code when the task cannot be prepared (the context is refused, the command cannot
+#: be executed), and when its command is not found, as shells have it.
+EXIT_NOT_STARTED = 126
+EXIT_NOT_FOUND = 127
+
+
+def _read_env(fd: int) -> dict[str, str]:
+    with os.fdopen(fd, "rb") as f:
+        data = json.loads(f.read() or b"{}")
+    if not isinstance(data, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise ValueError("the task environment must be a JSON object of strings")
+    return data
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="det_hub.exec.task_start")
+    parser.add_argument("--env-fd", type=int, help="read the task's environment (JSON) here")
+    parser.add_argument("--status-fd", type=int, help="say here why the task did not start")
+    parser.add_argument("--context", help="the context archive to unpack")
+    parser.add_argument("--into", help="where to unpack it (the working directory)")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    if bool(args.context) != bool(args.into):
+        parser.error("--context and --into go together")
+
+    if args.status_fd is not None:
+        os.set_inheritable(args.status_fd, False)  # closed when the command starts
+
+    def fail(code: int, why: str) -> int:
+        print(f"det_hub: {why}", file=sys.stderr, flush=True)
+        if args.status_fd is not None:
+            with os.fdopen(args.status_fd, "w") as status:
+                status.write(why)
+        return code
+
+    env = _read_env(args.env_fd) if args.env_fd is not None else dict(os.environ)
+    if args.context:
+        from det_hub.archive import ContextError, extract_archive
+
+        try:
+            extract_archive(args.context, args.into)
+        except (ContextError, OSError) as e:
+            return fail(EXIT_NOT_STARTED, f"the context cannot be unpacked into {args.into}: {e}")
+    program = command[0] if "/" in command[0] else shutil.which(command[0], path=env.get("PATH"))
+    if program is None:
+        return fail(EXIT_NOT_FOUND, f"cannot start {command[0]!r}: not found on the task's "
+                                    f"PATH ({env.get('PATH', '')})")
+    try:
+        os.execve(program, command, env)
+    except OSError as e:
+        return fail(EXIT_NOT_FOUND if e.errno == errno.ENOENT else EXIT_NOT_STARTED,
+                    f"cannot start {command[0]!r}: {e.strerror}")
+    return EXIT_NOT_STARTED  # not reached: execve returns only by raising
+
+
+if __name__ == "__main__":
+    sys.exit(main())
