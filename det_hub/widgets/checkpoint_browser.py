@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
 
-from det_hub.client import Checkpoint, Client, DetHubError, MasterError, ModelVersion
+from det_hub.client import Checkpoint, Client, DetHubError, MasterError, Model, ModelVersion
 from det_hub.notebook.checkpoint import checkpoint_directory
 from det_hub.widgets._common import client_or_default, format_number, html_table
 
@@ -212,17 +213,20 @@ class CheckpointBrowser:
         if not name:
             self._say("register: type a model name, or pick one")
             return None
-        created = False
+        created: Model | None = None
         try:
             try:
                 model = self.client.get_model(name)
             except MasterError as error:
                 if error.status != 404:
                     raise
-                model = self.client.create_model(name)
-                created = True
+                model = created = self.client.create_model(name)
             version = model.register_version(uuid)
         except DetHubError as error:
+            if created is not None:
+                # A refused registration leaves no empty model behind.
+                with contextlib.suppress(DetHubError):
+                    created.delete()
             self._say(f"register: {error}")
             return None
         self._refresh_models()

@@ -261,13 +261,30 @@ def test_reap_and_cleanup_remove_the_container(docker_agent: DockerAgent) -> Non
     docker_agent.cleanup(s.allocation_id)  # nothing left: no error
 
 
+def test_a_context_that_cannot_be_unpacked_fails_the_task_before_it_runs(
+        docker_agent: DockerAgent) -> None:
+    # The task unpacks its context itself (det_hub.exec.task_start), as its own user.
+    status, lines = run_to_end(docker_agent.launch(spec(
+        "print('never')", context=b"this is not a tar archive")))
+    assert status.exit_code == 126
+    messages = [line.message for line in lines]
+    assert "never" not in messages
+    assert any("the context cannot be unpacked" in m for m in messages), messages
+
+
+def test_a_task_runs_as_its_user_and_unpacks_its_context_as_them(
+        docker_agent: DockerAgent) -> None:
+    code = ("import os; print(os.getuid(), os.getgid(), os.stat('train.py').st_uid, "
+            "os.environ['HOME'], os.access(os.environ['HOME'], os.W_OK))")
+    status, lines = run_to_end(docker_agent.launch(spec(
+        argv=["python3", "train.py"], context=targz({"train.py": code}),
+        run_as=(23456, 23457))))
+    assert status.success, lines
+    assert stdout(lines) == ["23456 23457 23456 /run/det_hub/home True"]
+
+
 def test_a_failed_launch_leaves_nothing(docker_agent: DockerAgent) -> None:
     api = docker_agent.client().api
-    s = spec("print('never')", context=b"this is not a tar archive")
-    with pytest.raises(Exception, match="(?i)tar|archive|header|unexpected EOF"):
-        docker_agent.launch(s)
-    assert api.containers(all=True, filters={"label": f"{LABEL_ALLOCATION}={s.allocation_id}"}) == []
-
     with pytest.raises(ValueError, match=r"no slot\(s\) \[9\]"):
         docker_agent.launch(spec("print('x')", slots=(9,)))
     with pytest.raises(Exception, match="(?i)no such image|not found"):
@@ -482,8 +499,9 @@ def test_cpu_container_kwargs() -> None:
         s, slots, image="img", agent_id="a1", python="/venv/bin/python", task_dir="/run/t",
         mounts=[{"host_path": "/venv", "container_path": "/venv", "read_only": True}],
         image_path="/usr/bin:/bin", shm_size=4 << 30, site_dir="/venv/site")
-    assert kwargs["command"] == ["/venv/bin/python", "-m", "det_hub.launch.torch_distributed",
-                                 "python3", "train.py"]
+    assert kwargs["command"] == ["/venv/bin/python", "-I", "-m", "det_hub.exec.task_start",
+                                 "--", "/venv/bin/python", "-m",
+                                 "det_hub.launch.torch_distributed", "python3", "train.py"]
     assert kwargs["cpuset_cpus"] == "0,1,2,3"
     env = kwargs["environment"]
     assert env["OMP_NUM_THREADS"] == "4" and env["CUDA_VISIBLE_DEVICES"] == ""

@@ -68,7 +68,7 @@ def test_delete_asks_first_and_the_master_keeps_registered_checkpoints(
     rows = by_steps(browser)
     if client.list_models(name="kept-by-browser").total == 0:
         client.create_model("kept-by-browser").register_version(rows[2]["uuid"])
-    files = master.data_dir / "checkpoints"
+    files = master.data_dir / "checkpoints" / "admin"
 
     # Pressing delete only asks; cancel leaves everything as it was.
     browser.select.value = rows[6]["uuid"]
@@ -109,7 +109,7 @@ def test_delete_asks_first_and_the_master_keeps_registered_checkpoints(
     assert by_steps(browser)[2]["state"] == "COMPLETED" and (files / rows[2]["uuid"]).is_dir()
 
 
-def test_another_user_may_register_into_a_new_model_but_not_delete(
+def test_another_user_may_neither_register_nor_delete(
         experiment: int, master: MasterProcess) -> None:
     r = master.api("POST", "/users", json={"username": "carol"})
     assert r.status_code == 201, r.text
@@ -121,10 +121,14 @@ def test_another_user_may_register_into_a_new_model_but_not_delete(
         assert browser.delete() is False
         assert browser.message.startswith(
             f"delete: only the owner of experiment {experiment} or an admin")
+        # Registering pins a checkpoint: only who may change its experiment may.
         browser.model_name.value = "carols"
-        assert browser.register() is not None
-        assert carol.get_model("carols").owner == "carol"
-        # Not into someone else's model.
+        assert browser.register() is None
+        assert browser.message.startswith(f"register: checkpoint {uuid} is of experiment "
+                                          f"{experiment}, owned by admin")
+        # The model made for the refused registration is not left behind.
+        assert carol.list_models(name="carols").total == 0
+        # Not into someone else's model either.
         browser.model_name.value = "browser-model"
         assert browser.register() is None
         assert browser.message.startswith("register: only the owner of model 'browser-model'")
