@@ -127,9 +127,10 @@ class Master:
         context_limits: ContextLimits | None = None,
     ) -> None:
         """``task_account``: the Unix ``(uid, gid)`` that runs the tasks of users linked to no
-        account of their own (see :meth:`task_identity`; ``nobody`` by default). ``private_paths``: besides the data
-        directory, what no task may have mounted (the config file, keys). ``context_limits``:
-        the bounds an uploaded context archive must keep (default: ``ContextLimits()``)."""
+        account of their own (see :meth:`task_identity`; ``nobody`` by default).
+        ``private_paths``: besides the data directory, what no task may have mounted (the
+        config file, keys). ``context_limits``: the bounds an uploaded context archive must
+        keep (default: ``ContextLimits()``)."""
         self.store = store
         self.context_limits = context_limits or ContextLimits()
         self.task_account = task_account or named_task_account()
@@ -765,6 +766,7 @@ class Master:
         name = row.config["searcher"]["name"]
         single = name == "single"
         problems = self._check_runnable(config)
+        problems += self._path_problems(merged, await self.username(row.owner_id))
         kept = ("searcher.name",) if single else ("searcher", "hyperparameters")
         for path in kept:
             if _at(merged, path) != _at(row.config, path):

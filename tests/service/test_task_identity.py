@@ -139,3 +139,16 @@ async def test_an_allocation_token_dies_with_its_allocation(
     [token] = [line.message.split()[1] for line in await master.store.get_logs(trial.id)
                if line.message.startswith("token ")]
     assert await master.authenticate(token) is None
+
+
+async def test_continuing_into_another_users_storage_is_refused(
+        master: Master, admin: Principal) -> None:
+    bob = await user(master, admin, "bob")
+    row = await master.create_experiment(bob, config(), context("print('x')\n"))
+    assert await finished(master, row.id) == "COMPLETED"
+    other = {"type": "shared_fs", "host_path": str(master.data_dir / "checkpoints" / "alice")}
+    with pytest.raises(BadRequest) as refused:
+        await master.continue_experiment(bob, row.id, {"checkpoint_storage": other})
+    assert [p["path"] for p in refused.value.details] == ["checkpoint_storage.host_path"]
+    assert (await master.get_experiment(row.id)).config["checkpoint_storage"]["host_path"] == \
+        str(owner_checkpoint_dir(master.data_dir, "bob"))
