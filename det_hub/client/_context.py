@@ -22,80 +22,86 @@ from ._errors import ContextError, ContextTooLarge
 #: bigger ones with 413, so the SDK checks first and sends nothing.
 MAX_CONTEXT_BYTES = 96 * 1024 * 1024
 
-#: Directories never worth shipping to a trial.
+#: Directories never worth shipping to a trial, whatever ``.detignore`` says.
 ALWAYS_SKIPPED_DIRS = frozenset({"__pycache__", ".git", ".ipynb_checkpoints"})
 
 DETIGNORE = ".detignore"
+
+#: What Determined's CLI leaves out of every context before a ``.detignore`` is read: compiled
+#: Python, version control and editor folders, Terraform state, and the ``shared_fs`` mount
+#: point. A ``.detignore`` adds to these (and can bring one back with ``!pattern``).
+DEFAULT_DETIGNORE = (
+    "__pycache__/", "*.py[co]", "*$py.class", "terraform", "terraform_data",
+    "terraform.tfstate*", "terraform.tfvars*", ".terraform*", ".git/", ".vscode/", ".idea/",
+    ".mypy_cache/", "/shared_fs",
+)
 
 
 @dataclass(frozen=True)
 class _Entry:
     """One path to put in the archive."""
 
-    path: Path  # absolute path on disk
+    path: Path  # the path on disk; for a link followed, the link itself
     arcname: str  # path inside the archive, with "/" separators
-    kind: str  # "dir", "file" or "symlink"
+    kind: str  # "dir" or "file"
     size: int = 0
-    link_target: str = ""  # for symlinks: a target relative to the link's own directory
 
 
-def _load_ignore(root: Path) -> pathspec.GitIgnoreSpec:
+def _load_ignore(root: Path) -> pathspec.PathSpec:
+    """Determined's rules: its default patterns, then the lines of ``root/.detignore``, read
+    as git wildmatch patterns in order (a later ``!pattern`` brings a path back)."""
+    lines = list(DEFAULT_DETIGNORE)
     ignore_file = root / DETIGNORE
-    lines: list[str] = []
     if ignore_file.is_file():
-        lines = ignore_file.read_text(encoding="utf-8").splitlines()
-    return pathspec.GitIgnoreSpec.from_lines(lines)
-
-
-def _symlink_target(root: Path, link: Path, arcname: str) -> str:
-    """The link's target relative to its own directory, or an error if it leaves the context."""
-    raw_target = os.readlink(link)
-    # Resolve lexically first so that a link to a missing file inside the context is still
-    # judged by where it points, then follow real links to catch chains that escape.
-    resolved = Path(os.path.normpath(link.parent / raw_target)).resolve()
-    root_resolved = root.resolve()
-    if resolved != root_resolved and root_resolved not in resolved.parents:
-        raise ContextError(
-            f"{arcname} is a symbolic link to {raw_target}, which is outside the context "
-            f"directory {root}; copy the file in, or list the link in {DETIGNORE}"
-        )
-    return os.path.relpath(resolved, link.parent.resolve())
+        lines += ignore_file.read_text(encoding="utf-8").splitlines()
+    return pathspec.PathSpec.from_lines(pathspec.patterns.GitWildMatchPattern, lines)
 
 
 def _walk(root: Path) -> Iterator[_Entry]:
-    """Yields the context's entries in a stable order, honouring .detignore and the skip list."""
+    """Yields the context's entries in a stable order, honouring .detignore and the skip list.
+
+    Symbolic links are followed, as Determined's CLI follows them: a linked file is packed
+    with its content, a linked directory with what it holds, wherever they point (the context
+    is the user's own files, read on their own machine). A link that leads nowhere, or into a
+    directory it is already inside, is an error that names it.
+    """
     spec = _load_ignore(root)
-    for dirpath, dirnames, filenames in os.walk(root):
-        current = Path(dirpath)
-        rel_dir = current.relative_to(root).as_posix()
-        prefix = "" if rel_dir == "." else rel_dir + "/"
-        kept_dirs = []
-        for name in sorted(dirnames):
-            full = current / name
+    seen_dirs = {root.resolve()}
+
+    def walk(directory: Path, prefix: str) -> Iterator[_Entry]:
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError as e:
+            raise ContextError(f"cannot read {prefix or directory}: {e.strerror}") from None
+        for name in names:
+            full = directory / name
             arcname = prefix + name
-            if name in ALWAYS_SKIPPED_DIRS or spec.match_file(arcname + "/"):
-                continue
-            if full.is_symlink():
-                # os.walk does not descend into directory links; keep the link itself.
-                target = _symlink_target(root, full, arcname)
-                yield _Entry(full, arcname, "symlink", link_target=target)
-                continue
-            kept_dirs.append(name)
-            yield _Entry(full, arcname, "dir")
-        # Pruning dirnames in place stops os.walk from descending into skipped directories.
-        dirnames[:] = kept_dirs
-        for name in sorted(filenames):
-            full = current / name
-            arcname = prefix + name
-            if spec.match_file(arcname):
-                continue
-            st = full.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                target = _symlink_target(root, full, arcname)
-                yield _Entry(full, arcname, "symlink", link_target=target)
+            if (not prefix and name == DETIGNORE) or spec.match_file(arcname):
+                continue  # left out before any link is followed
+            try:
+                st = full.stat()  # follows links
+            except OSError as e:
+                if full.is_symlink():
+                    raise ContextError(
+                        f"{arcname} is a symbolic link to {os.readlink(full)}, which does not "
+                        f"exist; fix it, or list it in {DETIGNORE}") from None
+                raise ContextError(f"cannot read {arcname}: {e.strerror}") from None
+            if stat.S_ISDIR(st.st_mode):
+                if name in ALWAYS_SKIPPED_DIRS or spec.match_file(arcname + "/"):
+                    continue
+                real = full.resolve()
+                if real in seen_dirs:  # the directories being walked, from the top down
+                    raise ContextError(f"{arcname} is a symbolic link to a directory that "
+                                       f"holds it ({real}); list it in {DETIGNORE}")
+                seen_dirs.add(real)
+                yield _Entry(full, arcname, "dir")
+                yield from walk(full, arcname + "/")
+                seen_dirs.discard(real)
             elif stat.S_ISREG(st.st_mode):
                 yield _Entry(full, arcname, "file", size=st.st_size)
             # Sockets, fifos and devices have no place in a model definition; leave them out.
+
+    yield from walk(root, "")
 
 
 def context_size(context_dir: str | Path) -> int:
@@ -122,10 +128,6 @@ def _tarinfo(entry: _Entry, st: os.stat_result) -> tarfile.TarInfo:
     if entry.kind == "dir":
         info.type = tarfile.DIRTYPE
         info.mode = stat.S_IMODE(st.st_mode) | 0o700
-    elif entry.kind == "symlink":
-        info.type = tarfile.SYMTYPE
-        info.linkname = entry.link_target
-        info.mode = 0o777
     else:
         info.type = tarfile.REGTYPE
         info.mode = stat.S_IMODE(st.st_mode) | 0o600
@@ -137,9 +139,10 @@ def pack_context(context_dir: str | Path, *, limit: int = MAX_CONTEXT_BYTES) -> 
     """Packs a model-definition directory into an in-memory .tar.gz.
 
     Paths in the archive are relative to ``context_dir``. A ``.detignore`` file at its top
-    excludes paths with gitignore patterns; ``__pycache__``, ``.git`` and
-    ``.ipynb_checkpoints`` directories are always left out. Symbolic links that point inside
-    the directory are kept as (relative) links; ones pointing outside are refused.
+    excludes paths with git wildmatch patterns, after Determined's defaults
+    (:data:`DEFAULT_DETIGNORE`); ``__pycache__``, ``.git`` and ``.ipynb_checkpoints``
+    directories are always left out, and so is the ``.detignore`` itself. Symbolic links are
+    followed, as Determined's CLI follows them: the archive holds the files they lead to.
 
     Args:
         context_dir: The directory to pack.
@@ -149,7 +152,8 @@ def pack_context(context_dir: str | Path, *, limit: int = MAX_CONTEXT_BYTES) -> 
         The gzip-compressed tar archive.
 
     Raises:
-        ContextError: The directory is missing, or holds a link leading out of it.
+        ContextError: The directory is missing, or holds a broken link or a link into a
+            directory that holds it.
         ContextTooLarge: The files add up to more than ``limit``; raised before any file is
             read.
     """
@@ -162,7 +166,7 @@ def pack_context(context_dir: str | Path, *, limit: int = MAX_CONTEXT_BYTES) -> 
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
         for entry in entries:
-            st = entry.path.lstat()
+            st = entry.path.stat()
             info = _tarinfo(entry, st)
             if entry.kind == "file":
                 with entry.path.open("rb") as handle:
@@ -172,4 +176,5 @@ def pack_context(context_dir: str | Path, *, limit: int = MAX_CONTEXT_BYTES) -> 
     return buffer.getvalue()
 
 
-__all__ = ["ALWAYS_SKIPPED_DIRS", "MAX_CONTEXT_BYTES", "context_size", "pack_context"]
+__all__ = ["ALWAYS_SKIPPED_DIRS", "DEFAULT_DETIGNORE", "MAX_CONTEXT_BYTES", "context_size",
+           "pack_context"]

@@ -11,6 +11,11 @@ runs after the task has dropped to its own user, the context is unpacked with th
 powers only. ``-I`` keeps the user's ``PYTHON*`` variables and the working directory out of this
 Python. When the task cannot start, the reason goes to stderr (the task's log) and, given
 ``--status-fd``, to the agent, which records it with the exit status.
+
+As in Determined, a ``startup-hook.sh`` at the top of the context is sourced by bash in the
+working directory before the command (commonly ``pip install -r requirements.txt``): what it
+exports reaches the command, its output lands in the task's log, and a failure (a command that
+fails, or an ``exit``) stops the task before its command runs, with a message saying so.
 """
 
 from __future__ import annotations
@@ -27,6 +32,27 @@ from collections.abc import Sequence
 #: be executed), and when its command is not found, as shells have it.
 EXIT_NOT_STARTED = 126
 EXIT_NOT_FOUND = 127
+
+STARTUP_HOOK = "startup-hook.sh"
+
+#: Sources the hook under ``set -e``, then becomes the command ($@). $1 is the status fd (or
+#: empty); the EXIT trap runs only when the hook ends the shell, the command never reached.
+_RUN_HOOK = r"""
+status_fd=$1; shift
+trap 'code=$?
+  if [ "$code" -eq 0 ]; then code=126; why="exited instead of returning"
+  else why="failed with exit code $code"; fi
+  msg="startup-hook.sh $why; the task'"'"'s command did not run"
+  echo "det_hub: $msg" >&2
+  if [ -n "$status_fd" ]; then echo "$msg" >&"$status_fd"; fi
+  exit "$code"' EXIT
+set -e
+. ./startup-hook.sh
+set +e
+trap - EXIT
+if [ -n "$status_fd" ]; then eval "exec $status_fd>&-"; fi
+exec "$@"
+"""
 
 
 def _read_env(fd: int) -> dict[str, str]:
@@ -70,6 +96,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             extract_archive(args.context, args.into)
         except (ContextError, OSError) as e:
             return fail(EXIT_NOT_STARTED, f"the context cannot be unpacked into {args.into}: {e}")
+    hook = os.path.join(args.into or ".", STARTUP_HOOK)
+    if os.path.isfile(hook):
+        bash = shutil.which("bash", path=env.get("PATH")) or shutil.which("bash")
+        if bash is None:
+            return fail(EXIT_NOT_STARTED, f"{STARTUP_HOOK} needs bash, which is not installed")
+        if args.status_fd is not None:
+            os.set_inheritable(args.status_fd, True)  # the hook's failure is told on it
+        status = "" if args.status_fd is None else str(args.status_fd)
+        command = [bash, "-c", _RUN_HOOK, STARTUP_HOOK, status, *command]
     program = command[0] if "/" in command[0] else shutil.which(command[0], path=env.get("PATH"))
     if program is None:
         return fail(EXIT_NOT_FOUND, f"cannot start {command[0]!r}: not found on the task's "

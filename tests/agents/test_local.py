@@ -113,3 +113,25 @@ def test_a_new_agent_adopts_a_running_task(agent: LocalAgent, tmp_path: Path) ->
     assert [line.message for line in first + rest] == ["0", "1", "2"]
     # A task whose runner is gone without an exit status cannot be adopted.
     assert again.attach("6.z", 0, 999_999) is None
+
+
+HOOKED = {"train.py": "import os\nprint('command sees', os.environ.get('FROM_HOOK'))\n"}
+
+
+@pytest.mark.parametrize(("hook", "code", "reason"), [
+    ("echo installing\nexport FROM_HOOK=yes\n", 0, None),
+    ("echo installing\nfalse\necho never\n", 1,
+     "startup-hook.sh failed with exit code 1; the task's command did not run"),
+    ("echo installing\nexit 0\n", 126,
+     "startup-hook.sh exited instead of returning; the task's command did not run"),
+])
+def test_a_startup_hook_runs_before_the_command(agent: LocalAgent, hook: str, code: int,
+                                                reason: str | None) -> None:
+    handle = agent.launch(spec("7.a", ["python3", "train.py"], {}, targz(
+        {**HOOKED, "startup-hook.sh": hook}), [0]))
+    status = wait_exit(handle)
+    messages = [line.message for line in handle.read_logs()]
+    assert (status.exit_code, status.reason) == (code, reason), messages
+    assert messages[0] == "installing" and "never" not in messages
+    ran = [m for m in messages if m.startswith("command sees")]
+    assert ran == (["command sees yes"] if code == 0 else [])

@@ -51,10 +51,10 @@ def test_what_pack_context_makes_passes(tmp_path: Path) -> None:
     (src / "pkg" / "data" / "rows.csv").write_text("a,b\n1,2\n")
     (src / "pkg" / "alias.py").symlink_to("../train.py")
     (src / "datalink").symlink_to("pkg/data")
-    packed = pack_context(src)
-    assert check_archive(packed) == 15 + 6 + 8
+    packed = pack_context(src)  # links followed: alias.py and datalink/ hold copies
+    assert check_archive(packed) == 15 + 6 + 8 + 15 + 8
     out = tmp_path / "out"
-    assert extract_archive(packed, out) == 15 + 6 + 8
+    assert extract_archive(packed, out) == 15 + 6 + 8 + 15 + 8
     assert (out / "pkg" / "alias.py").read_text() == "print('train')\n"
     assert (out / "datalink" / "rows.csv").read_text() == "a,b\n1,2\n"
 
