@@ -102,6 +102,12 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "bwrap") -> list[str]:
                 argv.extend(["--perms", "0755", "--dir", str(parent)])
                 present.add(str(parent))
 
+    # The task's /tmp first: what is bound below it later (a Python or a checkout kept under
+    # /tmp) then shows on top of it instead of being hidden by it.
+    for dest in ("/tmp", "/var/tmp"):
+        parents(dest)
+        argv.extend(["--bind", layout.tmp, dest])
+        present.add(dest)
     for path in ro:
         if os.path.islink(path):
             argv.extend(["--symlink", os.readlink(path), path])
@@ -119,10 +125,6 @@ def bwrap_argv(layout: SandboxLayout, *, bwrap: str = "bwrap") -> list[str]:
     present.update(("/dev", "/dev/shm", "/proc"))
     for device in layout.devices:
         argv.extend(["--dev-bind", device, device])
-    for dest in ("/tmp", "/var/tmp"):
-        parents(dest)
-        argv.extend(["--bind", layout.tmp, dest])
-        present.add(dest)
     for mount in layout.mounts:
         parents(mount.target)
         argv.extend(["--bind" if mount.writable else "--ro-bind", mount.source, mount.target])

@@ -70,23 +70,29 @@ def test_layout_hides_private_paths_and_shows_only_the_tasks_own(tmp_path: Path)
     steps = ops(bwrap_argv(layout))
     binds = [s for s in steps if s[0] in ("--ro-bind", "--bind", "--tmpfs", "--dev-bind")]
     assert binds == [
+        ("--bind", str(task / "tmp"), "/tmp"),  # first: what lies below /tmp goes on top
+        ("--bind", str(task / "tmp"), "/var/tmp"),
         ("--ro-bind", str(tmp_path), str(tmp_path)),
         ("--ro-bind", "/usr", "/usr"),
         ("--tmpfs", str(data)),  # hidden after the read-only view that holds it
         ("--ro-bind", "/dev/null", str(tmp_path / "det_hub_config.py")),
         ("--tmpfs", "/dev/shm"),
         ("--dev-bind", "/dev/nvidia1", "/dev/nvidia1"),
-        ("--bind", str(task / "tmp"), "/tmp"),
-        ("--bind", str(task / "tmp"), "/var/tmp"),
         ("--bind", str(task / "run"), str(task / "run")),
         ("--ro-bind", str(task / "cluster_info.json"), str(task / "cluster_info.json")),
         ("--ro-bind", "/srv/datasets/mnist", "/data/mnist"),
     ]
+    # Nothing shown is covered by a later mount of a folder above it, but what is hidden on
+    # purpose (the data directory, the config).
+    mounted = [(i, s[-1]) for i, s in enumerate(binds)]
+    for i, dest in mounted:
+        above = [d for j, d in mounted if j > i and d != dest and dest.startswith(d + "/")]
+        assert above in ([], [str(data)]), (dest, above)
     made = [s[1] for s in steps if s[0] == "--dir"]
     # The way to the task's directory inside the hidden data dir, and to /data, is made
     # traversable; what the read-only view already shows is not made again.
-    ancestors = [str(p) for p in reversed(tmp_path.parents) if str(p) != "/"]
-    assert made == [*ancestors, "/var", str(data / "work"), str(task), "/data"]
+    ancestors = [str(p) for p in reversed(tmp_path.parents) if str(p) not in ("/", "/tmp")]
+    assert made == ["/var", *ancestors, str(data / "work"), str(task), "/data"]
     assert ("--chdir", str(task / "run")) in steps
     # A path under nothing bound needs no hiding.
     assert ("--tmpfs", "/not/under/anything") not in steps
