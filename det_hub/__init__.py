@@ -42,4 +42,21 @@ def load_model(
     return load(name, version, path=path, client=client)
 
 
+# Subpackages reached as attributes after a bare ``import det_hub`` (``det_hub.core.init()``),
+# imported on first use so that the CLI's start does not pay for torch or requests.
+_LAZY_SUBPACKAGES = frozenset({"core", "pytorch", "client", "launch"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY_SUBPACKAGES:
+        import importlib
+
+        return importlib.import_module(f"det_hub.{name}")
+    raise AttributeError(f"module 'det_hub' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_SUBPACKAGES})
+
+
 __all__ = ["__version__", "load_checkpoint", "load_ipython_extension", "load_model"]

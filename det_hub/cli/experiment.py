@@ -343,6 +343,9 @@ def _set_gc_policy(args: argparse.Namespace) -> int:
 _ACTIONS: dict[str, tuple[Callable[[Client, int], Experiment], str]] = {
     "pause": (Client.pause_experiment, "pause an active experiment"),
     "activate": (Client.activate_experiment, "activate a paused experiment"),
+    "cancel": (Client.cancel_experiment,
+               "stop an experiment gracefully: its trials checkpoint, then stop; it ends "
+               "CANCELED"),
     "kill": (Client.kill_experiment, "stop an experiment's trials now; it ends CANCELED"),
     "archive": (Client.archive_experiment, "hide a finished experiment from lists"),
     "unarchive": (Client.unarchive_experiment, "show an archived experiment again"),

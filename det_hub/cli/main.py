@@ -28,6 +28,7 @@ from . import (
     shell,
     trial,
     user,
+    webhook,
 )
 from ._connect import UserError
 
@@ -65,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
     job.register(nouns, json_parent)
     resource_pool.register(nouns, json_parent)
     user.register(nouns, json_parent)
+    webhook.register(nouns, json_parent)
     preview.register(nouns, json_parent)
     service.register(nouns)
     return parser

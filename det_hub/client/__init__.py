@@ -33,6 +33,7 @@ from ._objects import (
 )
 from ._registry import CheckpointGCResult, Model, ModelVersion
 from ._settings import DEFAULT_MASTER, data_dir, is_local_master, resolve_master, resolve_token
+from ._webhooks import Webhook, WebhookTrigger
 
 __all__ = [
     "ALWAYS_SKIPPED_DIRS",
@@ -62,6 +63,8 @@ __all__ = [
     "Task",
     "Trial",
     "User",
+    "Webhook",
+    "WebhookTrigger",
     "context_size",
     "data_dir",
     "is_local_master",

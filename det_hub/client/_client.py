@@ -15,6 +15,7 @@ from urllib.parse import quote
 import requests
 import yaml
 
+from det_hub import nonfinite
 from det_hub.config import merge_config
 
 from ._context import pack_context
@@ -35,6 +36,7 @@ from ._objects import (
 )
 from ._registry import CheckpointGCResult, Model, ModelVersion
 from ._settings import resolve_master, resolve_token
+from ._webhooks import Webhook, parse_trigger
 
 ProgressCallback = Callable[[int, int], None]
 
@@ -517,6 +519,12 @@ class Client:
     def activate_experiment(self, experiment_id: int) -> Experiment:
         """Activates a paused experiment."""
         return self._experiment_action(experiment_id, "activate")
+
+    def cancel_experiment(self, experiment_id: int) -> Experiment:
+        """Cancels an experiment gracefully (``det experiment cancel``): its trials checkpoint
+        and stop, as a pause stops them, and it ends CANCELED. :meth:`kill_experiment` stops
+        them at once."""
+        return self._experiment_action(experiment_id, "cancel")
 
     def kill_experiment(self, experiment_id: int) -> Experiment:
         """Kills an experiment: its trials stop at once and it ends CANCELED."""
@@ -1038,6 +1046,44 @@ class Client:
         body = self._json("DELETE", f"/models/{_segment(name)}/versions/{int(version)}")
         return ModelVersion.from_json(_object(body, "model_version"), self)
 
+    # -- webhooks ---------------------------------------------------------------------------
+
+    def list_webhooks(self) -> Listing[Webhook]:
+        """Returns the webhooks (admins only)."""
+        body = self._get("/webhooks")
+        return Listing([Webhook.from_json(h) for h in self._items(body, "webhooks")], body)
+
+    def create_webhook(
+        self,
+        url: str,
+        triggers: Sequence[str | Mapping[str, Any]],
+        *,
+        webhook_type: str = "DEFAULT",
+        name: str = "",
+    ) -> Webhook:
+        """Registers a webhook (admins only).
+
+        Args:
+            url: Where the master POSTs events (http or https).
+            triggers: ``"EXPERIMENT_STATE_CHANGE:COMPLETED"``, ``"CUSTOM"``,
+                ``"CUSTOM:error"``, or the API's ``{"trigger_type", "condition"}`` objects.
+            webhook_type: ``DEFAULT`` (Determined's JSON event) or ``SLACK``.
+            name: A name to know it by.
+        """
+        body = {"url": url, "webhook_type": webhook_type, "name": name,
+                "triggers": [parse_trigger(t) if isinstance(t, str) else dict(t)
+                             for t in triggers]}
+        return Webhook.from_json(_object(self._post("/webhooks", body), "webhook"))
+
+    def delete_webhook(self, webhook_id: int) -> Webhook:
+        """Deletes a webhook (admins only); returns it as it was."""
+        return Webhook.from_json(_object(self._json("DELETE", f"/webhooks/{int(webhook_id)}"),
+                                         "webhook"))
+
+    def test_webhook(self, webhook_id: int) -> dict[str, Any]:
+        """Sends a webhook a test event now, once: ``{"delivered": bool, "error": str|None}``."""
+        return self._post(f"/webhooks/{int(webhook_id)}/test")
+
     # -- live metrics -----------------------------------------------------------------------
 
     def downsampled_metrics(
@@ -1158,6 +1204,9 @@ class Client:
         :meth:`stream_experiment_events`)."""
         for name, data in self.stream_experiment_events(experiment_id, after_id, stop=stop):
             if name == "metrics":
+                if isinstance(data.get("metrics"), dict):
+                    # NaN and infinities come as Determined's strings; floats again here.
+                    data = dict(data, metrics=nonfinite.decode(data["metrics"]))
                 yield data
 
 

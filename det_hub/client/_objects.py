@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from det_hub import nonfinite
 from det_hub.states import TERMINAL_EXPERIMENT_STATES, TERMINAL_TRIAL_STATES, TaskState
 
 from ._errors import DetHubError
@@ -50,6 +51,7 @@ def _int(value: Any, default: int = 0) -> int:
 
 
 def _opt_float(value: Any) -> float | None:
+    value = nonfinite.decode(value) if isinstance(value, str) else value
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -246,7 +248,8 @@ class Trial:
             steps_completed=_int(data.get("steps_completed")),
             progress=_opt_float(data.get("progress")),
             latest_checkpoint=str(checkpoint) if checkpoint else None,
-            best_validation=dict(best) if isinstance(best, dict) else None,
+            # NaN and infinities come as Determined's strings; floats again here.
+            best_validation=nonfinite.decode(best) if isinstance(best, dict) else None,
             searcher_metric_value=_opt_float(data.get("searcher_metric_value")),
             raw=data,
         )
@@ -269,7 +272,7 @@ class MetricReport:
             group=str(data.get("group", "")),
             steps_completed=_int(data.get("steps_completed")),
             report_time=parse_time(data.get("report_time")),
-            metrics=_dict(data.get("metrics")),
+            metrics=nonfinite.decode(_dict(data.get("metrics"))),
             raw=data,
         )
 

@@ -32,6 +32,7 @@ SUBPACKAGES: dict[str, str] = {
     "pytorch": "det_hub.pytorch",
     "launch": "det_hub.launch",
     "exec": "det_hub.exec",
+    "common": "det_hub.compat.common",
 }
 
 _TOP_LEVEL_FILE = Path(__file__).with_name("determined.py")

@@ -19,7 +19,7 @@ LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"
 # Lets the alias tell this module from a real Determined that happens to be imported.
 __det_hub_alias__ = True
 
-_SUBPACKAGES = ("core", "pytorch", "launch", "exec")
+_SUBPACKAGES = ("core", "pytorch", "launch", "exec", "common")
 
 __all__ = [
     "LOG_FORMAT",
@@ -35,6 +35,9 @@ def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
         # Under the alias, import by the alias name so sys.modules gets "determined.<name>" as
         # a plain import would; imported directly, go to det_hub's package.
-        prefix = "determined" if __name__ == "determined" else "det_hub"
-        return importlib.import_module(f"{prefix}.{name}")
+        if __name__ == "determined":
+            return importlib.import_module(f"determined.{name}")
+        from det_hub.compat._alias import SUBPACKAGES
+
+        return importlib.import_module(SUBPACKAGES[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,6 +15,7 @@ from det_hub.core._context import Context, TensorboardMode, init
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterError, MasterSession
 from det_hub.core._preempt import PreemptContext, PreemptMode
+from det_hub.core._profiler import ProfilerContext
 from det_hub.core._searcher import SearcherContext, SearcherMode, SearcherOperation
 from det_hub.core._train import EarlyExitReason, TrainContext
 
@@ -28,6 +29,7 @@ __all__ = [
     "MasterSession",
     "PreemptContext",
     "PreemptMode",
+    "ProfilerContext",
     "SearcherContext",
     "SearcherMode",
     "SearcherOperation",

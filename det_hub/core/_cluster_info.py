@@ -69,6 +69,10 @@ class ClusterInfo:
         agent_id: The agent the allocation runs on.
         slot_ids: The slots given to this process.
         container_addrs: Addresses of the containers of this allocation, chief first.
+        container_rank: The index of this container in ``container_addrs`` (0 on the chief's).
+        container_slot_counts: The number of slots of each container, in the same order.
+        master_cert_name: The name on the master's TLS certificate, when the master says one.
+        master_cert_file: The file of the master's TLS certificate, or ``"noverify"``.
         trial: The trial's details, or None for tasks that are not trials.
         checkpoint_storage: The experiment's ``checkpoint_storage`` config.
         session_token: The allocation token (``DET_HUB_ALLOCATION_TOKEN``).
@@ -82,6 +86,10 @@ class ClusterInfo:
     agent_id: str = ""
     slot_ids: list[int] = field(default_factory=list)
     container_addrs: list[str] = field(default_factory=list)
+    container_rank: int = 0
+    container_slot_counts: list[int] = field(default_factory=list)
+    master_cert_name: str | None = None
+    master_cert_file: str | None = None
     trial: TrialInfo | None = None
     checkpoint_storage: dict[str, Any] = field(default_factory=dict)
     session_token: str | None = field(default=None, repr=False)
@@ -91,11 +99,31 @@ class ClusterInfo:
         """The checkpoint to resume from, or None when the trial starts fresh."""
         return self.trial.latest_checkpoint if self.trial is not None else None
 
+    @property
+    def user_data(self) -> dict[str, Any]:
+        """The experiment config's ``data`` section; empty for tasks that are not trials."""
+        return self.trial.user_data if self.trial is not None else {}
+
+    @property
+    def gpu_uuids(self) -> list[str]:
+        """The UUIDs of the GPUs given to this container (empty without GPUs).
+
+        Asked of ``nvidia-smi`` for the devices ``CUDA_VISIBLE_DEVICES`` names, as the agent
+        sets it from :attr:`slot_ids`.
+        """
+        return _visible_gpu_uuids()
+
     @classmethod
     def from_dict(cls, raw: dict[str, Any], env: dict[str, str] | None = None) -> ClusterInfo:
         """Build from the file's JSON object, with the process environment filling gaps."""
         env = dict(os.environ) if env is None else env
         trial_raw = raw.get("trial")
+        slot_ids = [int(s) for s in raw.get("slot_ids") or []]
+        addrs = [str(a) for a in raw.get("container_addrs") or []]
+        # Older masters did not write the slot counts; a single container holds all its slots.
+        slot_counts = [int(n) for n in raw.get("container_slot_counts") or []]
+        if not slot_counts and len(addrs) <= 1:
+            slot_counts = [len(slot_ids)]
         return cls(
             master_url=env.get(MASTER_ENV) or str(raw.get("master_url") or ""),
             allocation_id=str(raw.get("allocation_id") or env.get(ALLOCATION_ID_ENV) or ""),
@@ -103,8 +131,12 @@ class ClusterInfo:
             task_type=str(raw.get("task_type") or "TRIAL"),
             cluster_id=str(raw.get("cluster_id") or ""),
             agent_id=str(raw.get("agent_id") or ""),
-            slot_ids=[int(s) for s in raw.get("slot_ids") or []],
-            container_addrs=[str(a) for a in raw.get("container_addrs") or []],
+            slot_ids=slot_ids,
+            container_addrs=addrs,
+            container_rank=int(raw.get("container_rank") or 0),
+            container_slot_counts=slot_counts,
+            master_cert_name=raw.get("master_cert_name") or None,
+            master_cert_file=raw.get("master_cert_file") or None,
             trial=TrialInfo.from_dict(trial_raw) if isinstance(trial_raw, dict) else None,
             checkpoint_storage=dict(raw.get("checkpoint_storage") or {}),
             session_token=env.get(TOKEN_ENV),
@@ -128,6 +160,33 @@ class ClusterInfo:
             return cls.from_dict(raw)
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"{path}: bad cluster-info file: {exc!r}") from exc
+
+
+def _visible_gpu_uuids() -> list[str]:
+    import shutil
+    import subprocess
+
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=index,uuid", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    by_index: dict[str, str] = {}
+    for line in out.splitlines():
+        index, _, uuid = (part.strip() for part in line.partition(","))
+        if uuid:
+            by_index[index] = uuid
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return list(by_index.values())
+    # Entries are indices or UUIDs; an empty variable hides every GPU.
+    wanted = [v.strip() for v in visible.split(",") if v.strip()]
+    return [by_index.get(v, v) for v in wanted if v in by_index or v.startswith("GPU-")]
 
 
 def get_cluster_info() -> ClusterInfo | None:

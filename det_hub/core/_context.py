@@ -16,6 +16,7 @@ from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterSession
 from det_hub.core._metric_sender import MetricSender
 from det_hub.core._preempt import PreemptContext, PreemptMode
+from det_hub.core._profiler import ProfilerContext
 from det_hub.core._searcher import SearcherContext
 from det_hub.core._tensorboard_sync import TensorboardSync
 from det_hub.core._train import TrainContext
@@ -24,6 +25,14 @@ from det_hub.storage import SharedFSStorage, StorageManager, build_storage
 logger = logging.getLogger("det_hub.core")
 
 LOCAL_MAX_LENGTH_ENV = "DET_HUB_LOCAL_MAX_LENGTH"
+
+#: The levels :meth:`Context.alert` accepts, and the logging level each maps to off-cluster.
+ALERT_LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+}
 DEFAULT_LOCAL_CHECKPOINTS = "checkpoints"
 
 
@@ -50,6 +59,8 @@ class Context:
         searcher: The searcher's operations (:class:`SearcherContext`).
         distributed: The ranks and collectives (:class:`DistributedContext`).
         info: The cluster info, or None outside a cluster.
+        profiler: Determined's system-metrics profiler (:class:`ProfilerContext`); not
+            available here, so ``profiler.on()`` raises.
     """
 
     def __init__(
@@ -70,9 +81,45 @@ class Context:
         self.preempt = preempt
         self.searcher = searcher
         self.info = info
+        self.profiler = ProfilerContext()
         self._session = session
         self._tensorboard_sync = tensorboard_sync
         self._closed = False
+
+    def alert(self, title: str, description: str = "", level: str = "info") -> None:
+        """Raise an alert about this trial: the master hands it to the webhooks set up for
+        alerts. Outside a cluster it is logged to the ``det_hub.core`` logger.
+
+        Args:
+            title: A short, non-empty headline.
+            description: More detail (may be empty).
+            level: ``"info"`` (the default), ``"warn"``, ``"error"`` or ``"debug"``.
+
+        Raises:
+            ValueError: An empty title or a level not among those above.
+            TypeError: A title or description that is not a string.
+            MasterError: The master refused the alert or could not be reached.
+        """
+        if not isinstance(title, str) or not isinstance(description, str):
+            raise TypeError(
+                f"alert(): title and description must be strings, not "
+                f"{type(title).__name__} and {type(description).__name__}"
+            )
+        if not title.strip():
+            raise ValueError("alert(): title must not be empty")
+        if level not in ALERT_LEVELS:
+            raise ValueError(
+                f"alert(): level {level!r} is not one of " + ", ".join(map(repr, ALERT_LEVELS))
+            )
+        if self._session is None or self.info is None or self.info.trial is None:
+            logger.log(ALERT_LEVELS[level], "alert: %s%s", title,
+                       f": {description}" if description else "")
+            return
+        # Not retried: a repeated POST would notify the webhooks twice.
+        self._session.post(
+            f"/trials/{self.info.trial.trial_id}/alerts",
+            {"title": title, "description": description, "level": level},
+        )
 
     def close(self, exc: BaseException | None = None) -> None:
         """Deliver outstanding metrics and stop the background threads.
@@ -94,6 +141,7 @@ class Context:
             if self._tensorboard_sync is not None:
                 self._tensorboard_sync.close()  # after train.close(): the event file is whole
             self.preempt.close()
+            self.profiler._close()
             if self._session is not None:
                 self._session.close()
 

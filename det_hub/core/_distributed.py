@@ -17,6 +17,20 @@ class _Collectives(Protocol):
     def broadcast(self, obj: Any) -> Any: ...
 
 
+def _torch_group_ready(size: int) -> bool:
+    """Whether an initialised default ``torch.distributed`` group of ``size`` ranks exists.
+
+    torch is looked up only when it is already imported: a job without it cannot have a group.
+    """
+    import sys
+
+    if "torch.distributed" not in sys.modules:
+        return False
+    import torch.distributed as dist
+
+    return bool(dist.is_available() and dist.is_initialized() and dist.get_world_size() == size)
+
+
 class _Alone:
     """Collectives for a group of one: everything is local."""
 
@@ -101,6 +115,49 @@ class _TorchGroup:
         return self._decode(payload, length)
 
 
+class _HorovodGroup:
+    """Object collectives over Horovod's global communicator (``hvd.*_object``)."""
+
+    def __init__(self, hvd: Any, is_root: bool) -> None:
+        self._hvd = hvd
+        self._is_root = is_root
+
+    def allgather(self, obj: Any) -> list[Any]:
+        return list(self._hvd.allgather_object(obj))
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        everything = self.allgather(obj)
+        return everything if self._is_root else None
+
+    def broadcast(self, obj: Any) -> Any:
+        return self._hvd.broadcast_object(obj, root_rank=0)
+
+
+class _NodeOverGlobal:
+    """One node's collectives built from the global ones: every rank of the job takes part.
+
+    Used where the framework gives no per-node group (Horovod, a context built from an already
+    initialised default group); the objects are small, so sending them to every rank is cheap.
+    """
+
+    def __init__(self, global_coll: _Collectives, cross_rank: int, local_rank: int) -> None:
+        self._global = global_coll
+        self._node = cross_rank
+        self._local_rank = local_rank
+
+    def allgather(self, obj: Any) -> list[Any]:
+        everything = self._global.allgather((self._node, obj))
+        return [o for node, o in everything if node == self._node]
+
+    def gather(self, obj: Any) -> list[Any] | None:
+        mine = self.allgather(obj)
+        return mine if self._local_rank == 0 else None
+
+    def broadcast(self, obj: Any) -> Any:
+        everything = self._global.allgather((self._node, self._local_rank, obj))
+        return next(o for node, lr, o in everything if node == self._node and lr == 0)
+
+
 class DistributedContext:
     """The ranks of a (possibly) distributed training job and collectives over them.
 
@@ -114,6 +171,19 @@ class DistributedContext:
         local_size: The number of workers on this node.
         cross_rank: The index of this node.
         cross_size: The number of nodes.
+        chief_ip: The address of the chief's node (``DET_CHIEF_IP`` by default in the
+            ``from_*`` constructors); kept for code that reads it, since the collectives here
+            run over the framework's own process group.
+        pub_port: Accepted for Determined compatibility; the collectives open no ports of
+            their own.
+        pull_port: As ``pub_port``.
+        port_offset: As ``pub_port``.
+        force_tcp: As ``pub_port``.
+
+    With ``size > 1`` the collectives need a framework group: use
+    :meth:`from_torch_distributed`, :meth:`from_horovod` or :meth:`from_deepspeed`, or build
+    the context after ``torch.distributed.init_process_group()``, whose default group is then
+    used.
     """
 
     def __init__(
@@ -125,6 +195,11 @@ class DistributedContext:
         local_size: int = 1,
         cross_rank: int = 0,
         cross_size: int = 1,
+        chief_ip: str | None = None,
+        pub_port: int = 12360,
+        pull_port: int = 12376,
+        port_offset: int = 0,
+        force_tcp: bool = False,
         _global: _Collectives | None = None,
         _local: _Collectives | None = None,
     ) -> None:
@@ -137,6 +212,11 @@ class DistributedContext:
                 f"inconsistent ranks: rank={rank} size={size} local_rank={local_rank} "
                 f"local_size={local_size} cross_rank={cross_rank} cross_size={cross_size}"
             )
+        del pub_port, pull_port, port_offset, force_tcp
+        if size > 1 and _global is None and _torch_group_ready(size):
+            _global = _TorchGroup(None, size, rank, root=0)
+            if _local is None and local_size not in (1, size):
+                _local = _NodeOverGlobal(_global, cross_rank, local_rank)
         if size > 1 and _global is None:
             raise ValueError(
                 "a DistributedContext with size > 1 needs collectives; "
@@ -148,12 +228,64 @@ class DistributedContext:
         self.local_size = local_size
         self.cross_rank = cross_rank
         self.cross_size = cross_size
+        self.chief_ip = chief_ip if cross_size > 1 else (chief_ip or "127.0.0.1")
         self._owns_torch_group = False
         self._global: _Collectives = _global or _Alone()
         self._local: _Collectives = _local or (self._global if local_size == size else _Alone())
 
     @classmethod
-    def from_torch_distributed(cls, group: Any = None) -> DistributedContext:
+    def from_horovod(cls, hvd: Any, chief_ip: str | None = None) -> DistributedContext:
+        """Build a context from an initialised Horovod module (``hvd.init()`` called first).
+
+        Example::
+
+            import horovod.torch as hvd
+            hvd.init()
+            distributed = DistributedContext.from_horovod(hvd)
+
+        Args:
+            hvd: The Horovod framework module (``horovod.torch``); its ``*_object``
+                collectives carry the objects.
+            chief_ip: The chief's address; ``DET_CHIEF_IP`` when None.
+        """
+        rank, size = int(hvd.rank()), int(hvd.size())
+        local_rank, local_size = int(hvd.local_rank()), int(hvd.local_size())
+        cross_rank, cross_size = int(hvd.cross_rank()), int(hvd.cross_size())
+        global_coll: _Collectives | None = None
+        local_coll: _Collectives | None = None
+        if size > 1:
+            global_coll = _HorovodGroup(hvd, rank == 0)
+            local_coll = (
+                global_coll if local_size == size
+                else _NodeOverGlobal(global_coll, cross_rank, local_rank)
+            )
+        return cls(
+            rank=rank, size=size, local_rank=local_rank, local_size=local_size,
+            cross_rank=cross_rank, cross_size=cross_size,
+            chief_ip=chief_ip or os.environ.get("DET_CHIEF_IP"),
+            _global=global_coll, _local=local_coll,
+        )
+
+    @classmethod
+    def from_deepspeed(cls, chief_ip: str | None = None) -> DistributedContext:
+        """Build a context for a DeepSpeed job from its environment variables.
+
+        ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_SIZE`` (or ``LOCAL_WORLD_SIZE``),
+        ``CROSS_RANK`` and ``CROSS_SIZE`` give the ranks. DeepSpeed communicates through
+        ``torch.distributed``; when it is not initialised yet it is initialised here as
+        :meth:`from_torch_distributed` does.
+
+        Args:
+            chief_ip: The chief's address; ``DET_CHIEF_IP`` when None.
+        """
+        env = os.environ
+        local = env.get("LOCAL_SIZE") or env.get("LOCAL_WORLD_SIZE")
+        return cls._from_torch(None, chief_ip, local_size=int(local) if local else None)
+
+    @classmethod
+    def from_torch_distributed(
+        cls, chief_ip: str | None = None, *, group: Any = None
+    ) -> DistributedContext:
         """Build a context over an initialised ``torch.distributed`` process group.
 
         ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``CROSS_RANK`` and
@@ -163,9 +295,18 @@ class DistributedContext:
         call this together: it creates the per-node groups used by the ``*_local``
         collectives.
 
+        ``GROUP_RANK`` and ``GROUP_WORLD_SIZE`` (torchrun's names) stand in for the last two.
+
         Args:
+            chief_ip: The chief's address; ``DET_CHIEF_IP`` when None.
             group: The process group to use; the default group when None.
         """
+        return cls._from_torch(group, chief_ip)
+
+    @classmethod
+    def _from_torch(
+        cls, group: Any, chief_ip: str | None, local_size: int | None = None
+    ) -> DistributedContext:
         import torch
         import torch.distributed as dist
 
@@ -176,9 +317,14 @@ class DistributedContext:
         rank = int(env.get("RANK", dist.get_rank(group)))
         size = int(env.get("WORLD_SIZE", dist.get_world_size(group)))
         local_rank = int(env.get("LOCAL_RANK", rank))
-        local_size = int(env.get("LOCAL_WORLD_SIZE", size))
-        cross_size = int(env.get("CROSS_SIZE", max(size // max(local_size, 1), 1)))
-        cross_rank = int(env.get("CROSS_RANK", rank // max(local_size, 1)))
+        if local_size is None:
+            local_size = int(env.get("LOCAL_WORLD_SIZE", size))
+        cross_size = int(
+            env.get("CROSS_SIZE")
+            or env.get("GROUP_WORLD_SIZE")
+            or max(size // max(local_size, 1), 1)
+        )
+        cross_rank = int(env.get("CROSS_RANK") or env.get("GROUP_RANK") or rank // max(local_size, 1))
         global_coll = _TorchGroup(group, size, rank, root=0)
         if local_size == size:
             local_coll: _Collectives = global_coll
@@ -197,6 +343,7 @@ class DistributedContext:
             local_size=local_size,
             cross_rank=cross_rank,
             cross_size=cross_size,
+            chief_ip=chief_ip or env.get("DET_CHIEF_IP"),
             _global=global_coll,
             _local=local_coll,
         )
@@ -255,6 +402,10 @@ class DistributedContext:
         """The number of nodes."""
         return self.cross_size
 
+    def get_num_agents(self) -> int:
+        """The number of agents (nodes) the job runs on; the same as :attr:`cross_size`."""
+        return self.cross_size
+
     def allgather(self, obj: Any) -> list[Any]:
         """Every rank's ``obj``, in rank order, on every rank."""
         return self._global.allgather(obj)
@@ -275,7 +426,7 @@ class DistributedContext:
         """This node's objects on its local chief; None on the other local ranks."""
         return self._local.gather(obj)
 
-    def broadcast_local(self, obj: Any) -> Any:
+    def broadcast_local(self, obj: Any = None) -> Any:
         """The local chief's ``obj``, on every rank of this node."""
         return self._local.broadcast(obj)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from det_hub import nonfinite
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterSession
 from det_hub.core._metric_sender import MetricSender
@@ -36,9 +36,10 @@ def to_jsonable(value: Any, name: str) -> Any:
         value: A metric value (number, bool, str, None, or lists and dicts of them).
         name: The metric's name, for error messages.
 
+    NaN and infinite floats are kept (a diverging loss is a result worth seeing); they are
+    sent to the master as the strings of :mod:`det_hub.nonfinite`.
+
     Raises:
-        ValueError: A number is NaN or infinite (JSON has no such numbers, and storing them as
-            null would hide a diverged run).
         TypeError: The value cannot be represented as JSON.
     """
     if value is None or isinstance(value, (bool, str)):
@@ -46,8 +47,6 @@ def to_jsonable(value: Any, name: str) -> Any:
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ValueError(f"metric {name!r} is {value!r}; metrics must be finite numbers")
         return float(value)
     if isinstance(value, Mapping):
         return {str(k): to_jsonable(v, f"{name}.{k}") for k, v in value.items()}
@@ -168,7 +167,7 @@ class TrainContext:
                 them yet).
 
         Raises:
-            ValueError: A value is NaN or infinite, or ``steps_completed`` is not an int >= 0.
+            ValueError: ``steps_completed`` is not an int >= 0.
         """
         if batch_metrics is not None:
             for i, batch in enumerate(batch_metrics):
@@ -179,7 +178,7 @@ class TrainContext:
         """Report validation metrics (the ``validation`` group); they are sent at once.
 
         Raises:
-            ValueError: A value is NaN or infinite, or ``steps_completed`` is not an int >= 0.
+            ValueError: ``steps_completed`` is not an int >= 0.
         """
         self.report_metrics(VALIDATION, steps_completed, metrics)
 
@@ -187,8 +186,7 @@ class TrainContext:
         """Report metrics of any group (``training``, ``validation`` or a name of your own).
 
         Raises:
-            ValueError: A value is NaN or infinite, ``group`` is empty, or ``steps_completed``
-                is not an int >= 0.
+            ValueError: ``group`` is empty, or ``steps_completed`` is not an int >= 0.
         """
         if not isinstance(group, str) or not group:
             raise ValueError(f"group must be a non-empty string, not {group!r}")
@@ -200,7 +198,8 @@ class TrainContext:
         if self._sender is None:
             logger.info("%s metrics at step %d: %s", group, steps, clean)
             return
-        row = {"steps_completed": steps, "metrics": clean, "report_time": _now()}
+        row = {"steps_completed": steps, "metrics": nonfinite.encode(clean),
+               "report_time": _now()}
         self._sender.put(group, row, urgent=group == VALIDATION)
 
     def report_progress(self, progress: float) -> None:

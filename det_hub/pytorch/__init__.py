@@ -14,14 +14,14 @@ A Determined trial runs after changing its import::
 
 from det_hub.pytorch._callback import PyTorchCallback
 from det_hub.pytorch._checkpoint_state import STATE_FILE
-from det_hub.pytorch._context import PyTorchTrialContext
+from det_hub.pytorch._context import PyTorchExperimentalContext, PyTorchTrialContext
 from det_hub.pytorch._data import DataLoader, ShardedBatchSampler, TorchData
 from det_hub.pytorch._init import init
 from det_hub.pytorch._lr_scheduler import LRScheduler
 from det_hub.pytorch._reducer import MetricReducer, Reducer
 from det_hub.pytorch._trainer import Trainer
 from det_hub.pytorch._trial import PyTorchTrial
-from det_hub.pytorch._units import Batch, Epoch, TrainUnit
+from det_hub.pytorch._units import Batch, Epoch, Record, TrainUnit
 
 __all__ = [
     "STATE_FILE",
@@ -31,8 +31,10 @@ __all__ = [
     "LRScheduler",
     "MetricReducer",
     "PyTorchCallback",
+    "PyTorchExperimentalContext",
     "PyTorchTrial",
     "PyTorchTrialContext",
+    "Record",
     "Reducer",
     "ShardedBatchSampler",
     "TorchData",

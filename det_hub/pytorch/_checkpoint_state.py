@@ -21,6 +21,12 @@ logger = logging.getLogger("det_hub.pytorch")
 
 STATE_FILE = "state_dict.pth"
 
+#: ``determined_version`` in the metadata of the Trainer's checkpoints: the Determined release
+#: whose checkpoint layout these follow (``state_dict.pth`` with ``format``, ``framework`` and
+#: ``steps_completed`` in the metadata), so that scripts reading Determined's keys find them.
+#: det_hub's own version is ``det_hub.__version__``.
+DETERMINED_VERSION = "0.38.0"
+
 
 def capture_rng_state() -> dict[str, Any]:
     """The states of Python's ``random``, numpy's global RNG, torch's CPU and CUDA RNGs."""

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,6 +49,36 @@ class _WrappedReducer:
         self.for_validation = for_validation
 
 
+class PyTorchExperimentalContext:
+    """``context.experimental``: Determined's experimental switches, as far as they apply here."""
+
+    def use_amp(self) -> None:
+        """Not available: wrap the forward pass in ``context.autocast()`` and pass a wrapped
+        ``torch.amp.GradScaler`` to ``step_optimizer`` instead.
+
+        Raises:
+            NotImplementedError: Always.
+        """
+        raise NotImplementedError(
+            "context.experimental.use_amp(): automatic mixed precision is not applied for you; "
+            "use context.autocast() with context.wrap_scaler(torch.amp.GradScaler())"
+        )
+
+    def disable_auto_to_device(self) -> None:
+        """Not available: batches are always moved to the trial's device.
+
+        Raises:
+            NotImplementedError: Always.
+        """
+        raise NotImplementedError(
+            "context.experimental.disable_auto_to_device(): batches are always moved to "
+            "context.device"
+        )
+
+    def disable_dataset_reproducibility_checks(self) -> None:
+        """Allow data loaders det_hub cannot make resumable: it checks none, so nothing changes."""
+
+
 class PyTorchTrialContext:
     """Everything a :class:`PyTorchTrial` needs from det_hub; made by :func:`det_hub.pytorch.init`.
 
@@ -71,8 +104,12 @@ class PyTorchTrialContext:
         experiment_id: int = 0,
         latest_checkpoint: str | None = None,
         device: torch.device | None = None,
+        enable_tensorboard_logging: bool = True,
     ) -> None:
         self._core = core_context
+        self._enable_tensorboard_logging = enable_tensorboard_logging
+        self._tensorboard_writer: Any = None
+        self.experimental = PyTorchExperimentalContext()
         self.distributed = core_context.distributed
         self._hparams = dict(hparams)
         self._exp_conf = dict(exp_conf or {})
@@ -182,6 +219,55 @@ class PyTorchTrialContext:
     def get_latest_checkpoint(self) -> str | None:
         """The checkpoint the trial resumes from, if any."""
         return self._latest_checkpoint
+
+    def get_enable_tensorboard_logging(self) -> bool:
+        """Whether reported metrics are also written as TensorBoard events (``init``'s
+        ``enable_tensorboard_logging``)."""
+        return self._enable_tensorboard_logging
+
+    def get_tensorboard_path(self) -> Path:
+        """The directory for this trial's TensorBoard event files.
+
+        On the chief inside a cluster it is the directory det_hub uploads to the checkpoint
+        storage; elsewhere a directory of this process under the temporary directory.
+        """
+        path = getattr(self._core.train, "_tensorboard_dir", None)
+        if path is None:
+            path = Path(tempfile.gettempdir()) / f"det_hub-tensorboard-{os.getpid()}"
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def get_tensorboard_writer(self) -> Any:
+        """A ``torch.utils.tensorboard.SummaryWriter`` into :meth:`get_tensorboard_path`,
+        made on first use (needs the ``tensorboard`` package)."""
+        if self._tensorboard_writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tensorboard_writer = SummaryWriter(log_dir=str(self.get_tensorboard_path()))
+        return self._tensorboard_writer
+
+    def configure_apex_amp(self, *args: Any, **kwargs: Any) -> None:
+        """Not available: NVIDIA Apex is not supported.
+
+        Raises:
+            NotImplementedError: Always; use :meth:`autocast` and :meth:`wrap_scaler`.
+        """
+        raise NotImplementedError(
+            "PyTorchTrialContext.configure_apex_amp(): NVIDIA Apex is not supported; use "
+            "context.autocast() with context.wrap_scaler(torch.amp.GradScaler())"
+        )
+
+    def set_profiler(self, *args: Any, **kwargs: Any) -> None:
+        """Not available: the trainer does not drive a ``torch.profiler`` for you.
+
+        Raises:
+            NotImplementedError: Always; run ``torch.profiler.profile`` in ``train_batch``.
+        """
+        raise NotImplementedError(
+            "PyTorchTrialContext.set_profiler(): not supported; use torch.profiler.profile "
+            "yourself and write its trace under context.get_tensorboard_path()"
+        )
 
     # --- position in training ----------------------------------------------------------
     def _set_position(self, batch_idx: int, epoch_len: int) -> None:

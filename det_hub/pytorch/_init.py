@@ -44,10 +44,16 @@ def init(
     Args:
         hparams: Hyperparameters, outside a cluster.
         exp_conf: The experiment config as a dict, outside a cluster.
-        distributed: The ranks of a distributed job; one rank when None.
+        distributed: The ranks of a distributed job. When None and the process was started by
+            a launcher of several workers (``WORLD_SIZE`` > 1, as
+            ``python3 -m determined.launch.torch_distributed`` sets it), ``torch.distributed``
+            is initialised (gloo on CPU, NCCL with CUDA) and the context is built from it with
+            :meth:`~det_hub.core.DistributedContext.from_torch_distributed`, then taken down
+            when the ``with`` block ends; otherwise one rank.
         checkpoint_storage: Outside a cluster, where checkpoints go.
         aggregation_frequency: Accepted for compatibility; only 1 is supported.
-        enable_tensorboard_logging: Accepted for compatibility; has no effect.
+        enable_tensorboard_logging: What :meth:`PyTorchTrialContext.get_enable_tensorboard_logging`
+            answers.
 
     Yields:
         The :class:`PyTorchTrialContext`.
@@ -56,7 +62,6 @@ def init(
         ValueError: ``hparams`` or ``exp_conf`` given inside a cluster, or an
             ``aggregation_frequency`` other than 1.
     """
-    del enable_tensorboard_logging
     if aggregation_frequency != 1:
         raise ValueError("aggregation_frequency other than 1 is not supported")
     info = core.get_cluster_info()
@@ -82,9 +87,31 @@ def init(
             "exp_conf": dict(exp_conf or {}),
             "trial_seed": _local_seed(exp_conf),
         }
-    dist = distributed or core.DistributedContext()
-    if torch.cuda.is_available():
-        torch.cuda.set_device(dist.local_rank % torch.cuda.device_count())
-    seed_everything(kwargs["trial_seed"])
-    with core.init(distributed=dist, checkpoint_storage=checkpoint_storage) as core_context:
-        yield PyTorchTrialContext(core_context, **kwargs)
+    with contextlib.ExitStack() as stack:
+        if distributed is not None:
+            dist = distributed
+        elif _launched_distributed():
+            if torch.cuda.is_available():
+                # NCCL binds each rank to its GPU; the device must be chosen before the group.
+                local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+                torch.cuda.set_device(local_rank % torch.cuda.device_count())
+            dist = stack.enter_context(core.DistributedContext.from_torch_distributed())
+        else:
+            dist = core.DistributedContext()
+        if torch.cuda.is_available():
+            torch.cuda.set_device(dist.local_rank % torch.cuda.device_count())
+        seed_everything(kwargs["trial_seed"])
+        with core.init(distributed=dist, checkpoint_storage=checkpoint_storage) as core_context:
+            yield PyTorchTrialContext(
+                core_context, enable_tensorboard_logging=enable_tensorboard_logging, **kwargs
+            )
+
+
+def _launched_distributed() -> bool:
+    """Whether a launcher started this process as one of several workers."""
+    raw = os.environ.get("WORLD_SIZE", "1")
+    try:
+        world = int(raw)
+    except ValueError:
+        raise ValueError(f"WORLD_SIZE={raw!r}: must be an integer") from None
+    return world > 1 and "RANK" in os.environ

@@ -15,6 +15,7 @@ from det_hub.config import Length, LengthUnit
 from det_hub.core import EarlyExitReason, SearcherOperation
 from det_hub.pytorch._callback import PyTorchCallback
 from det_hub.pytorch._checkpoint_state import (
+    DETERMINED_VERSION,
     apply_state,
     build_state,
     capture_rng_state,
@@ -33,12 +34,24 @@ logger = logging.getLogger("det_hub.pytorch")
 
 CHECKPOINT_POLICIES = ("best", "all", "none")
 PeriodLike = TrainUnit | Length | int | None
+#: Searchers that decide each trial's length as they go (from ``searcher.max_time`` with
+#: ``time_metric``, or the older ``max_length``); the Trainer follows their operations. Every
+#: other searcher trains each trial to the length given to ``fit()``.
+ADAPTIVE_SEARCHERS = ("adaptive_asha", "async_halving")
 
 
 class _Outcome(enum.Enum):
     DONE = "done"
     PREEMPTED = "preempted"
     STOPPED = "stopped"
+
+
+class _Asked:
+    """The length a :meth:`Trainer.fit` call resolved, in batches, and where it came from."""
+
+    def __init__(self, batches: int | None, source: str) -> None:
+        self.batches = batches
+        self.source = source
 
 
 def _scalar(name: str, value: Any) -> float:
@@ -140,10 +153,13 @@ class _TrainingBatches:
         # A loader det_hub cannot index: resuming reads and drops the batches already trained.
         index = 0
         while True:
+            before = index
             for batch in loader:
                 if index >= skip:
                     yield batch
                 index += 1
+            if index == before:
+                return  # an empty pass (a one-shot iterable): the data has run out
 
     def __next__(self) -> Any:
         return next(self._iter)
@@ -198,14 +214,16 @@ class Trainer:
         if length is None:
             return None
         if isinstance(length, bool):
-            raise TypeError(f"{what} must be a Batch, an Epoch or a config length")
+            raise TypeError(f"{what} must be a Batch, an Epoch, a Record or a config length")
         if isinstance(length, int):
             length = Batch(length)
         if isinstance(length, TrainUnit):
-            return length.to_batches(self._epoch_len)
+            return length.to_batches(self._epoch_len, self._global_batch)
         if isinstance(length, Length):
             return self._config_length_to_batches(length.unit, length.value)
-        raise TypeError(f"{what} must be a Batch, an Epoch or a config length, not {length!r}")
+        raise TypeError(
+            f"{what} must be a Batch, an Epoch, a Record or a config length, not {length!r}"
+        )
 
     def _config_length_to_batches(self, unit: LengthUnit, value: int) -> int:
         """A length in the config's units as global batches.
@@ -257,8 +275,10 @@ class Trainer:
         Args:
             checkpoint_period: Checkpoint every this many batches or epochs.
             validation_period: Validate every this many batches or epochs.
-            max_length: How long to train. None: follow the searcher's operations inside a
-                cluster, or the config's ``searcher.max_length`` outside one.
+            max_length: How long to train (``Batch``, ``Epoch`` or ``Record``). Inside a
+                cluster it is the length of each trial for every searcher but the adaptive
+                ones (``adaptive_asha``, ``async_halving``), whose operations the Trainer
+                follows instead. None: the config's deprecated ``searcher.max_length``.
             reporting_period: Report averaged training metrics this often (default
                 ``Batch(100)``; at least every ``scheduling_unit`` batches).
             checkpoint_policy: After a validation, checkpoint when it is the ``"best"`` so far,
@@ -271,6 +291,8 @@ class Trainer:
         Raises:
             ValueError: No length to train to, a bad policy, or the searcher metric is missing
                 from the validation metrics.
+            RuntimeError: Training ended short of the length asked for, with neither a stop
+                requested nor an early exit reported.
         """
         config = self._context.parsed_config()
         self._policy = checkpoint_policy or (config.checkpoint_policy if config else "best")
@@ -335,50 +357,109 @@ class Trainer:
                 return
             if step_zero_validation and self._batches == 0 and self._last_validation is None:
                 self._validate()
-            if max_length is None and self._core.info is not None:
-                outcome = self._follow_searcher(loop)
+            if self._core.info is not None and self._adaptive_searcher() is not None:
+                outcome, asked = self._follow_searcher(loop, max_length)
             else:
-                if max_length is not None and self._core.info is not None:
-                    logger.warning("max_length is ignored inside a cluster: the searcher decides")
-                    outcome = self._follow_searcher(loop)
-                else:
-                    target = self._local_target(max_length)
-                    outcome = loop.train_to(target, None)
-                    if outcome is _Outcome.DONE:
-                        self._ensure_validation()
+                asked = self._resolve_length(max_length)
+                assert asked.batches is not None
+                if self._core.info is not None:
+                    loop.progress_total = asked.batches
+                outcome = loop.train_to(asked.batches, None)
+                if outcome is _Outcome.DONE:
+                    self._ensure_validation()
             if outcome is _Outcome.STOPPED:
                 self._checkpoint()
                 self._core.train.report_early_exit(EarlyExitReason.USER_REQUESTED_STOP)
                 return
             self._checkpoint()
+            if outcome is _Outcome.DONE:
+                self._check_trained(asked)
         finally:
             for cb in self._callbacks.values():
                 cb.on_trial_shutdown()
 
-    def _local_target(self, max_length: PeriodLike) -> int:
-        if max_length is None:
-            config = self._context.parsed_config()
-            if config is None or config.searcher.max_length is None:
+    def _adaptive_searcher(self) -> str | None:
+        """The searcher's name when it is one whose operations decide the length, else None."""
+        config = self._context.parsed_config()
+        if config is not None and config.searcher.name in ADAPTIVE_SEARCHERS:
+            return config.searcher.name
+        return None
+
+    def _resolve_length(self, max_length: PeriodLike) -> _Asked:
+        """How many batches to train: ``fit``'s length, else the deprecated
+        ``searcher.max_length``; a disagreement between the two is reported, and ``fit``'s
+        length wins."""
+        config = self._context.parsed_config()
+        legacy = config.searcher.max_length if config is not None else None
+        if max_length is None and legacy is None:
+            if self._core.info is None:
                 raise ValueError(
                     "outside a cluster fit() needs max_length (e.g. Epoch(1) or Batch(100)), "
                     "or an experiment config with searcher.max_length"
                 )
-            max_length = config.searcher.max_length
-        target = self._to_batches(max_length, "max_length")
-        assert target is not None
-        return target
+            name = config.searcher.name if config is not None else "single"
+            raise ValueError(
+                f"no training length: pass one to Trainer.fit(max_length=...), e.g. "
+                f"pytorch.Epoch(1) or pytorch.Batch(100); the {name} searcher has no "
+                "searcher.max_length (deprecated) to fall back on"
+            )
+        if max_length is None:
+            assert legacy is not None
+            batches = self._to_batches(legacy, "searcher.max_length")
+            assert batches is not None
+            logger.warning(
+                "searcher.max_length is deprecated: pass the training length to "
+                "Trainer.fit(max_length=...) instead; training to searcher.max_length "
+                "(%s = %d batches)", legacy, batches,
+            )
+            return _Asked(batches, f"searcher.max_length ({legacy})")
+        batches = self._to_batches(max_length, "max_length")
+        assert batches is not None
+        if legacy is not None:
+            legacy_batches = self._to_batches(legacy, "searcher.max_length")
+            if legacy_batches != batches:
+                logger.warning(
+                    "fit(max_length=%r) asks for %d batches but searcher.max_length (%s) for "
+                    "%d; training to fit's %d batches (searcher.max_length is deprecated)",
+                    max_length, batches, legacy, legacy_batches, batches,
+                )
+        return _Asked(batches, f"fit(max_length={max_length!r})")
 
-    def _follow_searcher(self, loop: _Loop) -> _Outcome:
+    def _check_trained(self, asked: _Asked) -> None:
+        """Raise unless training reached the length it was asked for: a run that trained
+        less, with no stop requested and no early exit reported, must not end as a success."""
+        if asked.batches is None:
+            if self._batches == 0:
+                raise RuntimeError(
+                    f"{asked.source} gave this trial no length to train, and it trained 0 "
+                    "batches; set searcher.max_time with time_metric (or max_length)"
+                )
+            return
+        if self._batches < asked.batches:
+            raise RuntimeError(
+                f"training ended after {self._batches} batches, short of the "
+                f"{asked.batches} batches asked for by {asked.source}"
+            )
+
+    def _follow_searcher(self, loop: _Loop, max_length: PeriodLike) -> tuple[_Outcome, _Asked]:
+        name = self._adaptive_searcher() or "adaptive"
+        if max_length is not None:
+            logger.warning(
+                "fit(max_length=%r) is not used: the %s searcher decides how long each trial "
+                "trains (searcher.max_time with time_metric, or max_length)", max_length, name,
+            )
+        asked = _Asked(None, f"the {name} searcher")
         unit = self._searcher_unit()
         for op in self._core.searcher.operations():
             target = self._config_length_to_batches(unit, op.length)
+            asked.batches = max(asked.batches or 0, target)
             # Validating at the searcher's rungs on the way lets ASHA stop a trial early.
             for length in op.validate_at:
                 rung = self._config_length_to_batches(unit, length)
                 if self._batches < rung < target:
                     outcome = loop.train_to(rung, op, op_target=target)
                     if outcome is not _Outcome.DONE:
-                        return outcome
+                        return outcome, asked
                     self._ensure_validation()
                     # The searcher may stop the trial on this rung's result: once the master
                     # has the metric, act on its answer here rather than a scheduling unit on.
@@ -386,14 +467,17 @@ class Trainer:
                     self._core.preempt._sync_with_master()
                     signalled = loop.signals()
                     if signalled is not None:
-                        return signalled
+                        return signalled, asked
             outcome = loop.train_to(target, op)
             if outcome is not _Outcome.DONE:
-                return outcome
+                return outcome, asked
             metrics = self._ensure_validation()
             if self._dist.is_chief:
                 op.report_completed(self._metric_value(metrics, required=True))
-        return _Outcome.DONE
+        if asked.batches is None and self._batches == 0 and loop.signals() is not None:
+            # Stopped by the master (a pause, a kill, the searcher) before any operation.
+            return _Outcome.PREEMPTED, asked
+        return _Outcome.DONE, asked
 
     @staticmethod
     def _batch_size_of(loader: Any) -> int:
@@ -600,6 +684,7 @@ class Trainer:
             state = build_state(self._context, self._callbacks, rng_states, self._trainer_state())
             metadata = {
                 "steps_completed": self._batches,
+                "determined_version": DETERMINED_VERSION,
                 "framework": f"torch-{torch.__version__}",
                 "format": "pickle",
                 "trial_id": self._context.get_trial_id(),
@@ -669,6 +754,9 @@ class _Loop:
         self._checkpoint_every = checkpoint_every
         self._report_every = report_every
         self._scheduling_unit = scheduling_unit
+        #: Report progress as batches done out of this many when training without a searcher
+        #: operation (a length from ``fit`` inside a cluster).
+        self.progress_total: int | None = None
 
     def train_to(
         self,
@@ -689,7 +777,18 @@ class _Loop:
             if batch_idx % epoch_len == 0:
                 for cb in t._callbacks.values():
                     cb.on_training_epoch_start(epoch_idx)
-            batch = ctx.to_device(next(self._batches))
+            try:
+                raw = next(self._batches)
+            except StopIteration:
+                if t._period_metrics and t._dist.size == 1:
+                    # What was trained is shown; with several ranks the others may not be at
+                    # this point, so no collective call is made here.
+                    t._report_training()
+                raise RuntimeError(
+                    f"the training data ran out after {t._batches} batches, short of the "
+                    f"{target} batches asked for"
+                ) from None
+            batch = ctx.to_device(raw)
             out = t._trial.train_batch(batch, epoch_idx, batch_idx)
             ctx._update_scalers()
             t._period_metrics.append(_deferred_metrics(out, "train_batch()"))
@@ -721,6 +820,8 @@ class _Loop:
                 end = op_target or target
                 if op is not None and t._dist.is_chief and end > 0:
                     op.report_progress(min(done / end, 1.0) * op.length)
+                elif op is None and self.progress_total and t._dist.is_chief:
+                    t._core.train.report_progress(min(done / self.progress_total, 1.0))
                 outcome = self.signals()
                 if outcome is not None:
                     return outcome

@@ -1,4 +1,4 @@
-"""Training lengths for :meth:`Trainer.fit`: ``Batch(n)`` and ``Epoch(n)``."""
+"""Training lengths for :meth:`Trainer.fit`: ``Batch(n)``, ``Epoch(n)`` and ``Record(n)``."""
 
 from __future__ import annotations
 
@@ -15,8 +15,9 @@ class TrainUnit:
             raise ValueError(f"{type(self).__name__} needs an integer >= 1, not {value!r}")
         self.value = value
 
-    def to_batches(self, batches_per_epoch: int) -> int:
-        """This length in batches, given how many batches make an epoch."""
+    def to_batches(self, batches_per_epoch: int, global_batch_size: int | None = None) -> int:
+        """This length in batches, given how many batches make an epoch and how many records
+        make a global batch."""
         raise NotImplementedError
 
     def __eq__(self, other: object) -> bool:
@@ -32,14 +33,27 @@ class TrainUnit:
 class Batch(TrainUnit):
     """A length in batches (global batches: one optimizer step of every rank)."""
 
-    def to_batches(self, batches_per_epoch: int) -> int:
+    def to_batches(self, batches_per_epoch: int, global_batch_size: int | None = None) -> int:
         return self.value
 
 
 class Epoch(TrainUnit):
     """A length in epochs of the training data loader."""
 
-    def to_batches(self, batches_per_epoch: int) -> int:
+    def to_batches(self, batches_per_epoch: int, global_batch_size: int | None = None) -> int:
         if batches_per_epoch < 1:
             raise ValueError("an epoch length needs a training data loader of at least 1 batch")
         return self.value * batches_per_epoch
+
+
+class Record(TrainUnit):
+    """A length in records (samples), counted across every rank.
+
+    As the config's ``{records: N}``, it is trained as global batches rounded up, so that at
+    least this many records are trained.
+    """
+
+    def to_batches(self, batches_per_epoch: int, global_batch_size: int | None = None) -> int:
+        if not global_batch_size or global_batch_size < 1:
+            raise ValueError("a length in records needs a global batch size of at least 1")
+        return -(-self.value // global_batch_size)

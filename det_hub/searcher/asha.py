@@ -473,8 +473,9 @@ _result_key = operator.attrgetter("key")
 
 
 def _smaller_is_better(metric: float, sign: float) -> float | None:
-    # A NaN or infinite metric ranks as the worst result.
-    if not math.isfinite(metric):
+    # A NaN ranks as the worst result (as a trial that exited does); infinities compare as
+    # the numbers they are.
+    if math.isnan(metric):
         return None
     return float(metric) * sign
 

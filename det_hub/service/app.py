@@ -50,6 +50,7 @@ from det_hub.service.hub import HubIdentity
 from det_hub.service.master import Master
 from det_hub.service.proxy import proxy_routes
 from det_hub.service.unix_accounts import DEFAULT_TASK_USER, task_account
+from det_hub.service.webhooks import WebhookManager
 from det_hub.store import Store
 
 API_PREFIX = "/api/v1"
@@ -215,7 +216,7 @@ class MasterApp(Application):
         "cpu-slot-cores": "LocalAgent.cpu_slot_cores",
         "log-level": "Application.log_level",
     }
-    classes = [*_agent_classes(), HubIdentity]
+    classes = [*_agent_classes(), HubIdentity, WebhookManager]
 
     def make_agents(self, work_root: Path) -> list[Agent]:
         """The agents the settings describe.
@@ -320,6 +321,7 @@ class MasterApp(Application):
                             agent_timeout=self.agent_timeout, base_url=self.normal_base_url,
                             hub=hub, task_account=self.task_account(),
                             private_paths=self.private_paths(),
+                            webhooks=WebhookManager(store, parent=self),
                             context_limits=ContextLimits(
                                 max_bytes=self.context_max_bytes,
                                 max_members=self.context_max_members,

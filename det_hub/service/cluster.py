@@ -683,7 +683,8 @@ class Cluster:
         node = alloc.nodes[rank]
         spec = alloc.spec
         info = dict(spec.cluster_info, allocation_id=alloc.id, slot_ids=list(node.slot_ids),
-                    agent_id=node.agent_id, container_addrs=addrs, container_rank=rank)
+                    agent_id=node.agent_id, container_addrs=addrs, container_rank=rank,
+                    container_slot_counts=[len(n.slot_ids) for n in alloc.nodes])
         container = spec.container
         if agent.uses_containers:
             storage, mounts = storage_in_container(info.get("checkpoint_storage"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -156,6 +157,25 @@ class ExperimentRun:
                 await self._apply(self.method.initial_actions())
                 await self._save_searcher()
 
+    async def cancel(self) -> None:
+        """Stop gracefully (``det experiment cancel``): running trials are asked to stop as a
+        pause asks them (they checkpoint and exit) and end CANCELED, as does the experiment.
+        A :meth:`kill` afterwards still stops them at once."""
+        async with self.lock:
+            if self.state.terminal:
+                return
+            await self._set_state(E.STOPPING_CANCELED)
+            for trial in self.trials.values():
+                if TrialState(trial.state).terminal:
+                    continue
+                alloc = self.cluster.for_trial(trial.id)
+                if alloc is None or await self.cluster.dequeue(alloc):
+                    await self._close_trial(trial, T.CANCELED)
+                else:
+                    await self._set_trial_state(trial, T.STOPPING_CANCELED)
+                    await self.cluster.preempt(alloc)
+            await self._maybe_finish()
+
     async def kill(self) -> None:
         async with self.lock:
             if self.state.terminal:
@@ -239,10 +259,12 @@ class ExperimentRun:
 
     def validation_length(self, steps_completed: int, metrics: dict[str, Any]) -> int | None:
         """How many searcher units a validation reported at ``steps_completed`` batches stands
-        for: the time metric's value (0.38 configs), or batches, records or epochs trained."""
+        for: the time metric's value (0.38 configs), or batches, records or epochs trained.
+        Without a searcher length the training code decides (``Trainer.fit(max_length=...)``);
+        its validations still reach the searcher, counted in batches."""
         unit = self.length_unit
         if unit is None:
-            return None
+            return steps_completed
         value = metrics.get(unit)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return int(value)  # a fraction of an epoch does not reach the next whole one
@@ -497,7 +519,8 @@ def validation_fields(rows: list[dict[str, Any]], metric: str, smaller_is_better
                       best: float | None) -> dict[str, Any]:
     """The trial fields that validation rows set: ``latest_validation`` (the row with the most
     steps), and ``searcher_metric_value`` with its ``best_validation`` row when one of them
-    beats ``best`` (the trial's best so far, None for none)."""
+    beats ``best`` (the trial's best so far, None for none). A NaN beats nothing; infinities
+    compare as numbers."""
     if not rows:
         return {}
     last = max(rows, key=lambda r: r["steps_completed"])
@@ -505,8 +528,8 @@ def validation_fields(rows: list[dict[str, Any]], metric: str, smaller_is_better
                                                     "metrics": last["metrics"]}}
     for r in rows:
         value = r["metrics"].get(metric)
-        if not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
+            continue  # a NaN is the worst result: it never becomes the best
         if best is None or (value < best if smaller_is_better else value > best):
             best = float(value)
             fields["searcher_metric_value"] = best

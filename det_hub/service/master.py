@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from det_hub import nonfinite
 from det_hub.agents import Agent, ContainerSpec, ExitStatus
 from det_hub.agents.slots import slot_resources
 from det_hub.archive import ContextLimits
@@ -64,6 +65,7 @@ from det_hub.service.task_paths import (
 from det_hub.service.tasks import TaskManager, task_job_id, task_job_number
 from det_hub.service.unix_accounts import AgentUserGroup, link_problems
 from det_hub.service.unix_accounts import task_account as named_task_account
+from det_hub.service.webhooks import WebhookManager
 from det_hub.states import CheckpointState, ExperimentState, TaskType, TrialState
 from det_hub.storage import remote_tensorboard, tensorboard_dir
 from det_hub.store import Store, StoreConflict, TrialSummary, hash_token, utcnow
@@ -125,12 +127,14 @@ class Master:
         task_account: tuple[int, int] | None = None,
         private_paths: Sequence[Path] = (),
         context_limits: ContextLimits | None = None,
+        webhooks: WebhookManager | None = None,
     ) -> None:
         """``task_account``: the Unix ``(uid, gid)`` that runs the tasks of users linked to no
         account of their own (see :meth:`task_identity`; ``nobody`` by default).
         ``private_paths``: besides the data directory, what no task may have mounted (the
         config file, keys). ``context_limits``: the bounds an uploaded context archive must
-        keep (default: ``ContextLimits()``)."""
+        keep (default: ``ContextLimits()``). ``webhooks``: delivers events to registered
+        webhooks (default: ``WebhookManager(store)``)."""
         self.store = store
         self.context_limits = context_limits or ContextLimits()
         self.task_account = task_account or named_task_account()
@@ -162,6 +166,9 @@ class Master:
         #: every committed write that may change an experiment's summary, wherever it is made.
         self.experiment_changes = ExperimentChanges()
         store.experiment_listeners.append(self.experiment_changes.publish)
+        #: Webhooks: their registration, and delivery of state changes and alerts to them.
+        self.webhooks = webhooks or WebhookManager(store)
+        store.experiment_state_listeners.append(self.webhooks.on_experiment_state)
         self.cluster_id = ""
         #: Set while the process shuts down: requests are answered 503 so clients retry.
         self.stopping = False
@@ -182,6 +189,9 @@ class Master:
         # A store outliving this master (a restart in one process) tells it nothing more.
         with contextlib.suppress(ValueError):
             self.store.experiment_listeners.remove(self.experiment_changes.publish)
+        with contextlib.suppress(ValueError):
+            self.store.experiment_state_listeners.remove(self.webhooks.on_experiment_state)
+        await self.webhooks.stop()
 
     def begin_shutdown(self) -> None:
         """Answer new requests with 503 and end long-polls, so in-flight work drains."""
@@ -936,6 +946,15 @@ class Master:
             await run.activate()
         return run.row
 
+    async def cancel(self, who: Principal, experiment_id: int) -> Experiment:
+        """Stop an experiment gracefully: its trials checkpoint and stop, and it ends
+        CANCELED. A finished experiment is left as it is."""
+        run = await self._owned_run(who, experiment_id)
+        if run is not None:
+            await run.cancel()
+            return run.row
+        return await self.get_experiment(experiment_id)
+
     async def kill(self, who: Principal, experiment_id: int) -> Experiment:
         run = await self._owned_run(who, experiment_id)
         if run is not None:
@@ -1456,10 +1475,9 @@ def _metric_row(index: int, row: Any) -> dict[str, Any]:
     metrics = row.get("metrics")
     if not isinstance(metrics, dict):
         raise BadRequest(f"metrics[{index}].metrics: must be an object")
-    for name, value in metrics.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            raise BadRequest(f"metrics[{index}].metrics.{name}: must be a finite number")
-    out: dict[str, Any] = {"steps_completed": steps, "metrics": metrics}
+    # NaN and infinities arrive as Determined's strings; kept as floats from here on (the
+    # store and the REST API write them back as those strings).
+    out: dict[str, Any] = {"steps_completed": steps, "metrics": nonfinite.decode(metrics)}
     if row.get("report_time"):
         try:
             out["report_time"] = datetime.fromisoformat(str(row["report_time"]).replace(

@@ -38,6 +38,7 @@ from det_hub.hub import MANAGE_SCOPE
 from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Unavailable
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
+from det_hub.service.webhooks import webhook_json
 from det_hub.states import ExperimentState, TaskType, TrialState
 from det_hub.store import utcnow
 
@@ -483,7 +484,8 @@ class AdminPage(PageHandler):
             agents=m.cluster.agents_view(), holders=holders, jobs=m.list_jobs(),
             usage=sorted(usage.items(), key=lambda kv: (-kv[1], kv[0])),
             experiments=await m.experiment_json([r.row for r in runs]),
-            tasks=await self.live_tasks())
+            tasks=await self.live_tasks(),
+            webhooks=[webhook_json(h) for h in await m.webhooks.list_webhooks(self.principal)])
 
 
 class AdminJobUpdate(PageHandler):
@@ -511,6 +513,17 @@ class AdminAgentAction(PageHandler):
         await self.master.set_agent_enabled(self.principal, agent_id, action == "enable",
                                             drain=action != "disable")
         self.done(f"{self.master.base_url}admin#agents")
+
+
+class AdminWebhookDelete(PageHandler):
+    """``POST <prefix>admin/webhooks/<id>/delete``: delete a webhook."""
+
+    admin_only = True
+
+    @authenticated
+    async def post(self, webhook_id: str) -> None:
+        await self.master.webhooks.delete(self.principal, int(webhook_id))
+        self.done(f"{self.master.base_url}admin#webhooks")
 
 
 async def experiment_trials(master: Master, experiment_id: int) -> list[Trial]:
@@ -557,6 +570,7 @@ def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
         (rf"{base}admin/jobs/(?P<job_id>[^/]+)", AdminJobUpdate),
         (rf"{base}admin/agents/(?P<agent_id>[^/]+)/(?P<action>{'|'.join(AGENT_ACTIONS)})",
          AdminAgentAction),
+        (rf"{base}admin/webhooks/(?P<webhook_id>\d+)/delete", AdminWebhookDelete),
     ]
     plotly = plotly_js()
     if plotly is not None:

@@ -23,6 +23,8 @@ from .models import (
     Token,
     Trial,
     User,
+    Webhook,
+    WebhookTrigger,
 )
 from .store import Store, TrialSummary, hash_token
 
@@ -48,6 +50,8 @@ __all__ = [
     "Trial",
     "TrialSummary",
     "User",
+    "Webhook",
+    "WebhookTrigger",
     "hash_token",
     "utcnow",
 ]

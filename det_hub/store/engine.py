@@ -13,6 +13,8 @@ from sqlalchemy import create_engine, event
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
+from det_hub import nonfinite
+
 MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 
 #: Execution option marking a connection that is about to write; on SQLite its transactions
@@ -89,11 +91,15 @@ def _configure_sqlite(engine: Engine, *, always_immediate: bool) -> None:
 
 
 def create_store_engine(async_url: URL, *, echo: bool = False) -> AsyncEngine:
-    """The async engine for a normalised URL, with pool and per-connection settings."""
+    """The async engine for a normalised URL, with pool and per-connection settings.
+
+    JSON columns hold NaN and infinities as Determined's strings (:mod:`det_hub.nonfinite`):
+    ``jsonb`` refuses the bare tokens, and SQLite's JSON functions would too."""
     if async_url.get_backend_name() == "sqlite":
         engine = create_async_engine(
             async_url,
             echo=echo,
+            json_serializer=nonfinite.dumps,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S},
             pool_size=5,
             max_overflow=10,
@@ -105,6 +111,7 @@ def create_store_engine(async_url: URL, *, echo: bool = False) -> AsyncEngine:
     return create_async_engine(
         async_url,
         echo=echo,
+        json_serializer=nonfinite.dumps,
         pool_size=20,
         max_overflow=20,
         pool_timeout=60,

@@ -22,7 +22,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 from .columns import UTCDateTime, big_id_type, json_type, utcnow
 
@@ -358,6 +358,39 @@ class ModelVersion(Base):
     last_updated_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+class Webhook(Base):
+    """A URL the master POSTs to when one of its triggers fires (Determined's webhooks)."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), default="")
+    url: Mapped[str] = mapped_column(Text)
+    #: ``DEFAULT`` (Determined's JSON event) or ``SLACK`` (a Slack message).
+    webhook_type: Mapped[str] = mapped_column(String(16))
+    #: ``WORKSPACE``: every experiment's events (the only mode so far).
+    mode: Mapped[str] = mapped_column(String(16), default="WORKSPACE")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    # Loaded with the webhook, so that a detached row still has them.
+    triggers: Mapped[list[WebhookTrigger]] = relationship(
+        lazy="selectin", cascade="all, delete-orphan", passive_deletes=True,
+        order_by="WebhookTrigger.id")
+
+
+class WebhookTrigger(Base):
+    """One event a webhook fires on: a trigger type and the condition it must meet."""
+
+    __tablename__ = "webhook_triggers"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(
+        ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
+    #: ``EXPERIMENT_STATE_CHANGE`` or ``CUSTOM``.
+    trigger_type: Mapped[str] = mapped_column(String(32))
+    #: ``{"state": "COMPLETED"}`` for a state change; ``{}`` or ``{"level": ...}`` for CUSTOM.
+    condition: Mapped[dict[str, Any]] = mapped_column(json_type(), default=dict)
+
+
 MetricRow = Metric
 LogRow = TaskLog
 
@@ -379,4 +412,6 @@ __all__ = [
     "Token",
     "Trial",
     "User",
+    "Webhook",
+    "WebhookTrigger",
 ]

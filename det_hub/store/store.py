@@ -63,6 +63,7 @@ from .summaries import (
     coarsen,
     summarize,
 )
+from .webhooks import WebhookQueries
 
 ModelT = TypeVar("ModelT", bound=Base)
 
@@ -160,7 +161,7 @@ class TrialSummary(NamedTuple):
     highest: float | None
 
 
-class Store(RegistryQueries):
+class Store(RegistryQueries, WebhookQueries):
     """The master's database: SQLite (embedded default) or PostgreSQL, through one async API.
 
     Open with :meth:`open`, which also brings the schema up to date. Every method runs in its
@@ -174,6 +175,8 @@ class Store(RegistryQueries):
             that may change its summary (the experiments list's row): the experiment created
             or updated, a trial added to it, or a trial's searcher-metric value. They run on
             the event loop and must not block; the master's live experiment list is one.
+        experiment_state_listeners: callables given an experiment's row after each committed
+            write of its ``state`` (webhooks); they run on the event loop and must not block.
     """
 
     def __init__(self, url: str, dialect: str, engine: AsyncEngine) -> None:
@@ -190,6 +193,7 @@ class Store(RegistryQueries):
         # them the busy handler's sleep-and-retry; other processes still wait in busy_timeout.
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if dialect == "sqlite" else None
         self.experiment_listeners: list[Callable[[int], None]] = []
+        self.experiment_state_listeners: list[Callable[[Experiment], None]] = []
 
     @classmethod
     async def open(cls, url: str, *, echo: bool = False) -> Store:
@@ -476,6 +480,9 @@ class Store(RegistryQueries):
         """
         experiment = await self._update(Experiment, experiment_id, fields)
         self._experiment_changed(experiment_id)
+        if "state" in fields:
+            for listener in list(self.experiment_state_listeners):
+                listener(experiment)
         return experiment
 
     async def get_experiment_context(self, experiment_id: int) -> bytes | None:

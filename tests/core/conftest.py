@@ -132,6 +132,7 @@ def _handler(state: MasterState) -> type[BaseHTTPRequestHandler]:
             elif path in (
                 f"/trials/{TRIAL_ID}/progress",
                 f"/trials/{TRIAL_ID}/early_exit",
+                f"/trials/{TRIAL_ID}/alerts",
                 f"/allocations/{ALLOCATION_ID}/signals/ack_preemption",
             ):
                 self._reply(200, {})

@@ -40,6 +40,11 @@ CONFIG: dict[str, Any] = {
     "min_validation_period": {"epochs": 1},
     "reproducibility": {"experiment_seed": 5},
 }
+# An adaptive searcher's operations decide the length; the stand-in master hands them out.
+ADAPTIVE: dict[str, Any] = {
+    **CONFIG,
+    "searcher": {**CONFIG["searcher"], "name": "adaptive_asha", "max_trials": 4},
+}
 
 
 def _port() -> int:
@@ -154,7 +159,7 @@ def test_cluster_follows_searcher_then_preemption_and_exact_resume(
     entry = "pytorch_trial_defs:RegressionTrial"
     # An uninterrupted run: operations of 1 and 2 epochs (8 and 16 batches).
     state.ops = [1, 2]
-    done = _harness(context_dir, entry, env=_cluster_env(master, tmp_path / "a", CONFIG))
+    done = _harness(context_dir, entry, env=_cluster_env(master, tmp_path / "a", ADAPTIVE))
     assert done.returncode == 0, done.stderr
     validations = _rows(master, "validation")
     assert [r["steps_completed"] for r in validations] == [8, 16]
@@ -175,7 +180,7 @@ def test_cluster_follows_searcher_then_preemption_and_exact_resume(
     state.checkpoints.clear()
     state.ops = [2]
     state.preempt.set()
-    done = _harness(context_dir, entry, env=_cluster_env(master, tmp_path / "b", CONFIG))
+    done = _harness(context_dir, entry, env=_cluster_env(master, tmp_path / "b", ADAPTIVE))
     assert done.returncode == 0, done.stderr
     assert state.completed_ops == []
     (stopped_at, uuid), *_ = sorted(
@@ -185,13 +190,46 @@ def test_cluster_follows_searcher_then_preemption_and_exact_resume(
     # Resumed from that checkpoint, it ends exactly where the uninterrupted run did.
     state.preempt.clear()
     done = _harness(
-        context_dir, entry, env=_cluster_env(master, tmp_path / "b", CONFIG, latest=uuid)
+        context_dir, entry, env=_cluster_env(master, tmp_path / "b", ADAPTIVE, latest=uuid)
     )
     assert done.returncode == 0, done.stderr
     assert [c["length"] for c in state.completed_ops] == [2]
     assert state.completed_ops[0]["searcher_metric"] == reference
     steps = [r["steps_completed"] for r in _rows(master, "training")]
     assert steps[-1] == 16 and steps == sorted(set(steps))
+
+
+def test_cluster_single_search_trains_to_its_max_length_without_operations(
+    master: Any, context_dir: Path, tmp_path: Path
+) -> None:
+    """A ``single`` search is not adaptive: the harness trains to ``searcher.max_length``
+    (deprecated, and said so) whatever operations the master has, and reports none."""
+    state = master.state
+    state.null_op = True
+    done = _harness(
+        context_dir, "pytorch_trial_defs:RegressionTrial",
+        env=_cluster_env(master, tmp_path, CONFIG),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "searcher.max_length is deprecated" in done.stderr
+    validations = _rows(master, "validation")
+    assert [r["steps_completed"] for r in validations] == [8, 16, 24, 32]  # 4 epochs of 8
+    assert state.completed_ops == []
+    assert max(c["steps_completed"] for c in state.checkpoints.values()) == 32
+
+
+def test_cluster_harness_without_any_length_fails_having_trained_nothing(
+    master: Any, context_dir: Path, tmp_path: Path
+) -> None:
+    config = {**CONFIG, "searcher": {"name": "single", "metric": "validation_loss"}}
+    master.state.null_op = True
+    done = _harness(
+        context_dir, "pytorch_trial_defs:RegressionTrial",
+        env=_cluster_env(master, tmp_path, config),
+    )
+    assert done.returncode == 1
+    assert "no training length" in done.stderr and "Trainer.fit(max_length=" in done.stderr
+    assert _rows(master, "training") == [] and master.state.checkpoints == {}
 
 
 def _dist_env(base: dict[str, str], rank: int, port: int) -> dict[str, str]:
@@ -208,7 +246,7 @@ def _dist_env(base: dict[str, str], rank: int, port: int) -> dict[str, str]:
 
 
 def test_two_ranks_match_one_rank(master: Any, context_dir: Path, tmp_path: Path) -> None:
-    config = {**CONFIG, "hyperparameters": {**HPARAMS, "dropout": 0.0}}
+    config = {**ADAPTIVE, "hyperparameters": {**HPARAMS, "dropout": 0.0}}
     entry = "pytorch_trial_defs:RegressionTrial"
     state = master.state
     state.ops = [2]

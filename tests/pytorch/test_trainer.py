@@ -324,3 +324,53 @@ def test_a_checkpoint_of_another_trial_is_a_warm_start(tmp_path: Path) -> None:
     warm, (warm_start, _) = trial_run(2, 5, source.last_checkpoint)
     assert warm.batches_trained == 5  # its own count, from zero
     assert all(torch.equal(a, b) for a, b in zip(source_final, warm_start, strict=True))
+
+
+def test_record_lengths_round_up_to_whole_global_batches(tmp_path: Path) -> None:
+    assert pytorch.Record(17).to_batches(EPOCH, 8) == 3
+    assert pytorch.Record(16).to_batches(EPOCH, 8) == 2
+    with pytest.raises(ValueError, match="global batch size"):
+        pytorch.Record(16).to_batches(EPOCH)
+    _, _, trainer = _train(tmp_path, max_length=pytorch.Record(20))
+    assert trainer.batches_trained == 3
+
+
+def test_fit_length_wins_over_a_disagreeing_searcher_max_length(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    conf = {
+        "entrypoint": "python3 train.py",  # a script's epoch is its loader's (no records_per_epoch)
+        "searcher": {"name": "single", "metric": "validation_loss", "max_length": {"epochs": 2}},
+    }
+    with pytorch.init(hparams=HPARAMS, exp_conf=conf, checkpoint_storage=tmp_path) as ctx:
+        trainer = pytorch.Trainer(RegressionTrial(ctx), ctx)
+        with caplog.at_level("WARNING", logger="det_hub.pytorch"):
+            trainer.fit(max_length=pytorch.Batch(3))
+    assert trainer.batches_trained == 3
+    [warning] = [r.getMessage() for r in caplog.records if "asks for" in r.getMessage()]
+    assert "asks for 3 batches" in warning and f"for {2 * EPOCH};" in warning
+
+
+def test_data_that_runs_out_is_an_error_naming_both_numbers(tmp_path: Path) -> None:
+    class ReadOnce:
+        """Two batches that can be iterated once only."""
+
+        batch_size = 8
+
+        def __init__(self) -> None:
+            data = regression_data(16, 0).tensors
+            self._it = iter([(data[0][:8], data[1][:8]), (data[0][8:], data[1][8:])])
+
+        def __len__(self) -> int:
+            return 2
+
+        def __iter__(self) -> Any:
+            return self._it
+
+    with pytorch.init(hparams=HPARAMS, checkpoint_storage=tmp_path) as ctx:
+        trial = RegressionTrial(ctx)
+        trial.build_training_data_loader = ReadOnce  # type: ignore[method-assign,assignment]
+        trainer = pytorch.Trainer(trial, ctx)
+        with pytest.raises(RuntimeError, match="ran out after 2 batches, short of the 5 batches"):
+            trainer.fit(max_length=pytorch.Batch(5))
+    assert trainer.batches_trained == 2

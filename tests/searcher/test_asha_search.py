@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from search_driver import Driver, quadratic
 
+from det_hub import nonfinite
 from det_hub.searcher import (
     AsyncHalvingSearch,
     Create,
@@ -493,3 +494,56 @@ def test_any_search_ends_cleanly(
     assert driver.max_training <= concurrency(m)
     for trial in driver.created:
         assert trial.done <= max(max_length, trial.target or 0)
+
+
+# --- NaN and infinite metrics -------------------------------------------------------------
+@pytest.mark.parametrize("smaller_is_better", [True, False])
+def test_a_nan_result_is_the_worst_of_its_rung_and_is_not_promoted(
+        smaller_is_better: bool) -> None:
+    m = build_search_method(
+        {"name": "async_halving", "metric": "loss", "smaller_is_better": smaller_is_better,
+         "num_rungs": 2, "divisor": 2, "max_trials": 2, "max_concurrent_trials": 2,
+         "stop_once": False, "max_length": {"batches": 100}},
+        SPACE, 0)
+    ids = creates(m.initial_actions())
+    assert len(ids) == 2
+    for rid in ids:
+        m.on_trial_created(rid)
+    bottom = m.target_length(ids[0])
+    assert bottom is not None and bottom < 100
+    # Even the metric that would lose on value alone beats a NaN.
+    worse = 1e9 if smaller_is_better else -1e9
+    first = m.on_validation(ids[0], float("nan"), bottom)
+    assert not any(isinstance(a, ValidateAfter) for a in first)
+    actions = first + m.on_validation(ids[1], worse, bottom)
+    promoted = [a.request_id for a in actions if isinstance(a, ValidateAfter)]
+    assert promoted == [ids[1]]
+    assert m.target_length(ids[1]) == 100
+    results = m.rung_table()["brackets"][0]["rungs"][0]["results"]  # type: ignore[attr-defined]
+    assert [r["request_id"] for r in results] == [ids[1], ids[0]]
+    assert results[1]["metric"] is None
+
+
+def test_infinities_compare_as_numbers_and_survive_a_snapshot() -> None:
+    space = {"x": {"type": "double", "minval": 0.0, "maxval": 1.0}}
+    m = build_search_method(
+        {"name": "async_halving", "metric": "loss", "num_rungs": 2, "divisor": 2,
+         "max_trials": 2, "max_concurrent_trials": 2, "stop_once": False,
+         "max_length": {"batches": 100}}, space, 0)
+    ids = creates(m.initial_actions())
+    for rid in ids:
+        m.on_trial_created(rid)
+    bottom = m.target_length(ids[0])
+    assert bottom is not None
+    m.on_validation(ids[0], 5.0, bottom)
+    # Smaller is better: minus infinity is the best result there is.
+    actions = m.on_validation(ids[1], float("-inf"), bottom)
+    assert [a.request_id for a in actions if isinstance(a, ValidateAfter)] == [ids[1]]
+    # Stored as JSON (the store writes infinities as "Infinity" strings) and restored.
+    state = nonfinite.loads_strict(nonfinite.dumps(m.snapshot()))
+    again = build_search_method(
+        {"name": "async_halving", "metric": "loss", "num_rungs": 2, "divisor": 2,
+         "max_trials": 2, "max_concurrent_trials": 2, "stop_once": False,
+         "max_length": {"batches": 100}}, space, 0)
+    again.restore(state)
+    assert again.rung_table() == m.rung_table()  # type: ignore[attr-defined]

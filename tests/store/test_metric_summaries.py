@@ -192,3 +192,34 @@ async def test_a_group_without_the_metric_is_thinned(
     got = await store.get_metrics(trial.id, group="training", max_points=100, metric="loss",
                                   after=after)
     assert 90 <= len(got) <= 101 and got[-1].steps_completed == rows - 1
+
+
+async def test_nan_and_infinities_are_stored_and_left_out_of_summaries(
+    store: Store, trial: Trial
+) -> None:
+    nan, inf = float("nan"), float("inf")
+    await store.add_metrics(trial.id, "validation", [
+        {"steps_completed": s, "metrics": {"loss": [0.5, nan, inf, -inf, 0.25][s], "acc": 0.1 * s}}
+        for s in range(5)])
+    rows = await store.get_metrics(trial.id, group="validation")
+    # Kept as Determined's strings, the same on both databases.
+    assert [r.metrics["loss"] for r in rows] == [0.5, "NaN", "Infinity", "-Infinity", 0.25]
+    async with store._engine.connect() as conn:
+        raw = await conn.execute(
+            select(MetricSummary.__table__).where(MetricSummary.trial_id == trial.id,
+                                                  MetricSummary.name == "loss",
+                                                  MetricSummary.level == 6))
+        (block,) = raw.mappings().all()
+    # The other points are summarised as if the non-finite ones were not there.
+    assert (block["count"], block["min_value"], block["max_value"]) == (2, 0.25, 0.5)
+    assert (block["first_step"], block["last_step"]) == (0, 4)
+    assert await _stored(store, trial.id) == await _expected(store, trial.id)
+    # A chart of the curve draws the finite points only.
+    drawn = await store.get_metrics(trial.id, group="validation", max_points=2, metric="loss")
+    assert all(r.metrics["loss"] in (0.5, 0.25) for r in drawn if r.steps_completed in (0, 4))
+    # A NaN in a trial's own validation fields survives too.
+    await store.update_trial(trial.id, latest_validation={"steps_completed": 1,
+                                                          "metrics": {"loss": nan}})
+    again = await store.get_trial(trial.id)
+    assert again is not None and again.latest_validation == {
+        "steps_completed": 1, "metrics": {"loss": "NaN"}}

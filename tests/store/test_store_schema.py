@@ -16,7 +16,7 @@ from det_hub.store.models import Base, MetricSummary
 from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0008"
+HEAD = "0009"
 
 EXPECTED_TABLES = {
     "users",
@@ -34,6 +34,8 @@ EXPECTED_TABLES = {
     "task_contexts",
     "models",
     "model_versions",
+    "webhooks",
+    "webhook_triggers",
 }
 
 

@@ -15,6 +15,7 @@ from det_hub.service.handlers import (
     tasks,
     trials,
     users,
+    webhooks,
 )
 
 #: Every route under /api/v1, as (path regex, handler[, initialize kwargs]).
@@ -28,6 +29,7 @@ api_routes: list[tuple[Any, ...]] = [
     *cluster.routes,
     *tasks.routes,
     *users.routes,
+    *webhooks.routes,
     *streams.routes,
 ]
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError, RequestHandler
 
+from det_hub import nonfinite
 from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized, Unavailable
 from det_hub.service.serialize import iso
 from det_hub.states import ExperimentState
@@ -116,7 +117,8 @@ class APIHandler(RequestHandler):
 
     def send(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(json.dumps(obj))
+        # NaN and infinite metrics go out as Determined's strings: always valid JSON.
+        self.finish(nonfinite.dumps(obj))
 
     def int_arg(self, name: str, default: int, lo: int = 0, hi: int | None = None) -> int:
         raw = self.get_query_argument(name, None)

@@ -1,4 +1,4 @@
-"""Experiments: create (or fork), list, read, pause/activate/kill/archive, continue."""
+"""Experiments: create (or fork), list, read, pause/activate/cancel/kill/archive, continue."""
 
 from __future__ import annotations
 
@@ -80,12 +80,15 @@ class ExperimentActionHandler(APIHandler):
         self.action = action
 
     async def post(self, experiment_id: str) -> None:
-        """Pause, activate, kill, archive or unarchive an experiment."""
+        """Pause, activate, cancel (stop gracefully: trials checkpoint, then stop), kill
+        (stop now), archive or unarchive an experiment."""
         eid, who, m = int(experiment_id), self.principal, self.master
         if self.action == "pause":
             row = await m.pause(who, eid)
         elif self.action == "activate":
             row = await m.activate(who, eid)
+        elif self.action == "cancel":
+            row = await m.cancel(who, eid)
         elif self.action == "kill":
             row = await m.kill(who, eid)
         else:
@@ -191,7 +194,7 @@ routes = [
     (r"/experiments", ExperimentsHandler),
     (rf"/experiments/{ID}", ExperimentHandler),
     *[(rf"/experiments/{ID}/{action}", ExperimentActionHandler, {"action": action})
-      for action in ("pause", "activate", "kill", "archive", "unarchive")],
+      for action in ("pause", "activate", "cancel", "kill", "archive", "unarchive")],
     (rf"/experiments/{ID}/continue", ContinueHandler),
     (rf"/experiments/{ID}/trials", ExperimentTrialsHandler),
     (rf"/experiments/{ID}/checkpoints", ExperimentCheckpointsHandler),

@@ -4,12 +4,12 @@ list."""
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
 from tornado.iostream import StreamClosedError
 
+from det_hub import nonfinite
 from det_hub.service.errors import BadRequest
 from det_hub.service.events import (
     Event,
@@ -32,7 +32,7 @@ def sse_frame(name: str | None, data: Any) -> str:
     if name is None:
         return f": {data}\n\n"
     head = f"id: {data['id']}\n" if name == "metrics" else ""
-    return f"{head}event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n"
+    return f"{head}event: {name}\ndata: {nonfinite.dumps(data, separators=(',', ':'))}\n\n"
 
 
 class EventStreamHandler(APIHandler):

@@ -1,0 +1,78 @@
+"""NaN and infinite numbers in JSON, written as Determined's REST API writes them.
+
+JSON has no NaN or infinity, and PostgreSQL's ``jsonb`` refuses Python's bare ``NaN`` and
+``Infinity`` tokens. Determined's REST API (protobuf's JSON mapping of ``double``) writes them
+as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"``; det_hub does the same on the wire
+(training code to master, master to clients) and in the database. Where a metric is read as a
+number (the master on receipt, the SDK on reading) those three strings become floats again, so
+a string metric spelled exactly like one of them reads back as a float: the same trade-off
+Determined's API makes.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["NAN", "INFINITY", "NEGATIVE_INFINITY", "decode", "dumps", "encode", "loads_strict"]
+
+NAN = "NaN"
+INFINITY = "Infinity"
+NEGATIVE_INFINITY = "-Infinity"
+
+_FROM_TEXT = {NAN: math.nan, INFINITY: math.inf, NEGATIVE_INFINITY: -math.inf}
+
+
+def _text(number: float) -> str:
+    if math.isnan(number):
+        return NAN
+    return INFINITY if number > 0 else NEGATIVE_INFINITY
+
+
+def encode(value: Any) -> Any:
+    """``value`` with every NaN or infinite float (in dicts, lists and tuples too) replaced
+    by its string; the same object when there is none."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else _text(value)
+    if isinstance(value, Mapping):
+        items = {k: encode(v) for k, v in value.items()}
+        if all(items[k] is v for k, v in value.items()):
+            return value
+        return items
+    if isinstance(value, (list, tuple)):
+        out = [encode(v) for v in value]
+        if all(a is b for a, b in zip(out, value, strict=True)):
+            return value
+        return out
+    return value
+
+
+def decode(value: Any) -> Any:
+    """The inverse of :func:`encode`: ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (in dicts
+    and lists too) become floats; everything else is returned as it is."""
+    if isinstance(value, str):
+        return _FROM_TEXT.get(value, value)
+    if isinstance(value, Mapping):
+        return {k: decode(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [decode(v) for v in value]
+    return value
+
+
+def dumps(value: Any, **kwargs: Any) -> str:
+    """``json.dumps`` of :func:`encode`\\ d ``value``: always valid JSON."""
+    return json.dumps(encode(value), allow_nan=False, **kwargs)
+
+
+def _refuse(token: str) -> Any:
+    raise ValueError(f"{token} is not valid JSON")
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """``json.loads`` that refuses the bare ``NaN``, ``Infinity`` and ``-Infinity`` tokens
+    Python would otherwise accept."""
+    return json.loads(text, parse_constant=_refuse)

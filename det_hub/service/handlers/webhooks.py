@@ -1,0 +1,84 @@
+"""Webhooks (admins), and the custom alerts training code sends to them."""
+
+from __future__ import annotations
+
+from det_hub.service.handlers.base import APIHandler
+from det_hub.service.webhooks import ALERT_LEVELS, TRIGGER_TYPES, WEBHOOK_TYPES, webhook_json
+
+ID = r"(?P<webhook_id>\d+)"
+
+_TRIGGER = {"type": "object", "required": ["trigger_type"], "properties": {
+    "trigger_type": {"enum": list(TRIGGER_TYPES)},
+    "condition": {"type": "object", "description": 'EXPERIMENT_STATE_CHANGE: {"state": '
+                  '"COMPLETED"} (any experiment state); CUSTOM: {} or {"level": "error"}'}}}
+_WEBHOOK = {"type": "object", "required": ["url", "triggers"], "properties": {
+    "url": {"type": "string", "format": "uri", "description": "http:// or https://"},
+    "webhook_type": {"enum": list(WEBHOOK_TYPES), "default": "DEFAULT"},
+    "name": {"type": "string"},
+    "mode": {"enum": ["WORKSPACE"], "default": "WORKSPACE",
+             "description": "WORKSPACE: every experiment's events"},
+    "triggers": {"type": "array", "minItems": 1, "items": _TRIGGER}}}
+_ALERT = {"type": "object", "required": ["title"], "properties": {
+    "title": {"type": "string"}, "description": {"type": "string"},
+    "level": {"enum": list(ALERT_LEVELS), "default": "info"}}}
+
+
+class WebhooksHandler(APIHandler):
+    created = frozenset({"post"})
+    body = {"post": _WEBHOOK}
+    answers = {"get": "webhooks", "post": "webhook"}
+
+    async def get(self) -> None:
+        """List the webhooks (admins only)."""
+        rows = await self.master.webhooks.list_webhooks(self.principal)
+        self.send({"webhooks": [webhook_json(h) for h in rows]})
+
+    async def post(self) -> None:
+        """Register a webhook (admins only)."""
+        hook = await self.master.webhooks.create(self.principal, self.json_body())
+        self.send({"webhook": webhook_json(hook)}, status=201)
+
+
+class WebhookHandler(APIHandler):
+    answers = {"get": "webhook", "delete": "webhook"}
+
+    async def get(self, webhook_id: str) -> None:
+        """One webhook (admins only)."""
+        hook = await self.master.webhooks.get(self.principal, int(webhook_id))
+        self.send({"webhook": webhook_json(hook)})
+
+    async def delete(self, webhook_id: str) -> None:
+        """Delete a webhook (admins only); answers it as it was."""
+        hook = await self.master.webhooks.delete(self.principal, int(webhook_id))
+        self.send({"webhook": webhook_json(hook)})
+
+
+class WebhookTestHandler(APIHandler):
+    answers = {"post": "delivered, error"}
+
+    async def post(self, webhook_id: str) -> None:
+        """Send the webhook a test event now, once, and say whether it was answered 2xx."""
+        self.send(await self.master.webhooks.test(self.principal, int(webhook_id)))
+
+
+class TrialAlertsHandler(APIHandler):
+    allow_allocation = True
+    body = {"post": _ALERT}
+    answers = {"post": "alert"}
+
+    async def post(self, trial_id: str) -> None:
+        """Send a custom alert to the CUSTOM webhooks (training code, the owner or an admin)."""
+        trial = await self.master.get_trial(self.principal, int(trial_id))
+        experiment = await self.master.get_experiment(trial.experiment_id)
+        alert = await self.master.webhooks.alert(self.principal, trial, experiment,
+                                                 self.json_body())
+        self.send({"alert": {"title": alert.title, "description": alert.description,
+                             "level": alert.level}})
+
+
+routes = [
+    (r"/webhooks", WebhooksHandler),
+    (rf"/webhooks/{ID}", WebhookHandler),
+    (rf"/webhooks/{ID}/test", WebhookTestHandler),
+    (r"/trials/(?P<trial_id>\d+)/alerts", TrialAlertsHandler),
+]

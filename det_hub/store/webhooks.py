@@ -1,0 +1,79 @@
+"""The webhooks' queries: the URLs the master POSTs events to, and their triggers.
+
+:class:`WebhookQueries` is mixed into :class:`det_hub.store.Store`, as the model registry's
+queries are; a webhook comes back with its triggers loaded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import delete, select
+
+from .columns import utcnow
+from .errors import NotFound
+from .models import Webhook, WebhookTrigger
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+
+class WebhookQueries:
+    """Queries of the ``webhooks`` and ``webhook_triggers`` tables (see :class:`Store`)."""
+
+    if TYPE_CHECKING:
+        def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
+
+        def _writing(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
+
+    async def create_webhook(
+        self,
+        *,
+        url: str,
+        webhook_type: str,
+        triggers: Iterable[tuple[str, Mapping[str, Any]]],
+        name: str = "",
+        mode: str = "WORKSPACE",
+    ) -> Webhook:
+        """Add a webhook with its ``(trigger type, condition)`` triggers, in one transaction.
+
+        The values are stored as given; :mod:`det_hub.service.webhooks` checks them first.
+        """
+        hook = Webhook(name=name, url=url, webhook_type=webhook_type, mode=mode,
+                       created_at=utcnow(),
+                       triggers=[WebhookTrigger(trigger_type=kind, condition=dict(condition))
+                                 for kind, condition in triggers])
+        async with self._writing() as session:
+            session.add(hook)
+        return hook
+
+    async def get_webhook(self, webhook_id: int) -> Webhook | None:
+        """The webhook with this id."""
+        async with self._reading() as session:
+            return await session.get(Webhook, webhook_id)
+
+    async def list_webhooks(self, trigger_type: str | None = None) -> list[Webhook]:
+        """Every webhook by id, or those with a trigger of this type."""
+        stmt = select(Webhook).order_by(Webhook.id)
+        if trigger_type is not None:
+            stmt = stmt.where(Webhook.triggers.any(WebhookTrigger.trigger_type == trigger_type))
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    async def delete_webhook(self, webhook_id: int) -> None:
+        """Remove a webhook and its triggers.
+
+        Raises:
+            NotFound: no such webhook.
+        """
+        async with self._writing() as session:
+            await session.execute(
+                delete(WebhookTrigger).where(WebhookTrigger.webhook_id == webhook_id))
+            result = await session.execute(delete(Webhook).where(Webhook.id == webhook_id))
+            if not getattr(result, "rowcount", 0):
+                raise NotFound(f"webhook {webhook_id} does not exist")
+
+
+__all__ = ["WebhookQueries"]

@@ -1,0 +1,74 @@
+"""NaN and infinite metrics against a real master: a trial that reports them completes, the
+REST API answers strict JSON with Determined's strings, and the SDK reads floats back."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+from det_hub import nonfinite
+from det_hub.client import Client
+from det_hub.testing import MasterProcess
+
+SCRIPT = '''\
+import det_hub.core as core
+
+with core.init() as ctx:
+    for op in ctx.searcher.operations():
+        ctx.train.report_training_metrics(1, {"loss": float("nan"), "grad": float("inf")})
+        ctx.train.report_validation_metrics(
+            op.length, {"validation_loss": float("nan"), "worst": float("-inf")})
+        op.report_completed(1.0)
+print("reported", flush=True)
+'''
+
+
+@pytest.fixture(scope="module")
+def master(module_master: MasterProcess) -> MasterProcess:
+    return module_master
+
+
+def strict_get(master: MasterProcess, path: str) -> Any:
+    r = requests.get(f"{master.url}/api/v1{path}", timeout=30,
+                     headers={"Authorization": f"Bearer {master.token}"})
+    assert r.status_code == 200, r.text
+    return nonfinite.loads_strict(r.text)
+
+
+@pytest.mark.slow
+def test_a_nan_validation_completes_and_reads_back_as_nan(
+        master: MasterProcess, tmp_path: Path) -> None:
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "train.py").write_text(SCRIPT)
+    eid = master.create_ok({
+        "name": "nan", "entrypoint": "python3 train.py", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "validation_loss",
+                     "max_length": {"batches": 3}}}, context=context)
+    assert master.wait_state(eid, timeout=90)["state"] == "COMPLETED"
+    [trial] = master.trials(eid)
+    assert "reported" in master.logs(trial["id"])
+
+    body = strict_get(master, f"/trials/{trial['id']}/metrics")
+    assert isinstance(body, dict)
+    by_group = {m["group"]: m["metrics"] for m in body["metrics"]}
+    assert by_group == {"training": {"loss": "NaN", "grad": "Infinity"},
+                        "validation": {"validation_loss": "NaN", "worst": "-Infinity"}}
+    got = strict_get(master, f"/trials/{trial['id']}")["trial"]
+    assert isinstance(got, dict)
+    assert got["latest_validation"]["metrics"] == {"validation_loss": "NaN", "worst": "-Infinity"}
+    assert got["best_validation"] is None and got["searcher_metric_value"] is None
+    strict_get(master, f"/experiments/{eid}")
+    strict_get(master, f"/experiments/{eid}/trials")
+
+    client = Client(master.url, master.token)
+    reports = {r.group: r.metrics for r in client.trial_metrics(trial["id"])}
+    assert math.isnan(reports["validation"]["validation_loss"])
+    assert reports["validation"]["worst"] == -math.inf
+    assert math.isnan(reports["training"]["loss"]) and reports["training"]["grad"] == math.inf
+    # A NaN is never a best validation: the trial has none.
+    assert client.get_trial(trial["id"]).searcher_metric_value is None
