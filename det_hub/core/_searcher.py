@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import enum
 import logging
-import math
 from collections.abc import Iterator
 from typing import Any
 
+from det_hub import nonfinite
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterSession
 from det_hub.core._train import TrainContext
@@ -63,17 +63,22 @@ class SearcherOperation:
 
         Metrics reported before are delivered to the master first.
 
+        A NaN or an infinity is a value like any other, as in Determined (a diverging loss is
+        a normal event): the searcher counts a NaN as the worst result of its rung.
+
         Raises:
-            ValueError: The metric is not a finite number.
+            ValueError: The metric is not a number.
         """
         if not self._is_chief:
             raise RuntimeError("report_completed() may only be called on the chief")
         if self._completed:
             raise RuntimeError("report_completed() called twice for one operation")
         item = getattr(searcher_metric, "item", None)
-        value = float(item() if callable(item) else searcher_metric)
-        if not math.isfinite(value):
-            raise ValueError(f"searcher_metric is {value!r}; it must be a finite number")
+        try:
+            value = float(item() if callable(item) else searcher_metric)
+        except (TypeError, ValueError):
+            raise ValueError(f"searcher_metric is {searcher_metric!r}; it must be a number") \
+                from None
         self._context._report_completed(self, value)
         self._completed = True
 
@@ -166,6 +171,6 @@ class SearcherContext:
         self._train.flush()
         self._session.post(
             f"/trials/{self._trial_id}/searcher/completed_operation",
-            {"length": op.length, "searcher_metric": metric},
+            {"length": op.length, "searcher_metric": nonfinite.encode(metric)},
             retry=True,
         )

@@ -53,6 +53,15 @@ def test_bad_searcher_metric(in_trial: FakeMaster) -> None:
     in_trial.state.ops = [10]
     with core.init() as ctx:
         op = next(iter(ctx.searcher.operations()))
-        with pytest.raises(ValueError, match="finite"):
-            op.report_completed(float("nan"))
+        with pytest.raises(ValueError, match="must be a number"):
+            op.report_completed("not a number")
     assert in_trial.state.completed_ops == []
+
+
+def test_a_nan_searcher_metric_is_reported_as_determined_reports_it(
+        in_trial: FakeMaster) -> None:
+    in_trial.state.ops = [10]
+    with core.init() as ctx:
+        op = next(iter(ctx.searcher.operations()))
+        op.report_completed(float("nan"))
+    assert in_trial.state.completed_ops == [{"length": 10, "searcher_metric": "NaN"}]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from det_hub import nonfinite
 from det_hub.service.errors import BadRequest
 from det_hub.service.handlers.base import APIHandler, log_query
 from det_hub.service.serialize import iso, trial_json
@@ -135,17 +136,20 @@ class SearcherOperationHandler(APIHandler):
 class CompletedOperationHandler(APIHandler):
     allow_allocation = True
     body = {"post": {"type": "object", "required": ["length", "searcher_metric"], "properties": {
-        "length": {"type": "integer"}, "searcher_metric": {"type": "number"}}}}
+        "length": {"type": "integer"},
+        # A number, or "NaN", "Infinity", "-Infinity" (see det_hub.nonfinite).
+        "searcher_metric": {"type": ["number", "string"]}}}}
     answers = {"post": "(empty)"}
 
     async def post(self, trial_id: str) -> None:
         """Report that the searcher's operation is done, with the searcher metric."""
         body = self.json_body()
-        length, metric = body.get("length"), body.get("searcher_metric")
+        length, metric = body.get("length"), nonfinite.decode(body.get("searcher_metric"))
         if isinstance(length, bool) or not isinstance(length, int) or length < 0:
             raise BadRequest("length: must be an integer >= 0")
         if isinstance(metric, bool) or not isinstance(metric, (int, float)):
-            raise BadRequest("searcher_metric: must be a number")
+            raise BadRequest('searcher_metric: must be a number, "NaN", "Infinity" or '
+                             '"-Infinity"')
         await self.master.complete_operation(self.principal, int(trial_id), length, float(metric))
         self.send({})
 
