@@ -142,3 +142,54 @@ def test_a_failing_startup_hook_fails_the_trial_and_says_so(
     assert any("startup-hook.sh failed with exit code 1; the task's command did not run" in m
                for m in lines), lines
     assert not any(m.startswith("container rank") for m in lines)
+
+
+DISTRIBUTED = textwrap.dedent('''
+    import determined as det
+
+    distributed = det.core.DistributedContext.from_torch_distributed()
+    with det.core.init(distributed=distributed) as core_context:
+        rank = core_context.distributed.rank
+        ranks = core_context.distributed.allgather(rank)
+        print(f"rank {rank} of {core_context.distributed.size} saw {ranks}", flush=True)
+        for op in core_context.searcher.operations():
+            if rank == 0:
+                core_context.train.report_training_metrics(
+                    steps_completed=op.length, metrics={"ranks": float(sum(ranks))})
+            with core_context.checkpoint.store_path({"steps_completed": op.length},
+                                                    shard=True) as (path, uuid):
+                (path / f"rank{rank}.txt").write_text(str(rank))
+            if rank == 0:
+                core_context.train.report_validation_metrics(
+                    steps_completed=op.length, metrics={"validation_error": 0.5})
+                op.report_completed(0.5)
+''')
+
+
+def test_core_api_with_two_ranks_under_the_launcher(master: MasterProcess,
+                                                    tmp_path: Path) -> None:
+    """Determined's Core API distributed tutorial, in small: two ranks under
+    ``python3 -m determined.launch.torch_distributed`` act as one trial."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two ranks need two CPU slots")
+    context = tmp_path / "dist"
+    context.mkdir()
+    (context / "dist.py").write_text(DISTRIBUTED)
+    eid = master.create_ok({
+        "name": "dist", "max_restarts": 0,
+        "entrypoint": "python3 -m determined.launch.torch_distributed python3 dist.py",
+        "resources": {"slots_per_trial": 2},
+        "searcher": {"name": "single", "metric": "validation_error",
+                     "max_length": {"batches": 4}}}, context=context)
+    exp = master.wait_state(eid, timeout=180)
+    lines = logs(master, eid)
+    assert exp["state"] == "COMPLETED", "\n".join(lines[-30:])
+    assert sum("saw [0, 1]" in line for line in lines) == 2, lines
+    [trial] = master.trials(eid)
+    rows = master.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
+    assert [r["metrics"]["ranks"] for r in rows] == [1.0]  # the chief's report, once
+    ckpts = master.get(f"/experiments/{eid}/checkpoints")["checkpoints"]
+    assert len(ckpts) == 1
+    files = master.data_dir / "checkpoints" / "admin" / ckpts[0]["uuid"]
+    assert sorted(p.name for p in files.iterdir() if p.suffix == ".txt") == [
+        "rank0.txt", "rank1.txt"]
