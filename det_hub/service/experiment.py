@@ -161,22 +161,13 @@ class ExperimentRun:
         """Stop gracefully (``det experiment cancel``): running trials are asked to stop as a
         pause asks them (they checkpoint and exit) and end CANCELED, as does the experiment.
         A :meth:`kill` afterwards still stops them at once."""
-        async with self.lock:
-            if self.state.terminal:
-                return
-            await self._set_state(E.STOPPING_CANCELED)
-            for trial in self.trials.values():
-                if TrialState(trial.state).terminal:
-                    continue
-                alloc = self.cluster.for_trial(trial.id)
-                if alloc is None or await self.cluster.dequeue(alloc):
-                    await self._close_trial(trial, T.CANCELED)
-                else:
-                    await self._set_trial_state(trial, T.STOPPING_CANCELED)
-                    await self.cluster.preempt(alloc)
-            await self._maybe_finish()
+        await self._stop(gracefully=True)
 
     async def kill(self) -> None:
+        """Stop now: running trials are killed and end CANCELED, as does the experiment."""
+        await self._stop(gracefully=False)
+
+    async def _stop(self, *, gracefully: bool) -> None:
         async with self.lock:
             if self.state.terminal:
                 return
@@ -187,8 +178,11 @@ class ExperimentRun:
                 alloc = self.cluster.for_trial(trial.id)
                 if alloc is None or await self.cluster.dequeue(alloc):
                     await self._close_trial(trial, T.CANCELED)
+                    continue
+                await self._set_trial_state(trial, T.STOPPING_CANCELED)
+                if gracefully:
+                    await self.cluster.preempt(alloc)
                 else:
-                    await self._set_trial_state(trial, T.STOPPING_CANCELED)
                     await self.cluster.kill(alloc)
             await self._maybe_finish()
 

@@ -2,7 +2,7 @@
 
 Revision ID: 0009
 Revises: 0008
-Create Date: 2027-01-12
+Create Date: 2026-11-25
 """
 
 from __future__ import annotations
