@@ -100,8 +100,8 @@ def test_the_body_holds_the_config_and_the_packed_context(tmp_path: Path) -> Non
 
     assert body["config"] == _config()
     assert body["activate"] is False
-    # The client's packing: .detignore honoured, __pycache__ left out.
-    assert _names(body) == [".detignore", "const.yaml", "train.py"]
+    # The client's packing: .detignore honoured (and left behind), __pycache__ left out.
+    assert _names(body) == ["const.yaml", "train.py"]
 
 
 def test_missing_files_and_oversized_contexts_are_refused(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def test_the_cell_context_holds_what_pack_context_sends_plus_the_cell(tmp_path: 
     (source / "__pycache__" / "junk.pyc").write_bytes(b"junk")
     target = _cell.write_context(source, "print('cell')\n", tmp_path / "ctx")
     files = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file())
-    assert files == [".detignore", "det_hub_cell.py", "pkg/helper.py"]
+    assert files == ["det_hub_cell.py", "pkg/helper.py"]  # the .detignore stays behind
     assert (target / "det_hub_cell.py").read_text() == "print('cell')\n"
     with tarfile.open(fileobj=__import__("io").BytesIO(pack_context(target))) as tar:
         assert "det_hub_cell.py" in tar.getnames()

@@ -174,7 +174,7 @@ def test_the_cell_magic_trains_a_core_api_cell(
     assert [m.metrics["loss"] for m in metrics] == pytest.approx([1 / 5, 1 / 10, 1 / 15, 1 / 20])
     assert any(line.endswith("cell trained True") for line in ran.stdout.splitlines())
     with tarfile.open(fileobj=io.BytesIO(experiment_context(Client(), exp.id))) as tar:
-        assert sorted(tar.getnames()) == [".detignore", "det_hub_cell.py", "helper.py"]
+        assert sorted(tar.getnames()) == ["det_hub_cell.py", "helper.py"]
         cell = tar.extractfile("det_hub_cell.py")
         assert cell is not None and cell.read().decode() == CORE_CELL
 
