@@ -38,6 +38,22 @@ def free_port() -> int:
     return _free_port("127.0.0.1")
 
 
+def reap_tasks(under: Path) -> None:
+    """Kill every local task whose runner works under ``under``: tasks outlive a stopped
+    master by design, and a finished test must not leave any behind."""
+    marker = str(under).encode()
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            cmdline = (pid_dir / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"local_runner" in cmdline and marker in cmdline:
+            with contextlib.suppress(OSError):
+                os.killpg(int(pid_dir.name), signal.SIGKILL)
+
+
 class MasterProcess:
     """``det-hub master`` on 127.0.0.1 with its own data directory and database.
 

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from det_hub.client import Client
-from det_hub.testing import MasterProcess
+from det_hub.testing import MasterProcess, reap_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -69,6 +69,7 @@ def master(tmp_path: Path) -> Iterator[MasterProcess]:
     proc.start()
     yield proc
     proc.stop()
+    reap_tasks(tmp_path)  # trials outlive a stopped master by design
 
 
 def logs(master: MasterProcess, eid: int) -> list[str]:

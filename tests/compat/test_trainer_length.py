@@ -7,8 +7,6 @@ asked ends in ERROR, never COMPLETED.
 
 from __future__ import annotations
 
-import os
-import signal
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from det_hub.testing import MasterProcess
+from det_hub.testing import MasterProcess, reap_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -106,20 +104,7 @@ def master(tmp_path: Path, sqlite_url: str) -> Iterator[MasterProcess]:
     proc.start()
     yield proc
     proc.stop()
-    # Trials outlive a stopped master by design; none of this test's may linger.
-    marker = str(tmp_path).encode()
-    for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            cmdline = (pid_dir / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"local_runner" in cmdline and marker in cmdline:
-            try:
-                os.killpg(int(pid_dir.name), signal.SIGKILL)
-            except OSError:
-                pass
+    reap_tasks(tmp_path)  # trials outlive a stopped master by design
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 import requests
 
-from det_hub.testing import MasterProcess, free_port
+from det_hub.testing import MasterProcess, free_port, reap_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = Path(__file__).parent / "contexts" / "steps"
@@ -43,7 +42,7 @@ def master(tmp_path: Path, sqlite_url: str) -> Iterator[MasterProcess]:
     proc = _master(tmp_path, sqlite_url)
     yield proc
     proc.stop()
-    _reap_tasks(tmp_path)
+    reap_tasks(tmp_path)
 
 
 @pytest.fixture
@@ -52,7 +51,7 @@ def master_any_db(tmp_path: Path, db_url: str) -> Iterator[MasterProcess]:
     proc = _master(tmp_path, db_url)
     yield proc
     proc.stop()
-    _reap_tasks(tmp_path)
+    reap_tasks(tmp_path)
 
 
 def _master(tmp_path: Path, db_url: str) -> MasterProcess:
@@ -61,23 +60,6 @@ def _master(tmp_path: Path, db_url: str) -> MasterProcess:
     proc.cli_cwd = REPO
     proc.start()
     return proc
-
-
-def _reap_tasks(tmp_path: Path) -> None:
-    """Trials outlive the master by design; a finished test must not leave any behind."""
-    marker = str(tmp_path).encode()
-    for pid_dir in Path("/proc").iterdir():
-        if not pid_dir.name.isdigit():
-            continue
-        try:
-            cmdline = (pid_dir / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"local_runner" in cmdline and marker in cmdline:
-            try:
-                os.killpg(int(pid_dir.name), signal.SIGKILL)
-            except OSError:
-                pass
 
 
 #: Debian's Chromium, which the browser tests drive through playwright-core.

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from det_hub.testing import MasterProcess
+from det_hub.testing import MasterProcess, reap_tasks
 
-from .conftest import REPO, STEPS, _reap_tasks, steps_config
+from .conftest import REPO, STEPS, steps_config
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ def master(tmp_path: Path, sqlite_url: str) -> Iterator[MasterProcess]:
     proc.start()
     yield proc
     proc.stop()
-    _reap_tasks(tmp_path)
+    reap_tasks(tmp_path)
 
 
 def jobs(master: MasterProcess, **params: str) -> list[dict[str, Any]]:

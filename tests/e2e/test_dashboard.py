@@ -25,9 +25,9 @@ import requests
 import yaml
 
 from det_hub.hub.up import find_proxy
-from det_hub.testing import SERVICE, HubProcess, pack
+from det_hub.testing import SERVICE, HubProcess, pack, reap_tasks
 
-from .conftest import BROWSER_DIR, REPO, STEPS, _reap_tasks, browser_node, steps_config
+from .conftest import BROWSER_DIR, REPO, STEPS, browser_node, steps_config
 
 pytestmark = pytest.mark.slow
 
@@ -96,7 +96,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
                              for e in (running.long, running.bobs)), 60)
     finally:
         hub.stop()
-        _reap_tasks(data)
+        reap_tasks(data)
 
 
 def _xsrf(page: requests.Response) -> str:
