@@ -158,6 +158,11 @@ class SearchMethod(abc.ABC):
     def progress(self, lengths_done: Mapping[str, int]) -> float:
         """Fraction of the search done (0 to 1), given how many units each trial trained."""
 
+    def planned_trials(self) -> int | None:
+        """How many trials the search runs in all, where that is fixed from the start (None
+        for searches that decide as they go)."""
+        return None
+
     # --- persistence --------------------------------------------------------------------
     def snapshot(self) -> dict[str, Any]:
         """The method's state as JSON."""

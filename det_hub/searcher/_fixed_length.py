@@ -42,6 +42,9 @@ class FixedLengthSearch(SearchMethod):
     def _total(self) -> int:
         """How many trials the search runs in all."""
 
+    def planned_trials(self) -> int | None:
+        return self._total()
+
     @abc.abstractmethod
     def _next_hparams(self) -> Mapping[str, Any]:
         """The hyperparameters of the next trial."""

@@ -40,6 +40,9 @@ class SingleSearch(SearchMethod):
         self.trials_closed.discard(request_id)
         self.shutdown = False
 
+    def planned_trials(self) -> int | None:
+        return 1
+
     def progress(self, lengths_done: Mapping[str, int]) -> float:
         if self.shutdown:
             return 1.0

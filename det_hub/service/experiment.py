@@ -494,6 +494,13 @@ class ExperimentRun:
                 length = max(length, t.steps_completed or 0)
             done[t.request_id] = length
         progress = 1.0 if self.state == E.COMPLETED else self.method.progress(done)
+        planned = self.method.planned_trials()
+        if not self.max_length and planned:
+            # Each trial's length is its own (Trainer.fit's): the search is as far along as
+            # its trials say they are, a finished trial counting whole.
+            fractions = [1.0 if TrialState(t.state).terminal else (t.progress or 0.0)
+                         for t in self.trials.values()]
+            progress = max(progress, min(1.0, sum(fractions) / max(planned, len(fractions))))
         if self.row.progress != progress:
             self.row = await self.store.update_experiment(self.id, progress=progress)
 

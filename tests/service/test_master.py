@@ -242,3 +242,17 @@ async def test_a_trial_whose_warm_start_checkpoint_is_gone_fails_with_the_reason
     [message] = [line.message for line in await master.store.get_logs(trials[0].id)]
     assert message == (f"the trial cannot start: checkpoint {uuid} does not exist or is not "
                        "complete; it has failed")
+
+
+async def test_a_search_without_a_searcher_length_is_as_far_as_its_trials(
+        master: Master, admin: Principal) -> None:
+    """The length of each trial is Trainer.fit's: the experiment's progress follows the
+    progress its trials report, and ends at 1."""
+    row = await master.create_experiment(admin, config(searcher={
+        "name": "single", "metric": "loss"}), context("import time\ntime.sleep(3)\n"))
+    assert (await master.get_experiment(row.id)).progress == 0.0
+    [trial] = await master.store.list_trials(row.id)
+    await master.report_progress(admin, trial.id, 0.5)  # as its Trainer would
+    assert (await master.get_experiment(row.id)).progress == 0.5
+    assert await finished(master, row.id) == "COMPLETED"
+    assert (await master.get_experiment(row.id)).progress == 1.0
