@@ -144,6 +144,9 @@ class Context:
             self.profiler._close()
             if self._session is not None:
                 self._session.close()
+            # As Determined's core.init() does: a torch.distributed group the distributed
+            # context made is taken down here, not left to interpreter exit (which can abort).
+            self.distributed.close()
 
     def __enter__(self) -> Context:
         return self

@@ -90,3 +90,16 @@ def test_two_ranks_share_answers_and_checkpoint(
     }
     assert ckpt["metadata"] == {"steps_completed": 5}
     assert state.count("GET", "/allocations/7.0/signals/preemption") == 1
+
+
+def test_closing_the_core_context_closes_the_distributed_one(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Determined's core.init() does: a torch.distributed group that
+    DistributedContext.from_torch_distributed() made is taken down when the core context
+    closes, not left to interpreter exit, where gloo can abort the process."""
+    distributed = core.DistributedContext(rank=0, size=1)
+    closed: list[bool] = []
+    monkeypatch.setattr(distributed, "close", lambda: closed.append(True))
+    with core.init(distributed=distributed):
+        assert closed == []
+    assert closed == [True]
