@@ -8,6 +8,7 @@ service's state machines consult :data:`EXPERIMENT_TRANSITIONS`, :data:`TRIAL_TR
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 
 
 class _LifecycleState(str, enum.Enum):
@@ -21,9 +22,30 @@ class _LifecycleState(str, enum.Enum):
     def stopping(self) -> bool:
         return self.value.startswith("STOPPING_")
 
+    @property
+    def active(self) -> bool:
+        """ACTIVE, or one of the states the REST API shows in its place."""
+        return self.value == "ACTIVE" or self.value in ACTIVE_SUBSTATES
+
+    @property
+    def stored(self) -> str:
+        """The state as the store keeps it: ``ACTIVE`` for the states shown in its place."""
+        return "ACTIVE" if self.active else self.value
+
+
+#: What an ACTIVE experiment or trial is doing. The store keeps ``ACTIVE``; the REST API shows
+#: one of these in its place, as Determined's does: ``RUNNING`` while a process of it runs,
+#: else ``STARTING`` (or ``PULLING``, an image being pulled) while one starts, else ``QUEUED``.
+#: det_hub's agents report an image pull as part of ``STARTING``.
+ACTIVE_SUBSTATES = ("QUEUED", "PULLING", "STARTING", "RUNNING")
+
 
 class ExperimentState(_LifecycleState):
     ACTIVE = "ACTIVE"
+    QUEUED = "QUEUED"
+    PULLING = "PULLING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
     PAUSED = "PAUSED"
     STOPPING_COMPLETED = "STOPPING_COMPLETED"
     STOPPING_CANCELED = "STOPPING_CANCELED"
@@ -35,6 +57,10 @@ class ExperimentState(_LifecycleState):
 
 class TrialState(_LifecycleState):
     ACTIVE = "ACTIVE"
+    QUEUED = "QUEUED"
+    PULLING = "PULLING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
     PAUSED = "PAUSED"
     STOPPING_COMPLETED = "STOPPING_COMPLETED"
     STOPPING_CANCELED = "STOPPING_CANCELED"
@@ -119,6 +145,25 @@ class TaskState(str, enum.Enum):
         return self is TaskState.TERMINATED
 
 
+def shown_trial_state(state: str, run_state: str | None) -> str:
+    """A trial's state as the REST API shows it: an ACTIVE trial's ``run_state`` when its
+    process is starting or running, else ``QUEUED`` (waiting for slots, or for the searcher
+    to promote it); any other state as stored."""
+    if state != "ACTIVE":
+        return state
+    return run_state if run_state in ("STARTING", "RUNNING") else "QUEUED"
+
+
+def shown_experiment_state(state: str, trials: Iterable[tuple[str, str | None]]) -> str:
+    """An experiment's state as the REST API shows it, given its trials' ``(state,
+    run_state)``: an ACTIVE experiment is ``RUNNING`` while any trial runs, else ``STARTING``
+    while any starts, else ``QUEUED``; any other state as stored."""
+    if state != "ACTIVE":
+        return state
+    shown = {shown_trial_state(s, r) for s, r in trials}
+    return next((s for s in ("RUNNING", "STARTING") if s in shown), "QUEUED")
+
+
 TERMINAL_EXPERIMENT_STATES = frozenset(
     {ExperimentState.COMPLETED, ExperimentState.CANCELED, ExperimentState.ERROR}
 )
@@ -199,6 +244,7 @@ def check_task_transition(current: TaskState, target: TaskState) -> None:
 
 
 __all__ = [
+    "ACTIVE_SUBSTATES",
     "CheckpointState",
     "EXPERIMENT_TRANSITIONS",
     "ExperimentState",
@@ -214,4 +260,6 @@ __all__ = [
     "check_experiment_transition",
     "check_task_transition",
     "check_trial_transition",
+    "shown_experiment_state",
+    "shown_trial_state",
 ]

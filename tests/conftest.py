@@ -120,7 +120,7 @@ def module_master(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MasterPr
     proc.start()
     yield proc
     for exp in proc.get("/experiments?limit=1000")["experiments"]:
-        if exp["state"] in ("ACTIVE", "PAUSED"):
+        if exp["state"] not in ("COMPLETED", "CANCELED", "ERROR"):
             proc.api("POST", f"/experiments/{exp['id']}/kill")
     proc.wait(lambda: all(e["state"] in ("COMPLETED", "CANCELED", "ERROR")
                           for e in proc.get("/experiments?limit=1000")["experiments"]), 60)

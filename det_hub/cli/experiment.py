@@ -398,7 +398,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
     listing = verbs.add_parser("list", parents=[json_parent], help="list your experiments")
     listing.add_argument("--all", "-a", action="store_true", help="every user's experiments")
     listing.add_argument("--archived", action="store_true", help="include archived experiments")
-    listing.add_argument("--state", help="only experiments in this state (e.g. ACTIVE)")
+    listing.add_argument("--state", help="only experiments in this state (RUNNING, QUEUED, COMPLETED ...; ACTIVE for every active one)")
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
     listing.add_argument("--offset", type=int, default=0, help="skip this many")
     listing.set_defaults(func=_list)

@@ -447,7 +447,8 @@ class Client:
         """Returns one page of experiments, newest first.
 
         Args:
-            state: Only experiments in this state (``ACTIVE``, ``COMPLETED``, ...).
+            state: Only experiments in this state (``RUNNING``, ``QUEUED``, ``COMPLETED``, ...;
+                ``ACTIVE`` for every active one).
             archived: Only archived (``True``) or only unarchived (``False``) ones; ``None``
                 for both.
             owner: Only this user's experiments.

@@ -63,7 +63,7 @@ def line_parser() -> MagicArgumentParser:
     listing = verbs.add_parser("list", help="list experiments")
     listing.add_argument("--all", "-a", action="store_true", help="every user's experiments")
     listing.add_argument("--archived", action="store_true", help="include archived experiments")
-    listing.add_argument("--state", help="only experiments in this state (e.g. ACTIVE)")
+    listing.add_argument("--state", help="only experiments in this state (RUNNING, QUEUED, COMPLETED ...; ACTIVE for every active one)")
     listing.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
 
     for verb, text in (("describe", "show an experiment and its trials"),

@@ -317,10 +317,13 @@ class ExperimentFilter:
     archived: bool | None = None
     states: frozenset[str] | None = None
 
-    def matches(self, row: Experiment) -> bool:
+    def matches(self, row: Experiment, shown_state: str) -> bool:
+        """Whether the list shows ``row``, whose state the REST API shows as
+        ``shown_state``."""
         return ((self.owner_id is None or row.owner_id == self.owner_id)
                 and (self.archived is None or bool(row.archived) == self.archived)
-                and (self.states is None or row.state in self.states))
+                and (self.states is None or row.state in self.states
+                     or shown_state in self.states))
 
 
 async def experiment_list_events(
@@ -352,8 +355,9 @@ async def experiment_list_events(
     # Subscribed before the snapshot is read: what changes meanwhile is read again after it.
     sub = changes.subscribe()
     try:
+        stored, running = master.state_filter(where.states or ())
         rows, total = await master.store.list_experiments(
-            states=sorted(where.states) if where.states is not None else None,
+            states=stored if where.states is not None else None, or_ids=running,
             archived=where.archived, owner_id=where.owner_id, limit=limit)
         summaries = await master.experiment_json(rows)
         sent: dict[int, dict[str, Any]] = {e["id"]: e for e in summaries}
@@ -389,14 +393,14 @@ async def _changed(master: Master, where: ExperimentFilter, ids: list[int],
     (what the client was sent last, by id) is brought up to date."""
     rows = [row for row in [await master.store.get_experiment(i) for i in ids]
             if row is not None]
-    shown = [row for row in rows if where.matches(row)]
+    shown = [row for row in rows if where.matches(row, master.shown_state(row))]
     events: list[Event] = []
     for summary in await master.experiment_json(shown):
         if sent.get(summary["id"]) != summary:
             sent[summary["id"]] = summary
             events.append(("experiment", summary))
     for row in rows:
-        if not where.matches(row) and sent.pop(row.id, None) is not None:
+        if not where.matches(row, master.shown_state(row)) and sent.pop(row.id, None) is not None:
             events.append(("removed", {"id": row.id}))
     return events
 

@@ -66,7 +66,15 @@ from det_hub.service.tasks import TaskManager, task_job_id, task_job_number
 from det_hub.service.unix_accounts import AgentUserGroup, link_problems
 from det_hub.service.unix_accounts import task_account as named_task_account
 from det_hub.service.webhooks import WebhookManager
-from det_hub.states import CheckpointState, ExperimentState, TaskType, TrialState
+from det_hub.states import (
+    ACTIVE_SUBSTATES,
+    CheckpointState,
+    ExperimentState,
+    TaskType,
+    TrialState,
+    shown_experiment_state,
+    shown_trial_state,
+)
 from det_hub.storage import remote_tensorboard, tensorboard_dir
 from det_hub.store import Store, StoreConflict, TrialSummary, hash_token, utcnow
 
@@ -919,8 +927,25 @@ class Master:
         for r in rows:
             summary = trials.get(r.id, TrialSummary(0, None, None))
             best = summary.lowest if r.smaller_is_better else summary.highest
-            out.append(experiment_json(r, await self.username(r.owner_id), summary.trials, best))
+            out.append(experiment_json(r, await self.username(r.owner_id), summary.trials, best,
+                                       state=self.shown_state(r)))
         return out
+
+    def state_filter(self, states: Iterable[str]) -> tuple[list[str], list[int]]:
+        """What a filter by shown states asks of the store: the stored states it selects and
+        the ids of the active experiments it selects by their shown state (``RUNNING``,
+        ``QUEUED`` ...). ``ACTIVE`` selects every active experiment, as Determined's does."""
+        wanted = set(states)
+        shown = wanted.intersection(ACTIVE_SUBSTATES)
+        ids = [i for i, run in self.runs.items() if shown and self.shown_state(run.row) in shown]
+        return sorted(wanted - shown), ids
+
+    def shown_state(self, row: Experiment) -> str:
+        """The experiment's state as the REST API shows it: an ACTIVE one's trials say
+        whether it is QUEUED, STARTING or RUNNING (:func:`shown_experiment_state`)."""
+        run = self.runs.get(row.id)
+        trials = run.trials.values() if run is not None else ()
+        return shown_experiment_state(row.state, ((t.state, t.run_state) for t in trials))
 
     async def _owned_run(self, who: Principal, experiment_id: int) -> ExperimentRun | None:
         row = await self.get_experiment(experiment_id)
@@ -1172,8 +1197,8 @@ class Master:
         trial = await self.get_trial(who, ckpt.trial_id)
         if trial.latest_checkpoint == uuid and not TrialState(trial.state).terminal:
             raise Conflict(f"checkpoint {uuid} is the latest of trial {trial.id}, which is "
-                           f"{trial.state} and would resume from it; delete it once the "
-                           "trial has ended")
+                           f"{shown_trial_state(trial.state, trial.run_state)} and would resume "
+                           "from it; delete it once the trial has ended")
         if not await self.checkpoint_gc.delete([ckpt]):
             # Registered or deleted since the checks above.
             raise Conflict(await self.registry.registered_message(uuid)

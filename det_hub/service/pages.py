@@ -39,7 +39,7 @@ from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Un
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
 from det_hub.service.webhooks import webhook_json
-from det_hub.states import ExperimentState, TaskType, TrialState
+from det_hub.states import ACTIVE_SUBSTATES, ExperimentState, TaskType, TrialState
 from det_hub.store import utcnow
 
 # The hub's sign-in handler base comes from jupyterhub (an optional extra, present whenever
@@ -273,7 +273,8 @@ class PageHandler(_PageBase):
                             and self.principal.may(MANAGE_SCOPE)),
             xsrf=self.xsrf_token.decode(), version=__version__, when=when, size=size,
             json_script=json_script, hparams_text=hparams_text, slot_hours=slot_hours,
-            post_button=self.post_button, section="")
+            post_button=self.post_button, section="",
+            active_states=("ACTIVE", *ACTIVE_SUBSTATES))
         return namespace
 
     def post_button(self, action: str, label: str, *, next_page: str = "", danger: bool = False,
@@ -358,8 +359,9 @@ class DashboardPage(PageHandler):
         elif filters.owner:
             owner = await store.get_user(filters.owner)
             owner_id, nobody = (owner.id, False) if owner else (None, True)
+        stored, running = self.master.state_filter([filters.state] if filters.state else [])
         rows, total = ([], 0) if nobody else await store.list_experiments(
-            states=[filters.state] if filters.state else None,
+            states=stored if filters.state else None, or_ids=running,
             archived={"no": False, "yes": True}.get(filters.archived), owner_id=owner_id,
             name_contains=filters.name or None, limit=PAGE_SIZE, offset=filters.offset)
         self.render(
@@ -398,7 +400,7 @@ class ExperimentMetricsData(DataHandler):
         eid = int(experiment_id)
         row = await self.master.get_experiment(eid)
         trials = await experiment_trials(self.master, eid)
-        self.send({"state": row.state, "live": not ExperimentState(row.state).terminal,
+        self.send({"state": self.master.shown_state(row), "live": not ExperimentState(row.state).terminal,
                    "series": await chart_data(self.master, trials)})
 
 

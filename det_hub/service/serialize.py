@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from det_hub.states import TaskState, TaskType
+from det_hub.states import TaskState, TaskType, shown_trial_state
 
 if TYPE_CHECKING:
     from det_hub.store.models import (
@@ -34,12 +34,15 @@ def user_json(user: User) -> dict[str, Any]:
 
 
 def experiment_json(e: Experiment, owner: str, num_trials: int,
-                    best_searcher_metric: float | None = None) -> dict[str, Any]:
+                    best_searcher_metric: float | None = None, *,
+                    state: str | None = None) -> dict[str, Any]:
     """An experiment as lists and its own endpoint show it; ``best_searcher_metric`` is the
-    best value of the searcher metric any of its trials reported (None before any)."""
+    best value of the searcher metric any of its trials reported (None before any), and
+    ``state`` the state shown (:func:`det_hub.states.shown_experiment_state`; the stored one
+    when not given)."""
     return {
         "id": e.id, "name": e.name, "description": e.description, "owner": owner,
-        "state": e.state, "archived": e.archived, "progress": e.progress,
+        "state": state or e.state, "archived": e.archived, "progress": e.progress,
         "created_at": iso(e.created_at), "ended_at": iso(e.ended_at), "config": e.config,
         "searcher_metric": e.searcher_metric, "smaller_is_better": e.smaller_is_better,
         "best_searcher_metric": best_searcher_metric, "num_trials": num_trials, "resource_pool": e.resource_pool, "priority": e.priority,
@@ -51,7 +54,7 @@ def experiment_json(e: Experiment, owner: str, num_trials: int,
 def trial_json(t: Trial) -> dict[str, Any]:
     return {
         "id": t.id, "experiment_id": t.experiment_id, "request_id": t.request_id,
-        "state": t.state, "run_state": t.run_state, "hparams": t.hparams, "seed": t.seed,
+        "state": shown_trial_state(t.state, t.run_state), "run_state": t.run_state, "hparams": t.hparams, "seed": t.seed,
         "restarts": t.restarts, "created_at": iso(t.created_at), "ended_at": iso(t.ended_at),
         "steps_completed": t.steps_completed, "progress": t.progress,
         "latest_checkpoint": t.latest_checkpoint, "best_validation": t.best_validation,

@@ -8,7 +8,7 @@ import datetime as dt
 import enum
 import hashlib
 import threading
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import (
@@ -149,7 +149,7 @@ def _summary_upsert(dialect: str) -> Executable:
 
 
 #: Trial columns that change what an experiment's summary shows (its best searcher metric).
-_SUMMARY_TRIAL_FIELDS = frozenset({"searcher_metric_value"})
+_SUMMARY_TRIAL_FIELDS = frozenset({"searcher_metric_value", "state", "run_state"})
 
 
 class TrialSummary(NamedTuple):
@@ -427,6 +427,7 @@ class Store(RegistryQueries, WebhookQueries):
         self,
         *,
         states: list[str] | None = None,
+        or_ids: Collection[int] = (),
         archived: bool | None = None,
         owner_id: int | None = None,
         name_contains: str | None = None,
@@ -435,13 +436,16 @@ class Store(RegistryQueries, WebhookQueries):
     ) -> tuple[list[Experiment], int]:
         """One page of experiments, newest first, and how many match in all.
 
-        ``None`` leaves a filter out; an empty ``states`` list matches nothing.
+        ``None`` leaves a filter out; an empty ``states`` list matches nothing but the
+        experiments in ``or_ids``, which pass the states filter whatever their state.
         ``name_contains`` matches names holding that text, ignoring case; ``%`` and ``_`` in
         it are plain characters.
         """
         where: list[ColumnElement[bool]] = []
         if states is not None:
-            where.append(Experiment.state.in_([_plain(s) for s in states]))
+            in_states = Experiment.state.in_([_plain(s) for s in states])
+            where.append(or_(in_states, Experiment.id.in_(list(or_ids))) if or_ids
+                         else in_states)
         if archived is not None:
             where.append(Experiment.archived.is_(archived))
         if owner_id is not None:

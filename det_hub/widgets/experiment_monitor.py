@@ -10,6 +10,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from det_hub.client import Client, MasterError
+from det_hub.states import ExperimentState
 from det_hub.widgets._common import Background, client_or_default
 from det_hub.widgets._common import format_number as _number
 from det_hub.widgets._common import html_table as _table
@@ -139,7 +140,7 @@ class ExperimentMonitor:
                             f"<code>{html.escape(self.state)}</code>")
         self.progress_bar.value = min(max(self.progress, 0.0), 1.0)
         terminal = self.state in ("COMPLETED", "CANCELED", "ERROR")
-        self.buttons["pause"].disabled = terminal or self.state != "ACTIVE"
+        self.buttons["pause"].disabled = terminal or not ExperimentState(self.state).active
         self.buttons["activate"].disabled = terminal or self.state != "PAUSED"
         self.buttons["kill"].disabled = terminal
         metric = self._metric or "metric"

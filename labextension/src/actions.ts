@@ -6,7 +6,7 @@
 import { Dialog, InputDialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 
 import { DetHubClient, errorText } from './api/client';
-import { ExperimentAction, IExperiment, isTerminal } from './api/types';
+import { ExperimentAction, IExperiment, isActive, isTerminal } from './api/types';
 
 interface IActionText {
   label: string;
@@ -56,7 +56,7 @@ export function actionsFor(experiment: IExperiment): ExperimentAction[] {
   if (isTerminal(experiment.state)) {
     return ['archive'];
   }
-  if (experiment.state === 'ACTIVE') {
+  if (isActive(experiment.state)) {
     return ['pause', 'kill'];
   }
   if (experiment.state === 'PAUSED') {

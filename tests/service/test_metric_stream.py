@@ -40,7 +40,7 @@ def test_replay_then_live_rows_arrive_once_and_the_stream_ends(master: MasterPro
     # rest live.
     master.wait(lambda: master.trials(eid) and master.trials(eid)[0]["steps_completed"] >= 10,
                 timeout=60)
-    assert master.experiment(eid)["state"] == "ACTIVE"
+    assert master.experiment(eid)["state"] == "RUNNING"
     events = list(client.stream_experiment_events(eid, heartbeat=1))
     rows = [data for name, data in events if name == "metrics"]
     states = [data for name, data in events if name == "state"]

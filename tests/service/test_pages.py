@@ -32,7 +32,7 @@ def test_filters_are_read_from_the_query_and_written_back_for_paging() -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    ({"state": "RUNNING"}, "state: 'RUNNING' is not an experiment state"),
+    ({"state": "SLEEPING"}, "state: 'SLEEPING' is not an experiment state"),
     ({"archived": "maybe"}, "archived: must be no, yes or all"),
     ({"offset": "-1"}, "offset: must be a whole number >= 0"),
 ])

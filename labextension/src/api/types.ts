@@ -3,9 +3,16 @@
  * Only the fields the panel uses are typed; the master may send more.
  */
 
-/** Experiment and trial states; the last three are terminal. */
+/**
+ * Experiment and trial states; the last three are terminal. The master keeps `ACTIVE` and shows
+ * what an active one is doing in its place: `QUEUED`, `PULLING`, `STARTING` or `RUNNING`.
+ */
 export type RunState =
   | 'ACTIVE'
+  | 'QUEUED'
+  | 'PULLING'
+  | 'STARTING'
+  | 'RUNNING'
   | 'PAUSED'
   | 'STOPPING_COMPLETED'
   | 'STOPPING_CANCELED'
@@ -13,6 +20,19 @@ export type RunState =
   | 'COMPLETED'
   | 'CANCELED'
   | 'ERROR';
+
+export const ACTIVE_STATES: ReadonlySet<string> = new Set([
+  'ACTIVE',
+  'QUEUED',
+  'PULLING',
+  'STARTING',
+  'RUNNING'
+]);
+
+/** Whether an experiment or trial in `state` is active (running, starting or queued). */
+export function isActive(state: string): boolean {
+  return ACTIVE_STATES.has(state);
+}
 
 export const TERMINAL_STATES: ReadonlySet<string> = new Set(['COMPLETED', 'CANCELED', 'ERROR']);
 

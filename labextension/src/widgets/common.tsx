@@ -7,8 +7,7 @@ import { IPoint, sparkline } from '../model/sparkline';
 /** An experiment's or trial's state as a coloured badge. */
 export function StateBadge(props: { state: string; runState?: string | null }): JSX.Element {
   const { state, runState } = props;
-  const text =
-    state === 'ACTIVE' && runState && runState !== 'RUNNING' ? `${state} (${runState})` : state;
+  const text = runState === 'WAITING' ? `${state} (waiting to be promoted)` : state;
   return (
     <span className={`jp-DetHub-state jp-DetHub-state-${state.toLowerCase()}`} data-state={state}>
       {text}
