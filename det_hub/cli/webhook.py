@@ -28,7 +28,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _create(args: argparse.Namespace) -> int:
     hook = client_from_args(args).create_webhook(
-        args.url, args.trigger, webhook_type=args.type, name=args.name)
+        args.url, args.trigger, webhook_type=args.type, name=args.name, mode=args.mode)
     if args.json:
         r.print_json({"webhook": hook.raw})
         return 0
@@ -57,6 +57,15 @@ def _test(args: argparse.Namespace) -> int:
     return 0 if result.get("delivered") else 1
 
 
+def _signing_key(args: argparse.Namespace) -> int:
+    key = client_from_args(args).webhook_signing_key()
+    if args.json:
+        r.print_json({"signing_key": key})
+    else:
+        print(key)
+    return 0
+
+
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], json_parent: argparse.ArgumentParser) -> None:
     """Adds ``webhook`` (alias ``w``)."""
     noun = subparsers.add_parser("webhook", aliases=["w"], help="manage webhooks (admins only)")
@@ -75,6 +84,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
     create.add_argument("--type", default="DEFAULT", type=str.upper, choices=["DEFAULT", "SLACK"],
                         help="DEFAULT: Determined's JSON event; SLACK: a Slack message")
     create.add_argument("--name", default="", help="a name to know it by")
+    create.add_argument("--mode", default="WORKSPACE", type=str.upper,
+                        choices=["WORKSPACE", "SPECIFIC"],
+                        help="WORKSPACE: every experiment's events; SPECIFIC: only those of "
+                        "experiments whose config names it (integrations.webhooks."
+                        "webhook_name or webhook_id)")
     create.set_defaults(func=_create)
 
     delete = verbs.add_parser("delete", parents=[json_parent], help="delete a webhook")
@@ -84,3 +98,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
     test = verbs.add_parser("test", parents=[json_parent], help="send a webhook a test event")
     test.add_argument("webhook_id", metavar="ID", type=int)
     test.set_defaults(func=_test)
+
+    verbs.add_parser(
+        "signing-key", parents=[json_parent], help="print the key deliveries are signed with",
+        description="Print the key the master signs every delivery with, for receivers to "
+        "check the X-Determined-AI-Signature header: the hex HMAC-SHA256, under this key, of "
+        "'<X-Determined-AI-Signature-Timestamp>,<raw body>'.").set_defaults(func=_signing_key)

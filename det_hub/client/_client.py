@@ -1061,6 +1061,7 @@ class Client:
         *,
         webhook_type: str = "DEFAULT",
         name: str = "",
+        mode: str = "WORKSPACE",
     ) -> Webhook:
         """Registers a webhook (admins only).
 
@@ -1069,9 +1070,12 @@ class Client:
             triggers: ``"EXPERIMENT_STATE_CHANGE:COMPLETED"``, ``"CUSTOM"``,
                 ``"CUSTOM:error"``, or the API's ``{"trigger_type", "condition"}`` objects.
             webhook_type: ``DEFAULT`` (Determined's JSON event) or ``SLACK``.
-            name: A name to know it by.
+            name: A name to know it by (and for experiment configs to name it by).
+            mode: ``WORKSPACE`` (every experiment's events) or ``SPECIFIC`` (only those of
+                experiments whose config lists it under ``integrations.webhooks``, by
+                ``webhook_name`` or ``webhook_id``).
         """
-        body = {"url": url, "webhook_type": webhook_type, "name": name,
+        body = {"url": url, "webhook_type": webhook_type, "name": name, "mode": mode,
                 "triggers": [parse_trigger(t) if isinstance(t, str) else dict(t)
                              for t in triggers]}
         return Webhook.from_json(_object(self._post("/webhooks", body), "webhook"))
@@ -1084,6 +1088,12 @@ class Client:
     def test_webhook(self, webhook_id: int) -> dict[str, Any]:
         """Sends a webhook a test event now, once: ``{"delivered": bool, "error": str|None}``."""
         return self._post(f"/webhooks/{int(webhook_id)}/test")
+
+    def webhook_signing_key(self) -> str:
+        """Returns the key the master signs webhook deliveries with (admins only): a
+        receiver checks that ``X-Determined-AI-Signature`` is the hex HMAC-SHA256, under this
+        key, of ``<X-Determined-AI-Signature-Timestamp>,<raw body>``."""
+        return str(self._get("/webhooks/signing_key")["signing_key"])
 
     # -- live metrics -----------------------------------------------------------------------
 

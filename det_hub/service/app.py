@@ -300,6 +300,20 @@ class MasterApp(Application):
                 f.write(secrets.token_bytes(32))
         return path.read_bytes()
 
+    def make_webhooks(self, store: Store) -> WebhookManager:
+        """The webhook manager, signing with ``c.WebhookManager.signing_key`` or, when that
+        is empty, with a key kept in the data directory so that receivers' copy of it
+        outlives a restart."""
+        webhooks = WebhookManager(store, parent=self)
+        if not self.config.WebhookManager.get("signing_key"):
+            path = self.data_path / "webhook-signing-key"
+            if not path.exists():
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(secrets.token_hex(32))
+            webhooks.signing_key = path.read_text().strip()
+        return webhooks
+
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Run until SIGINT or SIGTERM. Trials keep running; a restarted master adopts them."""
         data = self.data_path
@@ -321,7 +335,7 @@ class MasterApp(Application):
                             agent_timeout=self.agent_timeout, base_url=self.normal_base_url,
                             hub=hub, task_account=self.task_account(),
                             private_paths=self.private_paths(),
-                            webhooks=WebhookManager(store, parent=self),
+                            webhooks=self.make_webhooks(store),
                             context_limits=ContextLimits(
                                 max_bytes=self.context_max_bytes,
                                 max_members=self.context_max_members,

@@ -16,8 +16,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import hmac
 import json
 import logging
+import secrets
 import time
 import uuid
 from collections.abc import Mapping
@@ -25,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-from traitlets import Float, Integer
+from traitlets import Float, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
 from det_hub.service.errors import BadRequest, Forbidden, NotFound
@@ -45,9 +48,17 @@ CUSTOM = "CUSTOM"
 #: The trigger types a webhook may have (Determined's ``TASK_LOG`` is not one yet).
 TRIGGER_TYPES = (EXPERIMENT_STATE_CHANGE, CUSTOM)
 WEBHOOK_TYPES = ("DEFAULT", "SLACK")
-#: ``WORKSPACE``: every experiment's events. Determined's ``SPECIFIC`` (only experiments
-#: whose config names the webhook) is not supported.
-MODES = ("WORKSPACE",)
+#: ``WORKSPACE``: every experiment's events. ``SPECIFIC``: only the events of experiments
+#: whose config names the webhook, by name or id, as Determined's configs do::
+#:
+#:     integrations:
+#:       webhooks:
+#:         webhook_name: [ci]
+#:         webhook_id: [3]
+MODES = ("WORKSPACE", "SPECIFIC")
+#: The headers that sign a delivery (:func:`sign`), named as Determined names them.
+SIGNATURE_HEADER = "X-Determined-AI-Signature"
+SIGNATURE_TIMESTAMP_HEADER = "X-Determined-AI-Signature-Timestamp"
 #: The levels of a custom alert, as ``core_context.alert`` gives them.
 ALERT_LEVELS = ("debug", "info", "warn", "error")
 MAX_NAME = 255
@@ -130,7 +141,7 @@ def parse_webhook(body: Mapping[str, Any]) -> WebhookSpec:
     """The webhook a ``POST /webhooks`` body describes::
 
         {"url": "https://...", "webhook_type": "DEFAULT" | "SLACK", "name": "...",
-         "mode": "WORKSPACE",
+         "mode": "WORKSPACE" | "SPECIFIC",
          "triggers": [{"trigger_type": "EXPERIMENT_STATE_CHANGE",
                        "condition": {"state": "COMPLETED"}},
                       {"trigger_type": "CUSTOM", "condition": {}}]}
@@ -154,8 +165,7 @@ def parse_webhook(body: Mapping[str, Any]) -> WebhookSpec:
         problems.append(_problem("name", f"must be a string of at most {MAX_NAME} characters"))
     mode = body.get("mode", "WORKSPACE")
     if mode not in MODES:
-        problems.append(_problem("mode", f"{mode!r} is not supported; WORKSPACE (every "
-                                 "experiment) is"))
+        problems.append(_problem("mode", f"{mode!r} is not one of {', '.join(MODES)}"))
     raw = body.get("triggers")
     triggers: list[tuple[str, dict[str, Any]]] = []
     if not isinstance(raw, list) or not raw:
@@ -211,6 +221,18 @@ def parse_alert(body: Mapping[str, Any]) -> Alert:
     if problems:
         raise _refuse(problems)
     return Alert(title=str(title), description=str(description), level=str(level))
+
+
+def names_webhook(config: Mapping[str, Any], hook_id: int, hook_name: str) -> bool:
+    """Whether an experiment config names a webhook in ``integrations.webhooks``
+    (``webhook_name``: names, ``webhook_id``: ids), which a ``SPECIFIC`` webhook needs."""
+    integrations = config.get("integrations")
+    named = integrations.get("webhooks") if isinstance(integrations, Mapping) else None
+    if not isinstance(named, Mapping):
+        return False
+    names, ids = named.get("webhook_name") or [], named.get("webhook_id") or []
+    return ((bool(hook_name) and isinstance(names, list) and hook_name in names)
+            or (isinstance(ids, list) and hook_id in ids))
 
 
 def trigger_matches(trigger_type: str, condition: Mapping[str, Any], event_type: str,
@@ -278,6 +300,14 @@ def payload_for(webhook_type: str, event_id: str, event_type: str, timestamp: in
     return default_payload(event_id, event_type, timestamp, condition, event_data)
 
 
+def sign(key: str, timestamp: int, payload: bytes) -> str:
+    """The signature of one delivery, as Determined computes it: the hex HMAC-SHA256, under
+    ``key``, of the timestamp, a comma and the body. A receiver recomputes it from the two
+    headers and the raw body to know that the event came from this master."""
+    message = str(int(timestamp)).encode() + b"," + payload
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
 def webhook_json(hook: Webhook) -> dict[str, Any]:
     """A webhook as the API shows it."""
     return {"id": hook.id, "name": hook.name, "url": hook.url,
@@ -306,6 +336,13 @@ class WebhookManager(LoggingConfigurable):
     timeout_seconds = Float(
         10.0, min=0.1, config=True,
         help="Seconds a receiver has to connect and answer one delivery attempt.")
+    signing_key = Unicode(
+        "", config=True,
+        help="The key every delivery is signed with, as Determined signs them: the header "
+             "X-Determined-AI-Signature is the hex HMAC-SHA256, under this key, of "
+             "'<X-Determined-AI-Signature-Timestamp>,<body>'. Empty: a key made at the "
+             "master's first start and kept in its data directory (webhook-signing-key); "
+             "admins read it with `det-hub webhook signing-key`.")
     max_pending = Integer(
         1000, min=1, config=True,
         help="The most deliveries under way at once; events past that are dropped, with a log "
@@ -313,6 +350,9 @@ class WebhookManager(LoggingConfigurable):
 
     def __init__(self, store: Store, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        if not self.signing_key:
+            # Good for this process; the master app keeps one in its data directory instead.
+            self.signing_key = secrets.token_hex(32)
         self.store = store
         self._tasks: set[asyncio.Task[Any]] = set()
         self._client: AsyncHTTPClient | None = None
@@ -330,6 +370,11 @@ class WebhookManager(LoggingConfigurable):
         return await self.store.create_webhook(url=spec.url, webhook_type=spec.webhook_type,
                                                name=spec.name, mode=spec.mode,
                                                triggers=spec.triggers)
+
+    def get_signing_key(self, who: Principal) -> str:
+        """The key deliveries are signed with (admins only; see :func:`sign`)."""
+        self._admin(who, "read the signing key of")
+        return self.signing_key
 
     async def list_webhooks(self, who: Principal) -> list[Webhook]:
         """Every webhook (admins only: a URL, a Slack one above all, is a secret)."""
@@ -378,20 +423,25 @@ class WebhookManager(LoggingConfigurable):
                             "can send its alerts")
         alert = parse_alert(body)
         data = alert_event_data(alert, experiment.id, trial.id)
-        self._spawn(self._fire(CUSTOM, {"level": alert.level}, {}, data))
+        self._spawn(self._fire(CUSTOM, {"level": alert.level}, {}, data, experiment))
         return alert
 
     async def _fire_experiment(self, row: Experiment) -> None:
         user = await self.store.get_user_by_id(row.owner_id)
         data = experiment_event_data(row, user.username if user else str(row.owner_id))
         await self._fire(EXPERIMENT_STATE_CHANGE, {"state": row.state}, {"state": row.state},
-                         data)
+                         data, row)
 
     async def _fire(self, event_type: str, event: Mapping[str, Any],
-                    condition: Mapping[str, Any], data: Mapping[str, Any]) -> None:
-        """Deliver one event to every webhook with a trigger it matches (once each)."""
+                    condition: Mapping[str, Any], data: Mapping[str, Any],
+                    experiment: Experiment) -> None:
+        """Deliver one event of ``experiment`` to every webhook with a trigger it matches
+        (once each); a ``SPECIFIC`` webhook only when the experiment's config names it."""
         event_id, now = str(uuid.uuid4()), int(time.time())
         for hook in await self.store.list_webhooks(event_type):
+            if hook.mode == "SPECIFIC" and not names_webhook(experiment.config or {}, hook.id,
+                                                             hook.name):
+                continue
             if not any(trigger_matches(t.trigger_type, t.condition, event_type, event)
                        for t in hook.triggers):
                 continue
@@ -433,9 +483,14 @@ class WebhookManager(LoggingConfigurable):
             # Its own client: a receiver that never answers holds none of the proxy's
             # connections.
             self._client = AsyncHTTPClient(force_instance=True, max_clients=50)
-        request = HTTPRequest(url, method="POST", body=json.dumps(body),
-                              headers={"Content-Type": "application/json",
-                                       "User-Agent": "det_hub-webhooks"},
+        payload = json.dumps(body).encode()
+        timestamp = int(time.time())
+        request = HTTPRequest(url, method="POST", body=payload,
+                              headers={"Content-Type": "application/json; charset=UTF-8",
+                                       "User-Agent": "det_hub-webhooks",
+                                       SIGNATURE_TIMESTAMP_HEADER: str(timestamp),
+                                       SIGNATURE_HEADER: sign(self.signing_key, timestamp,
+                                                              payload)},
                               connect_timeout=self.timeout_seconds,
                               request_timeout=self.timeout_seconds, follow_redirects=False)
         try:

@@ -71,3 +71,17 @@ async def test_create_list_and_delete_webhooks(
     assert json.loads((await det("webhook", "list", "--json")).out) == {"webhooks": []}
     missing = await det("webhook", "delete", str(hook["id"]))
     assert missing.code == 1 and f"webhook {hook['id']} not found" in missing.err
+
+
+async def test_admins_read_the_signing_key(
+        served: tuple[str, str], capsys: pytest.CaptureFixture[str]) -> None:
+    url, token = served
+    code = await asyncio.to_thread(main, ["-m", url, "--token", token, "webhook",
+                                          "signing-key", "--json"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    key = json.loads(out.out)["signing_key"]
+    assert len(key) >= 32
+    code = await asyncio.to_thread(main, ["-m", url, "--token", token, "webhook",
+                                          "signing-key"])
+    assert code == 0 and capsys.readouterr().out.strip() == key

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
+import hmac
 import io
 import json
 import logging
+import stat
 import tarfile
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +24,10 @@ from tornado.httpclient import AsyncHTTPClient, HTTPResponse
 from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 from tornado.web import Application, RequestHandler
+from traitlets.config import Config
 
 from det_hub.agents.local import LocalAgent
-from det_hub.service.app import make_app
+from det_hub.service.app import MasterApp, make_app
 from det_hub.service.errors import BadRequest
 from det_hub.service.master import Master
 from det_hub.service.webhooks import (
@@ -30,6 +35,7 @@ from det_hub.service.webhooks import (
     default_payload,
     parse_alert,
     parse_webhook,
+    sign,
     slack_payload,
     trigger_matches,
 )
@@ -48,7 +54,7 @@ def test_a_webhook_body_is_checked_field_by_field() -> None:
     assert (spec.webhook_type, spec.name, spec.mode) == ("SLACK", "ops", "WORKSPACE")
 
     with pytest.raises(BadRequest) as caught:
-        parse_webhook({"url": "ftp://x", "webhook_type": "TEAMS", "mode": "SPECIFIC",
+        parse_webhook({"url": "ftp://x", "webhook_type": "TEAMS", "mode": "TEAM",
                        "triggers": [{"trigger_type": "TASK_LOG"},
                                     {"trigger_type": "EXPERIMENT_STATE_CHANGE",
                                      "condition": {"state": "DONE"}}]})
@@ -107,6 +113,8 @@ class Receiver:
     url: str
     got: dict[str, list[Any]] = field(default_factory=dict)
     hits: dict[str, int] = field(default_factory=dict)
+    #: Per path, each delivery's signature headers and raw body.
+    signed: dict[str, list[tuple[str, str, bytes]]] = field(default_factory=dict)
 
     async def wait(self, path: str, count: int = 1, timeout: float = 20) -> list[Any]:
         for _ in range(int(timeout / 0.02)):
@@ -126,8 +134,11 @@ class _Record(RequestHandler):
         if name == "flaky" and r.hits[name] <= 2:
             self.set_status(500)
             return
-        assert self.request.headers["Content-Type"] == "application/json"
+        assert self.request.headers["Content-Type"] == "application/json; charset=UTF-8"
         r.got.setdefault(name, []).append(json.loads(self.request.body))
+        r.signed.setdefault(name, []).append((
+            self.request.headers.get("X-Determined-AI-Signature-Timestamp", ""),
+            self.request.headers.get("X-Determined-AI-Signature", ""), self.request.body))
 
 
 @pytest.fixture
@@ -188,8 +199,9 @@ class Api:
                                                    "triggers": triggers}, status=201)
         return int(body["webhook"]["id"])
 
-    async def run(self, script: str) -> dict[str, Any]:
-        """Run a one-trial experiment of this script to its end; its final row."""
+    async def run(self, script: str, **settings: Any) -> dict[str, Any]:
+        """Run a one-trial experiment of this script (its config's other ``settings`` added)
+        to its end; its final row."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
             info = tarfile.TarInfo("train.py")
@@ -197,7 +209,8 @@ class Api:
             tar.addfile(info, io.BytesIO(script.encode()))
         config = yaml.safe_dump({
             "name": "hooked", "entrypoint": "python3 train.py", "max_restarts": 0,
-            "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}}})
+            "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 1}},
+            **settings})
         made = await self.ok("POST", "/experiments", {
             "config": config, "context": base64.b64encode(buf.getvalue()).decode()},
             status=201)
@@ -325,7 +338,8 @@ async def test_only_admins_manage_webhooks_and_bad_input_names_the_field(
     body = {"url": f"{receiver.url}/ok", "triggers": [{"trigger_type": "CUSTOM"}]}
     for method, path, sent in [("POST", "/webhooks", body), ("GET", "/webhooks", None),
                                ("DELETE", f"/webhooks/{hook_id}", None),
-                               ("POST", f"/webhooks/{hook_id}/test", {})]:
+                               ("POST", f"/webhooks/{hook_id}/test", {}),
+                               ("GET", "/webhooks/signing_key", None)]:
         r = await api.call(method, path, sent, token=bob)
         assert r.code == 403, (method, path, r.body)
         assert "only admins" in json.loads(r.body)["error"]
@@ -385,3 +399,65 @@ def test_the_admin_page_lists_webhooks_with_a_delete_button() -> None:
     empty = Loader(str(TEMPLATES)).load("admin.html").generate(
         webhooks=[], **namespace).decode()
     assert 'id="no-webhooks"' in empty
+
+
+async def test_every_delivery_is_signed_as_determined_signs_it(
+        api: Api, receiver: Receiver) -> None:
+    """A receiver recomputes the HMAC-SHA256 of '<timestamp>,<raw body>' under the key admins
+    read from the master, and compares it with the signature header."""
+    key = (await api.ok("GET", "/webhooks/signing_key"))["signing_key"]
+    assert len(key) >= 32
+    await api.hook(f"{receiver.url}/signed", "COMPLETED")
+    await api.run("print('hello')\n")
+    await receiver.wait("signed")
+    [(timestamp, signature, raw)] = receiver.signed["signed"]
+    assert abs(int(timestamp) - time.time()) < 60
+    expected = hmac.new(key.encode(), f"{timestamp},".encode() + raw, hashlib.sha256)
+    assert hmac.compare_digest(signature, expected.hexdigest())
+    # Any change to the body or the timestamp breaks it.
+    tampered = hmac.new(key.encode(), f"{int(timestamp) + 1},".encode() + raw, hashlib.sha256)
+    assert signature != tampered.hexdigest()
+    assert signature == sign(key, int(timestamp), raw)
+
+
+async def test_the_master_keeps_its_signing_key_across_restarts(
+        sqlite_url: str, tmp_path: Path) -> None:
+    store = await Store.open(sqlite_url)
+    try:
+        first = MasterApp(data_dir=str(tmp_path / "data"))
+        (tmp_path / "data").mkdir(mode=0o700)
+        key = first.make_webhooks(store).signing_key
+        kept = tmp_path / "data" / "webhook-signing-key"
+        assert kept.read_text().strip() == key and stat.S_IMODE(kept.stat().st_mode) == 0o600
+        assert MasterApp(data_dir=str(tmp_path / "data")).make_webhooks(store).signing_key == key
+        # A configured key wins, and nothing is written for it.
+        configured = MasterApp(data_dir=str(tmp_path / "other"),
+                               config=Config({"WebhookManager": {"signing_key": "k" * 40}}))
+        assert configured.make_webhooks(store).signing_key == "k" * 40
+        assert not (tmp_path / "other").exists()
+    finally:
+        await store.close()
+
+
+async def test_a_specific_webhook_hears_only_experiments_that_name_it(
+        api: Api, receiver: Receiver) -> None:
+    made = await api.ok("POST", "/webhooks", {
+        "url": f"{receiver.url}/specific", "name": "ci", "mode": "SPECIFIC",
+        "triggers": [{"trigger_type": "EXPERIMENT_STATE_CHANGE",
+                      "condition": {"state": "COMPLETED"}}]}, status=201)
+    hook_id = made["webhook"]["id"]
+    assert made["webhook"]["mode"] == "SPECIFIC"
+    await api.hook(f"{receiver.url}/every", "COMPLETED")
+
+    plain = await api.run("print('hello')\n")
+    by_name = await api.run("print('hello')\n",
+                            integrations={"webhooks": {"webhook_name": ["ci"]}})
+    by_id = await api.run("print('hello')\n",
+                          integrations={"webhooks": {"webhook_id": [hook_id]}})
+    other = await api.run("print('hello')\n",
+                          integrations={"webhooks": {"webhook_name": ["someone-else"]}})
+    await receiver.wait("every", 4)
+    assert await api.master.webhooks.drain(10)
+    heard = [b["event_data"]["experiment"]["id"] for b in receiver.got["specific"]]
+    assert heard == [by_name["id"], by_id["id"]]
+    assert plain["id"] not in heard and other["id"] not in heard

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from det_hub.service.handlers.base import APIHandler
-from det_hub.service.webhooks import ALERT_LEVELS, TRIGGER_TYPES, WEBHOOK_TYPES, webhook_json
+from det_hub.service.webhooks import (
+    ALERT_LEVELS,
+    MODES,
+    TRIGGER_TYPES,
+    WEBHOOK_TYPES,
+    webhook_json,
+)
 
 ID = r"(?P<webhook_id>\d+)"
 
@@ -15,8 +21,9 @@ _WEBHOOK = {"type": "object", "required": ["url", "triggers"], "properties": {
     "url": {"type": "string", "format": "uri", "description": "http:// or https://"},
     "webhook_type": {"enum": list(WEBHOOK_TYPES), "default": "DEFAULT"},
     "name": {"type": "string"},
-    "mode": {"enum": ["WORKSPACE"], "default": "WORKSPACE",
-             "description": "WORKSPACE: every experiment's events"},
+    "mode": {"enum": list(MODES), "default": "WORKSPACE",
+             "description": "WORKSPACE: every experiment's events; SPECIFIC: only those of "
+                            "experiments whose config names it (integrations.webhooks)"},
     "triggers": {"type": "array", "minItems": 1, "items": _TRIGGER}}}
 _ALERT = {"type": "object", "required": ["title"], "properties": {
     "title": {"type": "string"}, "description": {"type": "string"},
@@ -61,6 +68,14 @@ class WebhookTestHandler(APIHandler):
         self.send(await self.master.webhooks.test(self.principal, int(webhook_id)))
 
 
+class SigningKeyHandler(APIHandler):
+    answers = {"get": "signing_key"}
+
+    async def get(self) -> None:
+        """The key deliveries are signed with (admins only), for receivers to check them."""
+        self.send({"signing_key": self.master.webhooks.get_signing_key(self.principal)})
+
+
 class TrialAlertsHandler(APIHandler):
     allow_allocation = True
     body = {"post": _ALERT}
@@ -78,6 +93,7 @@ class TrialAlertsHandler(APIHandler):
 
 routes = [
     (r"/webhooks", WebhooksHandler),
+    (r"/webhooks/signing_key", SigningKeyHandler),
     (rf"/webhooks/{ID}", WebhookHandler),
     (rf"/webhooks/{ID}/test", WebhookTestHandler),
     (r"/trials/(?P<trial_id>\d+)/alerts", TrialAlertsHandler),
