@@ -898,6 +898,22 @@ class Client:
         return Checkpoint.from_json(_object(self._get(f"/checkpoints/{uuid}"), "checkpoint"),
                                     self)
 
+    def checkpoint_metrics(self, uuid: str, group: str | None = None) -> Listing[MetricReport]:
+        """Returns the metric reports of every trial that reported using a checkpoint
+        (``core_context.experimental.report_task_using_checkpoint``, or through a model
+        version of it), trial by trial, each in ascending order of steps; each report says
+        its ``trial_id``.
+
+        Args:
+            uuid: The checkpoint.
+            group: Only this group (``validation``, ``training``, ...); all by default.
+
+        Raises:
+            MasterError: 404 for an unknown checkpoint.
+        """
+        body = self._get(f"/checkpoints/{_segment(uuid)}/metrics", {"group": group})
+        return Listing([MetricReport.from_json(m) for m in self._items(body, "metrics")], body)
+
     def delete_checkpoint(self, uuid: str) -> Checkpoint:
         """Deletes a checkpoint's files (its experiment's owner or an admin) and returns it,
         now ``DELETED``.
@@ -1034,6 +1050,19 @@ class Client:
             return versions[0]
         body = self._get(f"/models/{_segment(name)}/versions/{int(version)}")
         return ModelVersion.from_json(_object(body, "model_version"), self)
+
+    def model_version_metrics(self, name: str, version: int,
+                              group: str | None = None) -> Listing[MetricReport]:
+        """Returns the metric reports of every trial that reported using version ``version``
+        of a model (``core_context.experimental.report_task_using_model_version``), as
+        :meth:`checkpoint_metrics` orders them.
+
+        Raises:
+            MasterError: 404 for an unknown model or version.
+        """
+        body = self._get(f"/models/{_segment(name)}/versions/{int(version)}/metrics",
+                         {"group": group})
+        return Listing([MetricReport.from_json(m) for m in self._items(body, "metrics")], body)
 
     def update_model_version(self, model: str, version: int, /,
                              **changes: Any) -> ModelVersion:

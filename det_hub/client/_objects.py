@@ -264,16 +264,20 @@ class MetricReport:
     report_time: dt.datetime | None
     metrics: dict[str, Any]
     raw: dict[str, Any] = field(repr=False, compare=False)
+    #: The trial that reported it (None from a master that does not say).
+    trial_id: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MetricReport:
-        """Builds a :class:`MetricReport` from one item of ``GET /trials/{id}/metrics``."""
+        """Builds a :class:`MetricReport` from one item of ``GET /trials/{id}/metrics``
+        (or of the metrics of a checkpoint or model version)."""
         return cls(
             group=str(data.get("group", "")),
             steps_completed=_int(data.get("steps_completed")),
             report_time=parse_time(data.get("report_time")),
             metrics=nonfinite.decode(_dict(data.get("metrics"))),
             raw=data,
+            trial_id=_opt_int(data.get("trial_id")),
         )
 
 
@@ -323,6 +327,13 @@ class Checkpoint:
 
         return checkpoint_directory(self, Path("checkpoints", self.uuid) if path is None
                                     else path)
+
+    def get_metrics(self, group: str | None = None) -> Listing[MetricReport]:
+        """Returns the metric reports of every trial that reported using this checkpoint
+        (``core_context.experimental.report_task_using_checkpoint``, or through a model
+        version of it): trial by trial, each in ascending order of steps, each report with
+        its ``trial_id``. ``group`` keeps one group (``validation``, ``training``, ...)."""
+        return self._sdk().checkpoint_metrics(self.uuid, group)
 
     def delete(self) -> Checkpoint:
         """Deletes the checkpoint's files (its experiment's owner or an admin); returns it as

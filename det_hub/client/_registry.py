@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._errors import DetHubError
-from ._objects import Checkpoint, _dict, _int, parse_time
+from ._objects import Checkpoint, Listing, MetricReport, _dict, _int, parse_time
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -233,6 +233,13 @@ class ModelVersion:
 
     def remove_metadata(self, keys: Iterable[str]) -> None:
         self._patch(remove_metadata=list(keys))
+
+    def get_metrics(self, group: str | None = None) -> Listing[MetricReport]:
+        """Returns the metric reports of every trial that reported using this version
+        (``core_context.experimental.report_task_using_model_version``): trial by trial, each
+        in ascending order of steps, each report with its ``trial_id``. ``group`` keeps one
+        group (``validation``, ``training``, ...)."""
+        return self._sdk().model_version_metrics(self.model_name, self.version, group)
 
     def delete(self) -> None:
         """Deletes this version; its checkpoint may then be deleted (unless another version

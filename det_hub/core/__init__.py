@@ -9,14 +9,15 @@ Names follow Determined's Core API, so a Determined script runs after changing i
             ...
 """
 
-from det_hub.core._checkpoint import CheckpointContext
+from det_hub.core._checkpoint import CheckpointContext, DownloadMode
 from det_hub.core._cluster_info import ClusterInfo, TrialInfo, get_cluster_info
 from det_hub.core._context import Context, TensorboardMode, init
 from det_hub.core._distributed import DistributedContext
+from det_hub.core._experimental import ExperimentalCoreContext
 from det_hub.core._http import MasterError, MasterSession
 from det_hub.core._preempt import PreemptContext, PreemptMode
 from det_hub.core._profiler import ProfilerContext
-from det_hub.core._searcher import SearcherContext, SearcherMode, SearcherOperation
+from det_hub.core._searcher import SearcherContext, SearcherMode, SearcherOperation, Unit
 from det_hub.core._train import EarlyExitReason, TrainContext
 
 __all__ = [
@@ -24,7 +25,9 @@ __all__ = [
     "ClusterInfo",
     "Context",
     "DistributedContext",
+    "DownloadMode",
     "EarlyExitReason",
+    "ExperimentalCoreContext",
     "MasterError",
     "MasterSession",
     "PreemptContext",
@@ -36,6 +39,7 @@ __all__ = [
     "TensorboardMode",
     "TrainContext",
     "TrialInfo",
+    "Unit",
     "get_cluster_info",
     "init",
 ]

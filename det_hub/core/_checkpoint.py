@@ -3,23 +3,84 @@
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import os
 import shutil
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterError, MasterSession
 from det_hub.core._train import to_jsonable
-from det_hub.storage import StorageManager, check_uuid, directory_resources
+from det_hub.storage import (
+    CheckpointIntegrityError,
+    StorageManager,
+    check_uuid,
+    directory_resources,
+)
 
 logger = logging.getLogger("det_hub.core")
 
 METADATA_FILE = "metadata.json"
+
+
+class DownloadMode(enum.Enum):
+    """How the workers of one node fetch a checkpoint in :meth:`CheckpointContext.download`
+    and :meth:`CheckpointContext.restore_path`.
+
+    ``LocalWorkersShareDownload`` (the default): the workers of a node (the same
+    ``cross_rank``) share one copy, fetched by the node's local chief; every local worker must
+    make the call together. When every local worker gives a ``selector``, the copy holds the
+    files any of them accepts.
+    ``NoSharedDownload``: every worker fetches on its own, without waiting for the others.
+    """
+
+    LocalWorkersShareDownload = "LOCAL_WORKERS_SHARE_DOWNLOAD"
+    NoSharedDownload = "NO_SHARED_DOWNLOAD"
+
+
+def _download_mode(mode: DownloadMode | str) -> DownloadMode:
+    try:
+        return DownloadMode(mode)
+    except ValueError:
+        choices = ", ".join(f"DownloadMode.{m.name} ({m.value!r})" for m in DownloadMode)
+        raise ValueError(f"download_mode {mode!r} is not one of {choices}") from None
+
+
+#: The exception classes a worker sharing a download raises again, by name, when the local
+#: chief failed with one of them (or a subclass); any other failure becomes a RuntimeError.
+_SHARED_ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls
+    for cls in (
+        CheckpointIntegrityError,
+        FileNotFoundError,
+        PermissionError,
+        OSError,
+        ValueError,
+        TypeError,
+    )
+}
+
+
+def _describe(exc: BaseException) -> tuple[str, str]:
+    """The name of the class in :data:`_SHARED_ERRORS` that ``exc`` is an instance of
+    (``RuntimeError`` for none) and its message, to send to the other local workers."""
+    kind = next((c.__name__ for c in type(exc).__mro__ if c.__name__ in _SHARED_ERRORS
+                 and _SHARED_ERRORS[c.__name__] is c), "RuntimeError")
+    return kind, f"{type(exc).__name__}: {exc}"
+
+
+class _Failure(Exception):
+    """Why the local chief fetches nothing for the workers of its node; ``kind`` names the
+    class (in :data:`_SHARED_ERRORS`, else RuntimeError) every local worker raises."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def _clean_metadata(metadata: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -188,27 +249,225 @@ class CheckpointContext:
         return {str(k): int(v) for k, v in found.items()} if isinstance(found, Mapping) else None
 
     @contextlib.contextmanager
-    def restore_path(self, storage_id: str) -> Iterator[Path]:
+    def restore_path(
+        self,
+        storage_id: str,
+        download_mode: DownloadMode | str = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Callable[[str], bool] | None = None,
+    ) -> Iterator[Path]:
         """A local directory holding checkpoint ``storage_id``; read from it in the body only.
 
-        Inside a cluster the files are checked against the sizes the master recorded.
+        Inside a cluster the files are checked against the sizes the master recorded (only
+        the selected ones, with a ``selector``).
+
+        With ``DownloadMode.LocalWorkersShareDownload`` (the default) and more than one worker
+        on this node, every local worker must call it together: the local chief fetches the
+        checkpoint once, every local worker reads the same directory, and the chief lets it go
+        only after every local worker's body has ended.
+
+        Args:
+            storage_id: The checkpoint's id.
+            download_mode: A :class:`DownloadMode`, or its value as a string.
+            selector: Given each file's path relative to the checkpoint (POSIX, such as
+                ``model/weights.bin``), whether the directory must hold it; None for every
+                file. Workers sharing a download get the files any of their selectors accepts
+                (every file, when one of them gives no selector).
 
         Raises:
             FileNotFoundError: No such checkpoint in storage.
             det_hub.storage.CheckpointIntegrityError: A file is missing or of another size.
-            ValueError: ``storage_id`` is not a uuid.
+            ValueError: ``storage_id`` is not a uuid, or ``download_mode`` is not a
+                :class:`DownloadMode`.
+            RuntimeError: Sharing a download, the local chief failed in some other way.
         """
-        check_uuid(storage_id)
-        resources = self._saved_resources(storage_id)
-        with self._storage.restore_path(storage_id, resources=resources) as path:
+        mode = _download_mode(download_mode)
+        if mode is DownloadMode.NoSharedDownload or self._dist.get_local_size() == 1:
+            check_uuid(storage_id)
+            resources = self._saved_resources(storage_id)
+            with self._storage.restore_path(
+                storage_id, resources=resources, selector=selector
+            ) as path:
+                yield path
+            return
+        with self._shared_restore(storage_id, selector) as path:
             yield path
 
-    def download(self, storage_id: str, ckpt_dir: str | os.PathLike[str]) -> None:
+    def download(
+        self,
+        storage_id: str,
+        ckpt_dir: str | os.PathLike[str],
+        download_mode: DownloadMode | str = DownloadMode.LocalWorkersShareDownload,
+        *,
+        selector: Callable[[str], bool] | None = None,
+    ) -> None:
         """Copy checkpoint ``storage_id`` into ``ckpt_dir`` (checked as :meth:`restore_path`
-        checks)."""
-        check_uuid(storage_id)
-        resources = self._saved_resources(storage_id)
-        self._storage.download(storage_id, ckpt_dir, resources=resources)
+        checks).
+
+        With ``DownloadMode.LocalWorkersShareDownload`` (the default) and more than one worker
+        on this node, every local worker must call it together with the same ``ckpt_dir``:
+        the local chief writes it once, and the call returns on every local worker when the
+        chief has finished.
+
+        Args:
+            storage_id: The checkpoint's id.
+            ckpt_dir: The directory to copy into (created when missing).
+            download_mode: As for :meth:`restore_path`.
+            selector: As for :meth:`restore_path`: only the files it accepts are copied.
+
+        Raises:
+            As :meth:`restore_path`; also ValueError when workers sharing a download give
+            different ``ckpt_dir``.
+        """
+        mode = _download_mode(download_mode)
+        if mode is DownloadMode.NoSharedDownload or self._dist.get_local_size() == 1:
+            check_uuid(storage_id)
+            resources = self._saved_resources(storage_id)
+            self._storage.download(storage_id, ckpt_dir, resources=resources, selector=selector)
+            return
+        target = os.path.abspath(os.fspath(ckpt_dir))
+        if not self._dist.is_local_chief:
+            self._agree_selection(storage_id, selector, target)
+            outcome = self._dist.broadcast_local(None)
+            if outcome is not None:
+                raise self._worker_error(storage_id, "downloaded", outcome)
+            return
+        try:
+            resources, chosen = self._agree_selection(storage_id, selector, target)
+            self._storage.download(storage_id, target, resources=resources, selector=chosen)
+        except _Failure as exc:
+            self._dist.broadcast_local((exc.kind, str(exc)))
+            raise self._worker_error(storage_id, "downloaded", (exc.kind, str(exc))) from None
+        except Exception as exc:
+            self._dist.broadcast_local(_describe(exc))
+            raise
+        self._dist.broadcast_local(None)
+
+    def _agree_selection(
+        self, storage_id: str, selector: Callable[[str], bool] | None, target: str | None
+    ) -> tuple[dict[str, int] | None, Callable[[str], bool] | None]:
+        """Agree with the other local workers on what the local chief fetches.
+
+        Every local worker calls it together; no worker raises before the others have
+        answered, so that none is left waiting. The local chief lists the checkpoint's files
+        (only when it has a selector itself: otherwise every file is wanted anyway) and
+        sends the names to the others; each answers which its selector accepts (None for
+        all), and the chief takes the union. Workers also check that they ask for what the
+        chief asks for (``storage_id``, and ``target``, the directory to download into).
+
+        Returns:
+            On the local chief, the master's record of the files' sizes (None without one)
+            and the selector to fetch with (None for every file); ``(None, None)`` on the
+            other workers.
+
+        Raises:
+            _Failure: On the local chief only, after every local worker has answered: the
+                files could not be listed, or a worker's selector or arguments failed.
+        """
+        listing: dict[str, Any] = {"storage_id": storage_id, "target": target}
+        resources: dict[str, int] | None = None
+        if self._dist.is_local_chief:
+            try:
+                resources = self._saved_resources(check_uuid(storage_id))
+                if selector is not None:
+                    names = resources if resources is not None else self._storage.resources(
+                        storage_id
+                    )
+                    listing["names"] = sorted(names)
+            except Exception as exc:
+                listing["error"] = _describe(exc)
+        listing = self._dist.broadcast_local(listing)
+        answer: dict[str, Any] = {"rank": self._dist.get_rank()}
+        try:
+            check_uuid(storage_id)
+            if "error" in listing:
+                pass
+            elif listing["storage_id"] != storage_id:
+                raise ValueError(
+                    f"it asked for checkpoint {storage_id}, the local chief for "
+                    f"{listing['storage_id']}; local workers sharing a download must ask for "
+                    "the same checkpoint"
+                )
+            elif listing["target"] != target:
+                raise ValueError(
+                    f"it downloads into {target}, the local chief into {listing['target']}; "
+                    "local workers sharing a download must give the same ckpt_dir (or use "
+                    "DownloadMode.NoSharedDownload)"
+                )
+            elif selector is not None and "names" in listing:
+                answer["names"] = [name for name in listing["names"] if selector(name)]
+        except Exception as exc:
+            answer["error"] = _describe(exc)
+        answers = self._dist.gather_local(answer)
+        if not self._dist.is_local_chief:
+            return None, None
+        assert answers is not None
+        problems: list[tuple[str, str]] = []
+        if "error" in listing:
+            kind, message = listing["error"]
+            problems.append((kind, f"its files could not be listed: {message}"))
+        for a in answers:
+            if "error" in a:
+                kind, message = a["error"]
+                problems.append((kind, f"rank {a['rank']}: {message}"))
+        if problems:
+            raise _Failure(
+                problems[0][0],
+                f"checkpoint {storage_id} was not fetched for the workers of this node: "
+                + "; ".join(message for _kind, message in problems),
+            )
+        if any("names" not in a for a in answers):
+            return resources, None  # some worker wants every file
+        union = frozenset(name for a in answers for name in a["names"])
+        return resources, union.__contains__
+
+    @contextlib.contextmanager
+    def _shared_restore(
+        self, storage_id: str, selector: Callable[[str], bool] | None
+    ) -> Iterator[Path]:
+        """:meth:`restore_path` for the local workers of a node sharing one fetch."""
+        if not self._dist.is_local_chief:
+            self._agree_selection(storage_id, selector, None)
+            outcome = self._dist.broadcast_local(None)
+            if outcome[0] == "error":
+                raise self._worker_error(storage_id, "restored", outcome[1])
+            try:
+                yield Path(outcome[1])
+            finally:
+                self._dist.allgather_local(None)  # the chief keeps the directory until here
+            return
+        with contextlib.ExitStack() as stack:
+            try:
+                resources, chosen = self._agree_selection(storage_id, selector, None)
+                path = stack.enter_context(
+                    self._storage.restore_path(storage_id, resources=resources, selector=chosen)
+                )
+            except _Failure as exc:
+                self._dist.broadcast_local(("error", (exc.kind, str(exc))))
+                raise self._worker_error(
+                    storage_id, "restored", (exc.kind, str(exc))
+                ) from None
+            except Exception as exc:
+                self._dist.broadcast_local(("error", _describe(exc)))
+                raise
+            self._dist.broadcast_local(("path", str(path)))
+            try:
+                yield path
+            finally:
+                self._dist.allgather_local(None)  # every local worker's body has ended
+
+    @staticmethod
+    def _worker_error(storage_id: str, done: str, outcome: tuple[str, str]) -> Exception:
+        """The error a local worker raises when the local chief could not fetch the
+        checkpoint for it (``outcome``: the error's class name and message)."""
+        kind, message = outcome
+        cls = _SHARED_ERRORS.get(kind, RuntimeError)
+        if message.startswith(f"checkpoint {storage_id} "):
+            return cls(message)
+        return cls(
+            f"checkpoint {storage_id} could not be {done} by the local chief for the workers "
+            f"of this node: {message}"
+        )
 
     def get_metadata(self, storage_id: str) -> dict[str, Any]:
         """The metadata stored with checkpoint ``storage_id``.

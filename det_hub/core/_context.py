@@ -13,11 +13,12 @@ from typing import Any
 from det_hub.core._checkpoint import CheckpointContext
 from det_hub.core._cluster_info import ClusterInfo, get_cluster_info
 from det_hub.core._distributed import DistributedContext
+from det_hub.core._experimental import ExperimentalCoreContext, LocalExperimentalCoreContext
 from det_hub.core._http import MasterSession
 from det_hub.core._metric_sender import MetricSender
 from det_hub.core._preempt import PreemptContext, PreemptMode
 from det_hub.core._profiler import ProfilerContext
-from det_hub.core._searcher import SearcherContext
+from det_hub.core._searcher import SearcherContext, parse_searcher_units
 from det_hub.core._tensorboard_sync import TensorboardSync
 from det_hub.core._train import TrainContext
 from det_hub.storage import SharedFSStorage, StorageManager, build_storage
@@ -61,6 +62,10 @@ class Context:
         info: The cluster info, or None outside a cluster.
         profiler: Determined's system-metrics profiler (:class:`ProfilerContext`); not
             available here, so ``profiler.on()`` raises.
+        experimental: Links the trial to the checkpoint or model version it uses, so that
+            the metrics it reports are found from them
+            (:class:`~det_hub.core._experimental.ExperimentalCoreContext`); outside a cluster
+            it only logs what it would link.
     """
 
     def __init__(
@@ -74,6 +79,7 @@ class Context:
         info: ClusterInfo | None,
         session: MasterSession | None = None,
         tensorboard_sync: TensorboardSync | None = None,
+        experimental: ExperimentalCoreContext | None = None,
     ) -> None:
         self.distributed = distributed
         self.train = train
@@ -82,6 +88,7 @@ class Context:
         self.searcher = searcher
         self.info = info
         self.profiler = ProfilerContext()
+        self.experimental = experimental or LocalExperimentalCoreContext()
         self._session = session
         self._tensorboard_sync = tensorboard_sync
         self._closed = False
@@ -235,6 +242,7 @@ def init(
                 distributed=dist, train=train, local_length=_local_max_length()
             ),
             info=None,
+            experimental=LocalExperimentalCoreContext(),
         )
 
     if not info.master_url:
@@ -275,8 +283,10 @@ def init(
         preempt=PreemptContext(
             distributed=dist, session=session, allocation_id=info.allocation_id, mode=preempt_mode
         ),
-        searcher=SearcherContext(distributed=dist, train=train, session=session, trial_id=trial_id),
+        searcher=SearcherContext(distributed=dist, train=train, session=session, trial_id=trial_id,
+                                 units=parse_searcher_units(info.trial._config)),
         info=info,
         session=session,
         tensorboard_sync=tensorboard_sync,
+        experimental=ExperimentalCoreContext(session, trial_id),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from det_hub import nonfinite
@@ -20,6 +20,27 @@ class SearcherMode(enum.Enum):
 
     WorkersAskChief = "WORKERS_ASK_CHIEF"
     ChiefOnly = "CHIEF_ONLY"
+
+
+class Unit(enum.Enum):
+    """The unit of the config's lengths (``searcher.max_length``), as Determined names them."""
+
+    EPOCHS = "EPOCHS"
+    RECORDS = "RECORDS"
+    BATCHES = "BATCHES"
+
+
+def parse_searcher_units(config: Mapping[str, Any]) -> Unit | None:
+    """The unit of an experiment config's ``searcher.max_length`` (``{"batches": 100}`` is
+    ``Unit.BATCHES``); None when the length is a bare number, absent or not understood, as
+    with Determined's current configs, whose lengths come from ``Trainer.fit``."""
+    searcher = config.get("searcher")
+    length = searcher.get("max_length") if isinstance(searcher, Mapping) else None
+    if isinstance(length, Mapping) and len(length) == 1:
+        [key] = length
+        return {"batches": Unit.BATCHES, "epochs": Unit.EPOCHS,
+                "records": Unit.RECORDS}.get(str(key))
+    return None
 
 
 class SearcherOperation:
@@ -102,12 +123,19 @@ class SearcherContext:
         session: MasterSession | None = None,
         trial_id: int | None = None,
         local_length: int = 1,
+        units: Unit | None = None,
     ) -> None:
         self._dist = distributed
         self._train = train
         self._session = session
         self._trial_id = trial_id
         self._local_length = local_length
+        self._units = units
+
+    def get_configured_units(self) -> Unit | None:
+        """The unit the experiment config gives its lengths in (:func:`parse_searcher_units`);
+        None when the config has none, or outside a cluster."""
+        return self._units
 
     def operations(
         self,

@@ -53,7 +53,12 @@ from det_hub.service.experiment import (
     validation_fields,
 )
 from det_hub.service.registry import ModelRegistry
-from det_hub.service.serialize import checkpoint_json, experiment_json, task_json
+from det_hub.service.serialize import (
+    checkpoint_json,
+    experiment_json,
+    task_json,
+    trial_source_json,
+)
 from det_hub.service.task_paths import (
     CACHES,
     CHECKPOINTS,
@@ -76,11 +81,12 @@ from det_hub.states import (
     shown_trial_state,
 )
 from det_hub.storage import remote_tensorboard, tensorboard_dir
+from det_hub.store import NotFound as StoreNotFound
 from det_hub.store import Store, StoreConflict, TrialSummary, hash_token, utcnow
 
 if TYPE_CHECKING:
     from det_hub.service.hub import HubIdentity
-    from det_hub.store.models import Checkpoint, Experiment, Task, Trial, User
+    from det_hub.store.models import Checkpoint, Experiment, MetricRow, Task, Trial, User
 
 log = logging.getLogger("det_hub.master")
 
@@ -190,6 +196,7 @@ class Master:
         await self._recover()
         self.cluster.start()
         self.tasks.start()
+        await self.webhooks.resume()
 
     async def stop(self) -> None:
         await self.tasks.stop()
@@ -1252,6 +1259,77 @@ class Master:
                                 if dry_run or c.uuid in result.deleted],
                 "registered": result.registered}
 
+    # --- what trials used (trial source infos) ------------------------------------------
+    async def report_trial_source(self, who: Principal, trial_id: int,
+                                  body: dict[str, Any]) -> dict[str, Any]:
+        """Link a trial to the checkpoint it used, or to a model version and its checkpoint
+        (``core_context.experimental.report_task_using_checkpoint`` and
+        ``report_task_using_model_version``), so that the metrics the trial reports are found
+        from them. Reporting a link again changes nothing.
+
+        Args:
+            body: ``{"checkpoint_uuid", "model_name" (optional), "model_version"
+                (optional, given with model_name)}``.
+
+        Returns:
+            The link, as :func:`~det_hub.service.serialize.trial_source_json` shows it.
+
+        Raises:
+            Forbidden: Neither the trial's own training code, nor its experiment's owner, a
+                user with the manage scope or an admin.
+            BadRequest: A bad body.
+            NotFound: No such trial, checkpoint, model or model version.
+            Conflict: The model version is another checkpoint.
+        """
+        trial = await self.get_trial(who, trial_id)
+        if who.allocation is None:
+            exp = await self.get_experiment(trial.experiment_id)
+            if not who.may_change(exp.owner_id):
+                raise Forbidden(f"only trial {trial_id}'s training code, its owner or an admin "
+                                "can report what it used")
+        uuid, name, number = _source_fields(body)
+        if await self.store.get_checkpoint(uuid) is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        version_id = None
+        if name is not None and number is not None:
+            _, version = await self.registry.get_version(name, number)
+            if version.checkpoint_uuid != uuid:
+                raise Conflict(f"model {name!r} version {number} is checkpoint "
+                               f"{version.checkpoint_uuid}, not {uuid}")
+            version_id = version.id
+        try:
+            link = await self.store.add_trial_source(
+                trial_id=trial.id, checkpoint_uuid=uuid, model_version_id=version_id)
+        except StoreNotFound:
+            # Deleted since it was read above.
+            raise NotFound(f"checkpoint {uuid} or model {name!r} version {number} was "
+                           "deleted meanwhile") from None
+        except StoreConflict as e:
+            raise Conflict(str(e)) from None
+        return trial_source_json(link, name, number)
+
+    async def checkpoint_metrics(self, who: Principal, uuid: str,
+                                 group: str | None = None) -> list[MetricRow]:
+        """The metrics (of one group, or all) of every trial that reported using this
+        checkpoint, directly or through a model version: trial by trial, each ascending.
+
+        Raises:
+            NotFound: No such checkpoint.
+        """
+        ckpt = await self.get_checkpoint(who, uuid)
+        return await self.store.checkpoint_metrics(ckpt.uuid, group=group)
+
+    async def model_version_metrics(self, who: Principal, name: str, version: int,
+                                    group: str | None = None) -> list[MetricRow]:
+        """The metrics (of one group, or all) of every trial that reported using this model
+        version, as :meth:`checkpoint_metrics` orders them.
+
+        Raises:
+            NotFound: No such model or version.
+        """
+        _, found = await self.registry.get_version(name, version)
+        return await self.store.model_version_metrics(found.id, group=group)
+
     async def _on_trial_end(self, run: ExperimentRun, trial: Trial) -> None:
         """Apply the experiment's checkpoint GC policy once a trial has ended."""
         await self.checkpoint_gc.collect(run.row, run.trials.values())
@@ -1483,6 +1561,31 @@ def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadRequest(f"{key}: must be an integer")
     return value
+
+
+_SOURCE_FIELDS = ("checkpoint_uuid", "model_name", "model_version")
+
+
+def _source_fields(body: dict[str, Any]) -> tuple[str, str | None, int | None]:
+    """``(checkpoint uuid, model name, version number)`` of a trial source's body, checked;
+    the model's two are both None or both given."""
+    unknown = sorted(set(body) - set(_SOURCE_FIELDS))
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: unknown field; the fields are "
+                         + ", ".join(_SOURCE_FIELDS))
+    uuid = body.get("checkpoint_uuid")
+    if not isinstance(uuid, str) or not _UUID.match(uuid.lower()):
+        raise BadRequest("checkpoint_uuid: must be the UUID string of a checkpoint")
+    name, number = body.get("model_name"), body.get("model_version")
+    if (name is None) != (number is None):
+        raise BadRequest("model_name and model_version: give both to name a model version, "
+                         "or neither to name only a checkpoint")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise BadRequest("model_name: must be the name of a model")
+    if number is not None and (isinstance(number, bool) or not isinstance(number, int)
+                               or number < 1):
+        raise BadRequest("model_version: must be a version number >= 1")
+    return uuid.lower(), name, number
 
 
 def new_api_token() -> str:

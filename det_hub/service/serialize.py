@@ -11,10 +11,12 @@ if TYPE_CHECKING:
     from det_hub.store.models import (
         Checkpoint,
         Experiment,
+        MetricRow,
         Model,
         ModelVersion,
         Task,
         Trial,
+        TrialSourceInfo,
         User,
     )
 
@@ -61,6 +63,22 @@ def trial_json(t: Trial) -> dict[str, Any]:
         "latest_validation": t.latest_validation,
         "searcher_metric_value": t.searcher_metric_value,
     }
+
+
+def metric_json(r: MetricRow) -> dict[str, Any]:
+    """One reported row of a trial's metrics, as every metrics endpoint lists it."""
+    return {"id": r.id, "trial_id": r.trial_id, "group": r.group,
+            "steps_completed": r.steps_completed, "report_time": iso(r.report_time),
+            "metrics": r.metrics}
+
+
+def trial_source_json(link: TrialSourceInfo, model_name: str | None = None,
+                      model_version: int | None = None) -> dict[str, Any]:
+    """A trial's link to a checkpoint it used; ``model_name`` and ``model_version`` name
+    the model version it was linked through (None for a plain checkpoint link)."""
+    return {"trial_id": link.trial_id, "checkpoint_uuid": link.checkpoint_uuid,
+            "model_name": model_name, "model_version": model_version,
+            "created_at": iso(link.created_at)}
 
 
 def checkpoint_json(c: Checkpoint, training: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -445,15 +445,26 @@ class WebhookManager(LoggingConfigurable):
             if not any(trigger_matches(t.trigger_type, t.condition, event_type, event)
                        for t in hook.triggers):
                 continue
+            if len(self._tasks) >= self.max_pending:
+                log.warning("webhooks: %d deliveries under way already; the %s event is not "
+                            "sent to webhook %d", len(self._tasks), event_type, hook.id)
+                continue
             body = payload_for(hook.webhook_type, event_id, event_type, now, condition, data)
-            self._spawn(self._deliver(hook.id, hook.url, body, event_type))
+            # Kept until it is made or given up: a restarted master makes it then.
+            kept = await self.store.add_webhook_delivery(hook.id, event_type, body)
+            self._spawn(self._deliver(hook.id, hook.url, body, event_type, kept.id))
+
+    async def resume(self) -> int:
+        """Make the deliveries a stopped master left unmade (under way, or waiting to retry
+        when it stopped); how many. The master calls it as it starts."""
+        pending = await self.store.list_webhook_deliveries()
+        for kept, hook in pending:
+            log.info("webhook %d: delivering the %s event %s left from before the restart",
+                     hook.id, kept.event_type, kept.body.get("event_id", ""))
+            self._spawn(self._deliver(hook.id, hook.url, kept.body, kept.event_type, kept.id))
+        return len(pending)
 
     def _spawn(self, work: Any) -> None:
-        if len(self._tasks) >= self.max_pending:
-            work.close()
-            log.warning("webhooks: %d deliveries under way already; an event is dropped",
-                        len(self._tasks))
-            return
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(self._done)
@@ -464,18 +475,21 @@ class WebhookManager(LoggingConfigurable):
             log.error("webhooks: an event could not be delivered: %s", task.exception())
 
     async def _deliver(self, hook_id: int, url: str, body: dict[str, Any],
-                       event_type: str) -> bool:
-        """POST ``body`` to ``url``, retrying with backoff; log the failure that gave up."""
+                       event_type: str, delivery_id: int) -> bool:
+        """POST ``body`` to ``url``, retrying with backoff; log the failure that gave up.
+        The kept delivery is forgotten either way; a stop (cancellation) leaves it kept."""
         error: str | None = None
         for attempt in range(self.retries + 1):
             if attempt:
                 await asyncio.sleep(self.backoff_seconds * 2 ** (attempt - 1))
             error = await self._attempt(url, body)
             if error is None:
-                return True
-        log.warning("webhook %d: gave up delivering the %s event to %s after %d attempt(s): %s",
-                    hook_id, event_type, url, self.retries + 1, error)
-        return False
+                break
+        else:
+            log.warning("webhook %d: gave up delivering the %s event to %s after %d "
+                        "attempt(s): %s", hook_id, event_type, url, self.retries + 1, error)
+        await self.store.remove_webhook_delivery(delivery_id)
+        return error is None
 
     async def _attempt(self, url: str, body: dict[str, Any]) -> str | None:
         """One POST; None when it was answered 2xx, else why not."""

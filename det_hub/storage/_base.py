@@ -6,7 +6,7 @@ import abc
 import contextlib
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 _UUID_RE = re.compile(
@@ -68,11 +68,44 @@ def verify_resources(
         )
 
 
+def select_files(
+    storage_id: str,
+    found: Mapping[str, int],
+    expected: Mapping[str, int] | None,
+    selector: Callable[[str], bool] | None,
+) -> dict[str, int]:
+    """The files of ``found`` (relative path to size) that ``selector`` accepts, all of them
+    when it is None, after checking them as :func:`verify_resources` does against the files of
+    ``expected`` that ``selector`` accepts. ``selector`` is asked once about each name.
+
+    Raises:
+        CheckpointIntegrityError: A selected file of ``expected`` is missing from ``found``, or
+            of another size.
+    """
+    if selector is None:
+        verify_resources(storage_id, found, expected)
+        return dict(found)
+    answers: dict[str, bool] = {}
+
+    def accepts(name: str) -> bool:
+        if name not in answers:
+            answers[name] = bool(selector(name))
+        return answers[name]
+
+    chosen = {name: size for name, size in found.items() if accepts(name)}
+    if expected is not None:
+        verify_resources(
+            storage_id, chosen, {name: size for name, size in expected.items() if accepts(name)}
+        )
+    return chosen
+
+
 class StorageManager(abc.ABC):
     """Where checkpoints live. Every checkpoint is a directory of files named by a uuid."""
 
-    #: Whether :meth:`restore_path` gives the stored directory itself, which outlives the
-    #: ``with`` body (a shared file system); otherwise it gives a temporary copy.
+    #: Whether :meth:`restore_path` without a ``selector`` gives the stored directory itself,
+    #: which outlives the ``with`` body (a shared file system); otherwise it gives a temporary
+    #: copy.
     restores_in_place: bool = False
 
     #: Whether TensorBoard files live away from the local file system (an object store).
@@ -138,27 +171,40 @@ class StorageManager(abc.ABC):
         dst_dir: str | os.PathLike[str],
         *,
         resources: Mapping[str, int] | None = None,
+        selector: Callable[[str], bool] | None = None,
     ) -> None:
         """Copy checkpoint ``storage_id`` into ``dst_dir`` (created when missing).
 
         Args:
             resources: The sizes its files were saved with (the master's record), to check
                 the copy against; None checks only that every file arrived whole.
+            selector: Given each file's path relative to the checkpoint (POSIX, such as
+                ``model/weights.bin``), whether to copy it; None copies every file. Files
+                keep their place in the directory tree, and only the selected files of
+                ``resources`` are checked.
 
         Raises:
             FileNotFoundError: No such checkpoint.
-            CheckpointIntegrityError: A file is missing or not the size given in ``resources``.
+            CheckpointIntegrityError: A (selected) file is missing or not the size given in
+                ``resources``.
         """
 
     @abc.abstractmethod
     @contextlib.contextmanager
     def restore_path(
-        self, storage_id: str, *, resources: Mapping[str, int] | None = None
+        self,
+        storage_id: str,
+        *,
+        resources: Mapping[str, int] | None = None,
+        selector: Callable[[str], bool] | None = None,
     ) -> Iterator[Path]:
         """A local directory holding checkpoint ``storage_id``, to read from in the body.
 
         Args:
             resources: As for :meth:`download`.
+            selector: As for :meth:`download`: the directory holds only the files it
+                accepts. With a selector the directory is always a temporary copy, removed
+                after the body.
 
         Raises:
             FileNotFoundError: No such checkpoint.

@@ -17,6 +17,7 @@ from det_hub.storage._base import (
     StorageManager,
     check_uuid,
     directory_resources,
+    select_files,
     verify_resources,
 )
 
@@ -366,27 +367,33 @@ class S3Storage(StorageManager):
         dst_dir: str | os.PathLike[str],
         *,
         resources: Mapping[str, int] | None = None,
+        selector: Callable[[str], bool] | None = None,
     ) -> None:
-        """Download the checkpoint's files into ``dst_dir``.
+        """Download the checkpoint's files, or with ``selector`` only those it accepts, into
+        ``dst_dir``.
 
-        With ``resources`` the stored objects are checked against it before anything is
-        downloaded, and every file is checked again once it has arrived.
+        With ``resources`` the stored objects (the selected ones) are checked against it
+        before anything is downloaded, and every file is checked again once it has arrived.
         """
-        objects = self._objects(storage_id)
-        verify_resources(storage_id, objects, resources)
+        objects = select_files(storage_id, self._objects(storage_id), resources, selector)
         dst = Path(dst_dir)
         dst.mkdir(parents=True, exist_ok=True)
         self._download_files(objects, self._key(storage_id), dst)
 
     @contextlib.contextmanager
     def restore_path(
-        self, storage_id: str, *, resources: Mapping[str, int] | None = None
+        self,
+        storage_id: str,
+        *,
+        resources: Mapping[str, int] | None = None,
+        selector: Callable[[str], bool] | None = None,
     ) -> Iterator[Path]:
-        """A temporary local copy of the checkpoint, removed after the body."""
+        """A temporary local copy of the checkpoint (of the files ``selector`` accepts),
+        removed after the body."""
         check_uuid(storage_id)
         tmp = Path(tempfile.mkdtemp(prefix=f"det_hub_restore_{storage_id}_"))
         try:
-            self.download(storage_id, tmp, resources=resources)
+            self.download(storage_id, tmp, resources=resources, selector=selector)
             yield tmp
         finally:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from det_hub.storage._base import (
     StorageManager,
     check_uuid,
     directory_resources,
+    select_files,
     verify_resources,
 )
 
@@ -20,7 +22,8 @@ class SharedFSStorage(StorageManager):
     """Checkpoints as directories ``host_path/storage_path/<uuid>``, and TensorBoard event
     files under ``host_path/storage_path/tensorboard/``.
 
-    Writes go straight into the final directory, and restores read from it, with no copy.
+    Writes go straight into the final directory, and restores read from it, with no copy
+    (restores of selected files only copy those into a temporary directory).
 
     Args:
         host_path: The shared directory.
@@ -81,18 +84,43 @@ class SharedFSStorage(StorageManager):
         dst_dir: str | os.PathLike[str],
         *,
         resources: Mapping[str, int] | None = None,
+        selector: Callable[[str], bool] | None = None,
     ) -> None:
+        """Copy the checkpoint's directory, or with ``selector`` only the files it accepts
+        (in their sub-directories), into ``dst_dir``."""
         src = self._existing(storage_id)
-        verify_resources(storage_id, directory_resources(src), resources)
-        shutil.copytree(src, dst_dir, dirs_exist_ok=True)
+        files = select_files(storage_id, directory_resources(src), resources, selector)
+        if selector is None:
+            shutil.copytree(src, dst_dir, dirs_exist_ok=True)
+            return
+        dst = Path(dst_dir)
+        dst.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            target = dst / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / name, target)
 
     @contextlib.contextmanager
     def restore_path(
-        self, storage_id: str, *, resources: Mapping[str, int] | None = None
+        self,
+        storage_id: str,
+        *,
+        resources: Mapping[str, int] | None = None,
+        selector: Callable[[str], bool] | None = None,
     ) -> Iterator[Path]:
+        """The checkpoint's stored directory itself; with ``selector``, a temporary directory
+        holding copies of only the files it accepts, removed after the body."""
         path = self._existing(storage_id)
-        verify_resources(storage_id, directory_resources(path), resources)
-        yield path
+        if selector is None:
+            verify_resources(storage_id, directory_resources(path), resources)
+            yield path
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=f"det_hub_restore_{storage_id}_"))
+        try:
+            self.download(storage_id, tmp, resources=resources, selector=selector)
+            yield tmp
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
 
     def delete(self, storage_id: str) -> None:
         shutil.rmtree(self._dir(storage_id), ignore_errors=True)

@@ -358,6 +358,31 @@ class ModelVersion(Base):
     last_updated_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
+class TrialSourceInfo(Base):
+    """A trial's link to a checkpoint it used (Determined's trial source info of type
+    INFERENCE): what a batch-inference trial evaluated, so that the metrics it reports are
+    found from the checkpoint, or from the model version, they were computed with.
+
+    ``model_version_id`` is set when the trial named a model version (whose checkpoint is
+    ``checkpoint_uuid``); a version is referred to by its row, not by model name and number,
+    because a model may be renamed and a deleted version's number may be taken again. Such a
+    link goes with its version; the plain link to the checkpoint, added with it, stays.
+    """
+
+    __tablename__ = "trial_source_infos"
+    # One row per link. The unique constraint holds only where model_version_id is set
+    # (NULLs are distinct on both databases); the store keeps plain links unique itself.
+    __table_args__ = (UniqueConstraint("trial_id", "checkpoint_uuid", "model_version_id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
+    checkpoint_uuid: Mapped[str] = mapped_column(
+        ForeignKey("checkpoints.uuid", ondelete="CASCADE"), index=True)
+    model_version_id: Mapped[int | None] = mapped_column(
+        ForeignKey("model_versions.id", ondelete="CASCADE"), index=True, default=None)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class Webhook(Base):
     """A URL the master POSTs to when one of its triggers fires (Determined's webhooks)."""
 
@@ -368,7 +393,8 @@ class Webhook(Base):
     url: Mapped[str] = mapped_column(Text)
     #: ``DEFAULT`` (Determined's JSON event) or ``SLACK`` (a Slack message).
     webhook_type: Mapped[str] = mapped_column(String(16))
-    #: ``WORKSPACE``: every experiment's events (the only mode so far).
+    #: ``WORKSPACE``: every experiment's events; ``SPECIFIC``: those of experiments whose
+    #: config names it.
     mode: Mapped[str] = mapped_column(String(16), default="WORKSPACE")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     # Loaded with the webhook, so that a detached row still has them.
@@ -391,6 +417,22 @@ class WebhookTrigger(Base):
     condition: Mapped[dict[str, Any]] = mapped_column(json_type(), default=dict)
 
 
+class WebhookDelivery(Base):
+    """An event on its way to a webhook: written before the first attempt and removed once
+    the receiver took it or the retries gave up, so that a delivery under way when the master
+    stopped is made after it starts again."""
+
+    __tablename__ = "webhook_deliveries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    webhook_id: Mapped[int] = mapped_column(
+        ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
+    event_type: Mapped[str] = mapped_column(String(32))
+    #: The payload as sent (its ``event_id`` lets receivers drop a repeat).
+    body: Mapped[dict[str, Any]] = mapped_column(json_type())
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 MetricRow = Metric
 LogRow = TaskLog
 
@@ -411,7 +453,9 @@ __all__ = [
     "TaskLog",
     "Token",
     "Trial",
+    "TrialSourceInfo",
     "User",
     "Webhook",
+    "WebhookDelivery",
     "WebhookTrigger",
 ]

@@ -53,6 +53,7 @@ from .models import (
     User,
 )
 from .registry import RegistryQueries
+from .sources import TrialSourceQueries
 from .summaries import (
     LEVELS,
     RAW_ROWS_PER_POINT,
@@ -161,7 +162,7 @@ class TrialSummary(NamedTuple):
     highest: float | None
 
 
-class Store(RegistryQueries, WebhookQueries):
+class Store(RegistryQueries, WebhookQueries, TrialSourceQueries):
     """The master's database: SQLite (embedded default) or PostgreSQL, through one async API.
 
     Open with :meth:`open`, which also brings the schema up to date. Every method runs in its

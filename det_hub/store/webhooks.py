@@ -14,14 +14,15 @@ from sqlalchemy import delete, select
 
 from .columns import utcnow
 from .errors import NotFound
-from .models import Webhook, WebhookTrigger
+from .models import Webhook, WebhookDelivery, WebhookTrigger
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 
 class WebhookQueries:
-    """Queries of the ``webhooks`` and ``webhook_triggers`` tables (see :class:`Store`)."""
+    """Queries of the ``webhooks``, ``webhook_triggers`` and ``webhook_deliveries`` tables
+    (see :class:`Store`)."""
 
     if TYPE_CHECKING:
         def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
@@ -71,9 +72,35 @@ class WebhookQueries:
         async with self._writing() as session:
             await session.execute(
                 delete(WebhookTrigger).where(WebhookTrigger.webhook_id == webhook_id))
+            await session.execute(
+                delete(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id))
             result = await session.execute(delete(Webhook).where(Webhook.id == webhook_id))
             if not getattr(result, "rowcount", 0):
                 raise NotFound(f"webhook {webhook_id} does not exist")
+
+    async def add_webhook_delivery(self, webhook_id: int, event_type: str,
+                                   body: Mapping[str, Any]) -> WebhookDelivery:
+        """Keep an event that is about to be sent to a webhook, until
+        :meth:`remove_webhook_delivery`."""
+        row = WebhookDelivery(webhook_id=webhook_id, event_type=event_type, body=dict(body),
+                              created_at=utcnow())
+        async with self._writing() as session:
+            session.add(row)
+        return row
+
+    async def remove_webhook_delivery(self, delivery_id: int) -> None:
+        """Forget a delivery (made, or given up); forgetting one that is gone is no error."""
+        async with self._writing() as session:
+            await session.execute(
+                delete(WebhookDelivery).where(WebhookDelivery.id == delivery_id))
+
+    async def list_webhook_deliveries(self) -> list[tuple[WebhookDelivery, Webhook]]:
+        """The deliveries not yet made, oldest first, each with its webhook."""
+        stmt = (select(WebhookDelivery, Webhook)
+                .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+                .order_by(WebhookDelivery.id))
+        async with self._reading() as session:
+            return [(d, h) for d, h in (await session.execute(stmt)).all()]
 
 
 __all__ = ["WebhookQueries"]

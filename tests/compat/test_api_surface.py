@@ -148,3 +148,26 @@ def test_from_horovod_takes_ranks_and_collectives_from_hvd() -> None:
     assert d.broadcast("x") == "from-chief"
     assert d.gather("x") is None  # only rank 0 gets the gathered list
     assert d.allgather_local("d") == ["c", "d"]  # the objects of node 1 only
+
+
+#: The public names of Determined's ``determined.core`` (its ``Dummy*`` off-cluster stand-ins
+#: aside: ``core.init()`` outside a cluster gives det_hub's local context instead).
+DETERMINED_CORE = (
+    "CheckpointContext", "Context", "DistributedContext", "DownloadMode", "EarlyExitReason",
+    "ExperimentalCoreContext", "PreemptContext", "PreemptMode", "SearcherContext",
+    "SearcherMode", "SearcherOperation", "TensorboardMode", "TrainContext", "Unit", "init",
+)
+
+
+def test_every_public_name_of_determined_core_is_there(tmp_path: Path) -> None:
+    # ``determined.core`` is this module under det_hub's alias package (tested above).
+    assert [n for n in DETERMINED_CORE if not hasattr(core, n)] == []
+    with core.init(checkpoint_storage=str(tmp_path)) as context:
+        for attribute in ("checkpoint", "distributed", "preempt", "searcher", "train",
+                          "profiler", "experimental", "info"):
+            assert hasattr(context, attribute), attribute
+        assert context.searcher.get_configured_units() is None
+        context.experimental.report_task_using_checkpoint("not-linked-off-cluster")
+    assert [m.value for m in core.DownloadMode] == [
+        "LOCAL_WORKERS_SHARE_DOWNLOAD", "NO_SHARED_DOWNLOAD"]
+    assert [m.name for m in core.Unit] == ["EPOCHS", "RECORDS", "BATCHES"]

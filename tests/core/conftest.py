@@ -133,6 +133,7 @@ def _handler(state: MasterState) -> type[BaseHTTPRequestHandler]:
                 f"/trials/{TRIAL_ID}/progress",
                 f"/trials/{TRIAL_ID}/early_exit",
                 f"/trials/{TRIAL_ID}/alerts",
+                f"/trials/{TRIAL_ID}/source_info",
                 f"/allocations/{ALLOCATION_ID}/signals/ack_preemption",
             ):
                 self._reply(200, {})

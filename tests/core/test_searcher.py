@@ -65,3 +65,20 @@ def test_a_nan_searcher_metric_is_reported_as_determined_reports_it(
         op = next(iter(ctx.searcher.operations()))
         op.report_completed(float("nan"))
     assert in_trial.state.completed_ops == [{"length": 10, "searcher_metric": "NaN"}]
+
+
+def test_the_configured_unit_is_read_from_the_legacy_length_as_determined_reads_it() -> None:
+    from det_hub.core import Unit
+    from det_hub.core._searcher import parse_searcher_units
+
+    def units(length: object) -> object:
+        return parse_searcher_units({"searcher": {"name": "single", "max_length": length}})
+
+    assert units({"batches": 100}) is Unit.BATCHES
+    assert units({"epochs": 2}) is Unit.EPOCHS
+    assert units({"records": 6400}) is Unit.RECORDS
+    # Determined's current configs have no length: it comes from Trainer.fit.
+    assert parse_searcher_units({"searcher": {"name": "single"}}) is None
+    assert units(100) is None and units({"steps": 3}) is None
+    assert units({"batches": 1, "epochs": 1}) is None
+    assert parse_searcher_units({}) is None

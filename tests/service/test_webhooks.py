@@ -461,3 +461,53 @@ async def test_a_specific_webhook_hears_only_experiments_that_name_it(
     heard = [b["event_data"]["experiment"]["id"] for b in receiver.got["specific"]]
     assert heard == [by_name["id"], by_id["id"]]
     assert plain["id"] not in heard and other["id"] not in heard
+
+
+async def test_a_delivery_waiting_to_retry_when_the_master_stops_is_made_after_it_starts(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """The receiver is down when the experiment completes; the master stops while it waits to
+    retry. A new master on the same store delivers the same event once the receiver is up."""
+    sock, port = bind_unused_port()
+    sock.close()  # nothing listens there yet: the first attempt is refused
+    url = f"http://127.0.0.1:{port}/late"
+    store = await Store.open(sqlite_url)
+    try:
+        hooks = WebhookManager(store, retries=5, backoff_seconds=30, timeout_seconds=1.0)
+        master = Master(store, LocalAgent(work_root=tmp_path / "work", use_gpus=False),
+                        master_url="http://127.0.0.1:9", data_dir=tmp_path, webhooks=hooks)
+        await master.start()
+        await master.ensure_admin_token(tmp_path / "admin-token")
+        hook = await store.create_webhook(url=url, webhook_type="DEFAULT", triggers=[
+            ("EXPERIMENT_STATE_CHANGE", {"state": "COMPLETED"})])
+        admin = await store.get_user("admin")
+        assert admin is not None
+        row = await store.create_experiment(
+            name="late", owner_id=admin.id, config={}, original_config="", context=None,
+            state="COMPLETED", searcher_metric="loss", smaller_is_better=True)
+        await store.update_experiment(row.id, state="COMPLETED")  # what fires the event
+        for _ in range(250):
+            if (kept := await store.list_webhook_deliveries()):
+                break
+            await asyncio.sleep(0.02)
+        [(delivery, kept_hook)] = kept
+        assert kept_hook.id == hook.id and delivery.body["event_data"]["experiment"]["id"] == row.id
+        await master.stop()  # waiting 30 s to retry: the delivery stays kept
+        assert len(await store.list_webhook_deliveries()) == 1
+
+        rec = Receiver(f"http://127.0.0.1:{port}")
+        server = HTTPServer(Application([(r"/(\w+)", _Record, {"receiver": rec})]))
+        server.listen(port, "127.0.0.1")
+        try:
+            again = Master(store, LocalAgent(work_root=tmp_path / "work2", use_gpus=False),
+                           master_url="http://127.0.0.1:9", data_dir=tmp_path,
+                           webhooks=WebhookManager(store, retries=0))
+            await again.start()
+            [body] = await rec.wait("late")
+            assert body["event_id"] == delivery.body["event_id"]
+            assert await again.webhooks.drain(10)
+            assert await store.list_webhook_deliveries() == []
+            await again.stop()
+        finally:
+            server.stop()
+    finally:
+        await store.close()

@@ -16,7 +16,7 @@ from det_hub.store.models import Base, MetricSummary
 from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0009"
+HEAD = "0011"
 
 EXPECTED_TABLES = {
     "users",
@@ -36,6 +36,8 @@ EXPECTED_TABLES = {
     "model_versions",
     "webhooks",
     "webhook_triggers",
+    "trial_source_infos",
+    "webhook_deliveries",
 }
 
 

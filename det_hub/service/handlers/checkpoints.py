@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from det_hub.service.errors import Forbidden
 from det_hub.service.handlers.base import APIHandler
-from det_hub.service.serialize import checkpoint_json
+from det_hub.service.serialize import checkpoint_json, metric_json
+
+#: The query of the metrics of what trials used (checkpoints, model versions).
+SOURCE_METRICS_QUERY = {"get": {
+    "group": ("string", "training, validation or another group name (default: all)"),
+}}
 
 
 class CheckpointsHandler(APIHandler):
@@ -43,7 +48,19 @@ class CheckpointHandler(APIHandler):
             await self.master.delete_checkpoint(self.principal, uuid.lower()))})
 
 
+class CheckpointMetricsHandler(APIHandler):
+    query = SOURCE_METRICS_QUERY
+    answers = {"get": "metrics"}
+
+    async def get(self, uuid: str) -> None:
+        """The metrics of the trials that reported using the checkpoint."""
+        rows = await self.master.checkpoint_metrics(
+            self.principal, uuid.lower(), self.get_query_argument("group", None) or None)
+        self.send({"metrics": [metric_json(r) for r in rows]})
+
+
 routes = [
     (r"/checkpoints", CheckpointsHandler),
     (r"/checkpoints/(?P<uuid>[0-9a-fA-F-]{36})", CheckpointHandler),
+    (r"/checkpoints/(?P<uuid>[0-9a-fA-F-]{36})/metrics", CheckpointMetricsHandler),
 ]

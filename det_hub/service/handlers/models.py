@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from det_hub.service.handlers.base import APIHandler
+from det_hub.service.handlers.checkpoints import SOURCE_METRICS_QUERY
+from det_hub.service.serialize import metric_json
 
 NAME = r"(?P<name>[^/]+)"
 VERSION = r"(?P<version>\d+)"
@@ -138,11 +140,23 @@ class ModelVersionHandler(_RegistryHandler):
             self.principal, name, int(version)))
 
 
+class ModelVersionMetricsHandler(_RegistryHandler):
+    query = SOURCE_METRICS_QUERY
+    answers = {"get": "metrics"}
+
+    async def get(self, name: str, version: str) -> None:
+        """The metrics of the trials that reported using the version."""
+        rows = await self.master.model_version_metrics(
+            self.principal, name, int(version), self.get_query_argument("group", None) or None)
+        self.send({"metrics": [metric_json(r) for r in rows]})
+
+
 routes = [
     (r"/models", ModelsHandler),
     *[(rf"/models/{NAME}/{action}", ModelActionHandler, {"action": action})
       for action in ("archive", "unarchive")],
     (rf"/models/{NAME}/versions", ModelVersionsHandler),
     (rf"/models/{NAME}/versions/{VERSION}", ModelVersionHandler),
+    (rf"/models/{NAME}/versions/{VERSION}/metrics", ModelVersionMetricsHandler),
     (rf"/models/{NAME}", ModelHandler),
 ]

@@ -7,7 +7,7 @@ from typing import Any
 from det_hub import nonfinite
 from det_hub.service.errors import BadRequest
 from det_hub.service.handlers.base import APIHandler, log_query
-from det_hub.service.serialize import iso, trial_json
+from det_hub.service.serialize import metric_json, trial_json
 from det_hub.states import TrialState
 
 ID = r"(?P<trial_id>\d+)"
@@ -48,9 +48,7 @@ class TrialMetricsHandler(APIHandler):
             tid, group=self.get_query_argument("group", None) or None, max_points=max_points,
             after=self.int_arg("after", 0) if after else None,
             metric=self.get_query_argument("metric", None) or None)
-        self.send({"metrics": [{
-            "id": r.id, "group": r.group, "steps_completed": r.steps_completed,
-            "report_time": iso(r.report_time), "metrics": r.metrics} for r in rows]})
+        self.send({"metrics": [metric_json(r) for r in rows]})
 
     async def post(self, trial_id: str) -> None:
         """Report a batch of metrics (training code)."""
@@ -63,6 +61,24 @@ class TrialMetricsHandler(APIHandler):
             raise BadRequest("metrics: must be a list of {steps_completed, metrics}")
         count = await self.master.report_metrics(self.principal, int(trial_id), group, rows)
         self.send({"count": count})
+
+
+class TrialSourceInfoHandler(APIHandler):
+    allow_allocation = True
+    body = {"post": {"type": "object", "required": ["checkpoint_uuid"], "properties": {
+        "checkpoint_uuid": {"type": "string", "description": "the checkpoint the trial used"},
+        "model_name": {"type": "string",
+                       "description": "with model_version: the model version it used"},
+        "model_version": {"type": "integer"}}}}
+    answers = {"post": "trial_source_info"}
+    extra_responses = {"post": {"409": "the model version is another checkpoint"}}
+
+    async def post(self, trial_id: str) -> None:
+        """Link the trial to the checkpoint or model version it used (training code, the
+        owner or an admin)."""
+        link = await self.master.report_trial_source(
+            self.principal, int(trial_id), self.json_body())
+        self.send({"trial_source_info": link})
 
 
 class TrialLogsHandler(APIHandler):
@@ -158,6 +174,7 @@ routes = [
     (rf"/trials/{ID}", TrialHandler),
     (rf"/trials/{ID}/metrics", TrialMetricsHandler),
     (rf"/trials/{ID}/logs", TrialLogsHandler),
+    (rf"/trials/{ID}/source_info", TrialSourceInfoHandler),
     (rf"/trials/{ID}/progress", TrialProgressHandler),
     (rf"/trials/{ID}/early_exit", TrialEarlyExitHandler),
     (rf"/trials/{ID}/experiment_best_validation", ExperimentBestValidationHandler),
