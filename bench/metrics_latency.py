@@ -40,9 +40,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _setup import fresh_database, percentile, script_context  # noqa: E402
 
 from det_hub.client import Client  # noqa: E402
+from det_hub.lttb import lttb_indices  # noqa: E402
 from det_hub.states import ExperimentState, TrialState  # noqa: E402
 from det_hub.store import Store  # noqa: E402
-from det_hub.store.lttb import lttb_indices  # noqa: E402
 from det_hub.testing import MasterProcess  # noqa: E402
 from det_hub.widgets import MetricsPlot  # noqa: E402
 

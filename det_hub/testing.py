@@ -27,7 +27,7 @@ import requests
 import yaml
 from sqlalchemy.engine import make_url
 
-from det_hub.exec._serve import free_port as _free_port
+from det_hub.ports import free_port as _free_port
 
 DET_HUB = str(Path(sys.executable).parent / "det-hub")
 TERMINAL = ("COMPLETED", "CANCELED", "ERROR")

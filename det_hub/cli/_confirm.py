@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ._connect import UserError
+from det_hub.console import UserError
 
 
 def confirm(question: str) -> bool:

@@ -10,8 +10,3 @@ from det_hub.client import Client
 def client_from_args(args: argparse.Namespace) -> Client:
     """A client for the master named by ``-m/--master`` and ``--token`` (or their env vars)."""
     return Client(getattr(args, "master", None), getattr(args, "token", None))
-
-
-class UserError(Exception):
-    """A mistake in what the user asked for (a missing file, a bad option); shown without a
-    traceback."""

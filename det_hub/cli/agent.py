@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 
 from det_hub.client import Agent
+from det_hub.console import render as r
 
-from . import _render as r
 from ._connect import client_from_args
 
 HEADERS = ["ID", "Type", "Pool", "Enabled", "Connected", "Slots", "Used", "Slot types",

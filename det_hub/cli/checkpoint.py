@@ -6,8 +6,8 @@ import argparse
 import sys
 
 from det_hub.client import MasterError
+from det_hub.console import render as r
 
-from . import _render as r
 from ._confirm import confirm
 from ._connect import client_from_args
 

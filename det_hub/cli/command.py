@@ -6,9 +6,9 @@ import argparse
 import sys
 
 from det_hub.client import Client
+from det_hub.console import UserError, config_overrides
 
-from ._connect import UserError, client_from_args
-from .experiment import config_overrides
+from ._connect import client_from_args
 from .task import add_config_options, add_manage_verbs
 from .trial import print_logs
 

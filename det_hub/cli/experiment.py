@@ -6,37 +6,28 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-import yaml
 from tqdm import tqdm
 
 from det_hub.client import Client, Experiment, Trial
-from det_hub.config import ConfigError, merge_config, overrides_from
+from det_hub.config import merge_config
+from det_hub.console import (
+    UserError,
+    best_trial,
+    config_overrides,
+    format_log_line,
+    read_config,
+    read_config_mapping,
+    trial_rows,
+)
+from det_hub.console import render as r
 
-from . import _render as r
 from ._confirm import confirm
-from ._connect import UserError, client_from_args
-from .trial import format_log_line
+from ._connect import client_from_args
 
 #: Seconds between checks while waiting for an experiment's first trial.
 TRIAL_POLL_SECONDS = 1.0
-
-
-def read_config(path: str) -> str:
-    """Reads an experiment config file, turning file errors into a :class:`UserError`."""
-    config_path = Path(path)
-    try:
-        return config_path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"config file {path} not found") from None
-    except IsADirectoryError:
-        raise UserError(f"config file {path} is a directory, not a YAML file") from None
-    except UnicodeDecodeError:
-        raise UserError(f"config file {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise UserError(f"cannot read config file {path}: {exc.strerror or exc}") from None
 
 
 class _UploadBar:
@@ -56,15 +47,6 @@ class _UploadBar:
     def close(self) -> None:
         if self._bar is not None:
             self._bar.close()
-
-
-def config_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The settings ``--config-file`` and ``--config KEY=VALUE`` change, as a partial config."""
-    file_text = read_config(args.config_file) if getattr(args, "config_file", None) else None
-    try:
-        return overrides_from(args.overrides or [], file_text)
-    except ConfigError as e:
-        raise UserError(str(e)) from None
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -95,17 +77,6 @@ def _create(args: argparse.Namespace) -> int:
     if args.follow:
         return follow_experiment(client, experiment.id)
     return 0
-
-
-def read_config_mapping(path: str) -> dict[str, Any]:
-    """A config file's settings, for merging overrides into (see :func:`read_config`)."""
-    try:
-        loaded = yaml.safe_load(read_config(path))
-    except yaml.YAMLError as e:
-        raise UserError(f"config file {path} is not valid YAML: {e}") from None
-    if not isinstance(loaded, dict):
-        raise UserError(f"config file {path} must be a mapping of settings")
-    return loaded
 
 
 def _continue(args: argparse.Namespace) -> int:
@@ -201,29 +172,6 @@ def _list(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
-
-
-def trial_rows(trials: list[Trial]) -> tuple[list[str], list[list[Any]]]:
-    """Headers and rows of a trials table (shared by ``describe`` and ``list-trials``)."""
-    headers = ["ID", "State", "Run state", "Steps", "Progress", "Restarts", "Metric", "Hyperparameters", "Checkpoint"]
-    rows = [
-        [
-            t.id, t.state, r.or_none(t.run_state), t.steps_completed, r.fmt_percent(t.progress),
-            t.restarts, r.fmt_value(t.searcher_metric_value), r.fmt_mapping(t.hparams),
-            t.latest_checkpoint or r.NONE,
-        ]
-        for t in sorted(trials, key=lambda t: t.id)
-    ]
-    return headers, rows
-
-
-def best_trial(experiment: Experiment, trials: list[Trial]) -> Trial | None:
-    """The trial with the best searcher metric, honouring ``smaller_is_better``."""
-    scored = [t for t in trials if t.searcher_metric_value is not None]
-    if not scored:
-        return None
-    pick = min if experiment.smaller_is_better else max
-    return pick(scored, key=lambda t: float(t.searcher_metric_value or 0.0))
 
 
 def _describe(args: argparse.Namespace) -> int:

@@ -8,9 +8,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from det_hub.client import Job
+from det_hub.console import UserError
+from det_hub.console import render as r
 
-from . import _render as r
-from ._connect import UserError, client_from_args
+from ._connect import client_from_args
 
 HEADERS = ["#", "ID", "Type", "Name", "Priority", "Weight", "Submitted",
            "Slots (acquired/needed)", "Status", "User"]

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 from det_hub import __version__
 from det_hub.client import ContextError, DetHubError, MasterError, MasterUnreachable
+from det_hub.console import UserError
 
 from . import (
     agent,
@@ -30,7 +31,6 @@ from . import (
     user,
     webhook,
 )
-from ._connect import UserError
 
 _GLOBAL_OPTIONS_WITH_VALUE = ("-m", "--master", "--token")
 

@@ -7,8 +7,8 @@ import sys
 from typing import Any
 
 from det_hub.client import Model, ModelVersion
+from det_hub.console import render as r
 
-from . import _render as r
 from ._confirm import confirm
 from ._connect import client_from_args
 

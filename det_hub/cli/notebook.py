@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from det_hub.console import config_overrides
+
 from ._connect import client_from_args
-from .experiment import config_overrides
 from .task import add_config_options, add_manage_verbs, open_url, wait_until_ready
 
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 
 from det_hub.config import ConfigError, merge_config, parse_experiment_config
+from det_hub.console import UserError, config_overrides, read_config_mapping
+from det_hub.console import render as r
 from det_hub.searcher import SamplerUnavailable, UnsupportedSearcher
 from det_hub.searcher.preview import SearchPreview, preview_json, preview_search
 
-from . import _render as r
-from ._connect import UserError
-from .experiment import config_overrides, read_config_mapping, rung_rows
+from .experiment import rung_rows
 
 
 def _preview(args: argparse.Namespace) -> int:

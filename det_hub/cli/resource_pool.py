@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from . import _render as r
+from det_hub.console import render as r
+
 from ._connect import client_from_args
 
 

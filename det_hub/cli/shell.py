@@ -22,9 +22,9 @@ import threading
 from pathlib import Path
 
 from det_hub.client import Client, Task, data_dir
+from det_hub.console import UserError, config_overrides
 
-from ._connect import UserError, client_from_args
-from .experiment import config_overrides
+from ._connect import client_from_args
 from .task import add_config_options, add_manage_verbs, wait_until_ready
 
 

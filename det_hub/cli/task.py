@@ -11,9 +11,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from det_hub.client import Client, MasterError, Task
+from det_hub.console import UserError
+from det_hub.console import render as r
 
-from . import _render as r
-from ._connect import UserError, client_from_args
+from ._connect import client_from_args
 from .trial import print_logs
 
 HEADERS = ["ID", "Owner", "Description", "State", "Exit code", "Pool", "Slots", "Started",

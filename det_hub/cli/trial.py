@@ -8,20 +8,10 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from . import _render as r
+from det_hub.console import format_log_line
+from det_hub.console import render as r
+
 from ._connect import client_from_args
-
-
-def format_log_line(line: dict[str, Any]) -> str:
-    """A log row as ``[timestamp] [rank=0] message``; the rank part is left out when unknown."""
-    message = str(line.get("message", "")).rstrip("\n")
-    parts = []
-    if line.get("timestamp"):
-        parts.append(f"[{line['timestamp']}]")
-    if line.get("rank") is not None:
-        parts.append(f"[rank={line['rank']}]")
-    parts.append(message)
-    return " ".join(parts)
 
 
 def print_logs(lines: Iterable[dict[str, Any]], *, as_json: bool, follow: bool,

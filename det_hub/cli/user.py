@@ -7,11 +7,11 @@ import argparse
 import getpass
 import sys
 
-from det_hub.client import AgentUserGroup, Client
-from det_hub.client._settings import resolve_master, save_token
+from det_hub.client import AgentUserGroup, Client, resolve_master, save_token
+from det_hub.console import UserError
+from det_hub.console import render as r
 
-from . import _render as r
-from ._connect import UserError, client_from_args
+from ._connect import client_from_args
 
 
 def _list(args: argparse.Namespace) -> int:

@@ -11,6 +11,7 @@ Used by the ``det-hub`` CLI, the notebook magics and the widgets::
     print(client.wait_for_experiment(exp.id).state)
 """
 
+from ._checkpoint_files import checkpoint_directory
 from ._client import Client, ProgressCallback
 from ._context import ALWAYS_SKIPPED_DIRS, MAX_CONTEXT_BYTES, context_size, pack_context
 from ._errors import ContextError, ContextTooLarge, DetHubError, MasterError, MasterUnreachable
@@ -32,7 +33,14 @@ from ._objects import (
     parse_time,
 )
 from ._registry import CheckpointGCResult, Model, ModelVersion
-from ._settings import DEFAULT_MASTER, data_dir, is_local_master, resolve_master, resolve_token
+from ._settings import (
+    DEFAULT_MASTER,
+    data_dir,
+    is_local_master,
+    resolve_master,
+    resolve_token,
+    save_token,
+)
 from ._webhooks import Webhook, WebhookTrigger
 
 __all__ = [
@@ -65,6 +73,7 @@ __all__ = [
     "User",
     "Webhook",
     "WebhookTrigger",
+    "checkpoint_directory",
     "context_size",
     "data_dir",
     "is_local_master",
@@ -72,4 +81,5 @@ __all__ = [
     "parse_time",
     "resolve_master",
     "resolve_token",
+    "save_token",
 ]

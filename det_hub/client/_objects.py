@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from det_hub import nonfinite
 from det_hub.states import TERMINAL_EXPERIMENT_STATES, TERMINAL_TRIAL_STATES, TaskState
 
+from ._checkpoint_files import checkpoint_directory
 from ._errors import DetHubError
 
 if TYPE_CHECKING:
@@ -321,10 +322,6 @@ class Checkpoint:
             FileNotFoundError: The files are not where the storage says (a ``shared_fs``
                 storage must be mounted here at the same path).
         """
-        # The notebook helpers already open every storage type the way load_checkpoint
-        # does; imported here, as they import this package.
-        from det_hub.notebook.checkpoint import checkpoint_directory
-
         return checkpoint_directory(self, Path("checkpoints", self.uuid) if path is None
                                     else path)
 

@@ -11,7 +11,7 @@ import importlib
 from typing import Any
 
 from det_hub import __version__
-from det_hub.core._cluster_info import ClusterInfo, TrialInfo, get_cluster_info
+from det_hub.core import ClusterInfo, TrialInfo, get_cluster_info
 
 # Determined's documented log format; its users pass it to logging.basicConfig.
 LOG_FORMAT = "%(levelname)s: [%(process)s] %(name)s: %(message)s"

@@ -12,6 +12,7 @@ Pure: nothing here does I/O beyond parsing the text it is given.
 
 from det_hub.config._errors import ConfigError, Problem
 from det_hub.config._length import Length, LengthUnit
+from det_hub.config._model import validate_section
 from det_hub.config.command import (
     CommandConfig,
     CommandResources,
@@ -72,4 +73,5 @@ __all__ = [
     "parse_override",
     "parse_task_config",
     "sample_hparams",
+    "validate_section",
 ]

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
 
-from det_hub.core._http import MasterSession
+from det_hub.core import MasterSession
+from det_hub.ports import free_port as free_port
 
 #: The server has this long to answer before the task gives up.
 START_TIMEOUT = 300.0
@@ -28,13 +28,6 @@ def proxy_path() -> str:
     answers under the same path."""
     path = os.environ.get("DET_HUB_PROXY_PATH", "/")
     return path if path.endswith("/") else path + "/"
-
-
-def free_port(host: str) -> int:
-    """A TCP port nothing listens on at ``host`` now."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def announce(port: int) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sys
 
-from det_hub.cli._connect import UserError
 from det_hub.client import DetHubError, MasterError, MasterUnreachable
 from det_hub.config import ConfigError
+from det_hub.console import UserError
 from det_hub.notebook._args import MagicArgumentError
 
 #: The errors the magics report as a message; anything else is a bug and keeps its traceback.

@@ -14,9 +14,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from det_hub.cli import _render as r
-from det_hub.cli.trial import format_log_line
 from det_hub.client import Client, Experiment, Trial
+from det_hub.console import format_log_line
+from det_hub.console import render as r
 
 #: Seconds between looks at the experiment while following.
 POLL_SECONDS = 1.0

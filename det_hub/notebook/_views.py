@@ -15,9 +15,9 @@ from typing import Any
 
 from tabulate import tabulate
 
-from det_hub.cli import _render as r
-from det_hub.cli.experiment import best_trial, trial_rows
 from det_hub.client import Experiment, Listing, Trial
+from det_hub.console import best_trial, trial_rows
+from det_hub.console import render as r
 
 LIST_HEADERS = ["ID", "Owner", "Name", "State", "Progress", "Trials", "Pool", "Started",
                 "Duration"]

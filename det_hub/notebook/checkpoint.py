@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from det_hub.client import Checkpoint, Client, DetHubError
-from det_hub.storage import build_storage, check_uuid
+from det_hub.client import Client, DetHubError, checkpoint_directory
+from det_hub.storage import check_uuid
 
 if TYPE_CHECKING:
     import torch
@@ -92,36 +92,6 @@ def load_checkpoint(
     trial_class = import_trial_class(entrypoint, context)
     return build_trained_model(trial_class, directory / STATE_FILE, hparams=trial.hparams,
                                exp_conf=experiment.config, workdir=context)
-
-
-def checkpoint_directory(checkpoint: Checkpoint,
-                         path: str | os.PathLike[str] | None = None) -> Path:
-    """The checkpoint's files as a local directory: in place, or copied to ``path`` (to a new
-    temporary directory when the storage has no place of its own on this machine).
-
-    Raises:
-        ValueError: The storage type is not one this machine can read.
-        FileNotFoundError: The files are not where the storage says.
-        det_hub.storage.CheckpointIntegrityError: A file is missing or of another size.
-    """
-    storage = build_storage(checkpoint.storage)
-    resources = checkpoint.resources or None
-    try:
-        if path is None:
-            if storage.restores_in_place:
-                with storage.restore_path(checkpoint.uuid, resources=resources) as found:
-                    return Path(found)
-            path = tempfile.mkdtemp(prefix=f"det_hub_checkpoint_{checkpoint.uuid}_")
-        target = Path(path).expanduser()
-        storage.download(checkpoint.uuid, target, resources=resources)
-        return target
-    except FileNotFoundError:
-        if not storage.restores_in_place:
-            raise  # the storage's own message names the bucket and key
-        where = checkpoint.storage.get("host_path", "its storage")
-        raise FileNotFoundError(
-            f"checkpoint {checkpoint.uuid} is not in {where} as seen from this machine; "
-            "its storage must be mounted here at the same path") from None
 
 
 def experiment_context(client: Client, experiment_id: int) -> bytes:

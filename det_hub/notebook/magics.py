@@ -16,9 +16,9 @@ from typing import Any
 from IPython.core.interactiveshell import InteractiveShell
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from det_hub.cli.experiment import config_overrides, read_config, read_config_mapping
 from det_hub.client import Client, Experiment
 from det_hub.config import merge_config
+from det_hub.console import config_overrides, read_config, read_config_mapping
 from det_hub.notebook import _args, _cell
 from det_hub.notebook._errors import USER_ERRORS, report_error
 from det_hub.notebook._follow import follow_experiment, print_logs

@@ -6,8 +6,11 @@ position, so that a trial resumed from it continues bit for bit as if never stop
 
 from __future__ import annotations
 
+import json
 import logging
 import random
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +23,12 @@ from det_hub.pytorch._context import PyTorchTrialContext
 logger = logging.getLogger("det_hub.pytorch")
 
 STATE_FILE = "state_dict.pth"
+
+#: The file of a checkpoint that says how to rebuild the trial that wrote it, as Determined's
+#: checkpoints do: ``trial_type``, ``trial_cls_spec`` (``"module:Class"``, or null when the
+#: class cannot be imported by name), ``trial_in_main``, ``is_trainer``, ``hparams`` and
+#: ``experiment_config``. :func:`det_hub.pytorch.load_trial_from_checkpoint_path` reads it.
+LOAD_DATA_FILE = "load_data.json"
 
 #: ``determined_version`` in the metadata of the Trainer's checkpoints: the Determined release
 #: whose checkpoint layout these follow (``state_dict.pth`` with ``format``, ``framework`` and
@@ -90,8 +99,82 @@ def save_state(path: Path, state: dict[str, Any]) -> None:
     torch.save(state, path / STATE_FILE)
 
 
-def load_state(path: Path) -> dict[str, Any]:
+def trial_class_spec(trial_class: type) -> tuple[str | None, bool]:
+    """How to import ``trial_class`` by name: ``("module:Class", defined_in_main)``.
+
+    A class of the script being run (module ``__main__``) is named after the script's module:
+    the ``-m`` module it was run as, or its path relative to the working directory
+    (``python3 train.py`` gives ``train``, ``python3 sub/train.py`` gives ``sub.train``),
+    or its file name when it lies elsewhere. The spec is None when there is no name to import
+    the class by: a class defined in a function, or in an interactive session or notebook.
+    """
+    qualname = trial_class.__qualname__
+    if "<locals>" in qualname:
+        return None, False
+    module = trial_class.__module__
+    if module != "__main__":
+        return f"{module}:{qualname}", False
+    main = sys.modules.get("__main__")
+    main_spec = getattr(main, "__spec__", None)
+    name = getattr(main_spec, "name", None)
+    if name and name != "__main__":
+        return f"{name}:{qualname}", True
+    file = getattr(main, "__file__", None)
+    if not file or not str(file).endswith(".py"):
+        return None, True
+    script = Path(file).resolve()
+    try:
+        parts = script.with_suffix("").relative_to(Path.cwd().resolve()).parts
+    except ValueError:
+        parts = (script.stem,)
+    if not all(part.isidentifier() for part in parts):
+        parts = (script.stem,)
+    if not parts[-1].isidentifier():
+        return None, True
+    return f"{'.'.join(parts)}:{qualname}", True
+
+
+def build_load_data(
+    trial_class: type, hparams: Mapping[str, Any], exp_conf: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The contents of ``load_data.json`` for a checkpoint of a ``trial_class`` trial."""
+    spec, in_main = trial_class_spec(trial_class)
+    return {
+        "trial_type": "PyTorchTrial",
+        "trial_cls_spec": spec,
+        "trial_in_main": in_main,
+        "is_trainer": True,
+        "hparams": dict(hparams),
+        "experiment_config": dict(exp_conf),
+    }
+
+
+def save_load_data(path: Path, load_data: Mapping[str, Any]) -> None:
+    """Write ``load_data`` to ``path / load_data.json``.
+
+    Values JSON cannot hold (hyperparameters given as Python objects outside a cluster) are
+    written as their ``str()``, with a warning.
+    """
+    try:
+        text = json.dumps(load_data, indent=2)
+    except (TypeError, ValueError):
+        logger.warning(
+            "the trial's hyperparameters or experiment config hold values JSON cannot represent; "
+            "%s records them as text", LOAD_DATA_FILE,
+        )
+        text = json.dumps(load_data, indent=2, default=str)
+    (path / LOAD_DATA_FILE).write_text(text + "\n", encoding="utf-8")
+
+
+def load_state(
+    path: Path, torch_load_kwargs: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """Read ``path / state_dict.pth``.
+
+    Args:
+        path: The checkpoint's directory.
+        torch_load_kwargs: Keyword arguments for ``torch.load``; by default the tensors are
+            loaded onto the CPU (``map_location="cpu"``) and ``weights_only`` is False.
 
     Raises:
         FileNotFoundError: The checkpoint has no ``state_dict.pth``.
@@ -101,7 +184,9 @@ def load_state(path: Path) -> dict[str, Any]:
         raise FileNotFoundError(f"checkpoint {path.name} has no {STATE_FILE}")
     # The file holds RNG states (tuples, numpy arrays), which weights_only loading refuses;
     # checkpoints are the experiment's own.
-    loaded = torch.load(file, map_location="cpu", weights_only=False)
+    kwargs: dict[str, Any] = {"map_location": "cpu", "weights_only": False}
+    kwargs.update(torch_load_kwargs or {})
+    loaded = torch.load(file, **kwargs)
     if not isinstance(loaded, dict):
         raise ValueError(f"{file} does not hold a det_hub checkpoint")
     return loaded

@@ -14,6 +14,7 @@ import torch
 
 import det_hub.core as core
 from det_hub.config import ExperimentConfig, parse_experiment_config
+from det_hub.pytorch._data import to_device
 from det_hub.pytorch._lr_scheduler import LRScheduler
 from det_hub.pytorch._reducer import MetricReducer
 
@@ -25,18 +26,6 @@ def _device_for(distributed: core.DistributedContext) -> torch.device:
         index = distributed.local_rank % torch.cuda.device_count()
         return torch.device("cuda", index)
     return torch.device("cpu")
-
-
-def _move(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device, non_blocking=device.type == "cuda")
-    if isinstance(obj, Mapping):
-        return type(obj)({k: _move(v, device) for k, v in obj.items()})  # type: ignore[call-arg]
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_move(v, device) for v in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_move(v, device) for v in obj)
-    return obj
 
 
 class _WrappedReducer:
@@ -126,6 +115,7 @@ class PyTorchTrialContext:
         self._reducers: list[_WrappedReducer] = []
         self._stepped_scalers: list[Any] = []
         self._stop_requested = False
+        self._to_device_warned: set[type] = set()
         self._batch_idx = 0
         self._epoch_len: int | None = None
 
@@ -387,8 +377,10 @@ class PyTorchTrialContext:
 
     # --- stepping ----------------------------------------------------------------------
     def to_device(self, obj: Any) -> Any:
-        """``obj`` with every tensor inside it (dicts, lists, tuples) moved to :attr:`device`."""
-        return _move(obj, self._device)
+        """``obj`` with every tensor inside it (dicts, lists, tuples) moved to :attr:`device`,
+        as :func:`det_hub.pytorch.to_device` does; a type that cannot be moved is logged once
+        per context."""
+        return to_device(obj, self._device, self._to_device_warned)
 
     def backward(
         self,

@@ -1,16 +1,23 @@
 """Data loading that can be sharded across ranks and resumed at an exact batch: torch's
-``DataLoader`` over :class:`~det_hub.data.ShardedBatchSampler` (see there)."""
+``DataLoader`` over :class:`~det_hub.data.ShardedBatchSampler` (see there); and Determined's
+helpers for batches (:func:`to_device`, :func:`data_length`) and batch samplers
+(:func:`adapt_batch_sampler`)."""
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils.data
 
-from det_hub.data._sampler import ShardedBatchSampler
+from det_hub.data import ShardedBatchSampler
+from det_hub.pytorch import samplers
+
+logger = logging.getLogger("det_hub.pytorch")
 
 TorchData = dict[str, torch.Tensor] | Sequence[torch.Tensor] | torch.Tensor
 """What a batch can be: a tensor, a sequence of tensors, or a dict of them."""
@@ -151,3 +158,172 @@ class DataLoader:
             raise TypeError("the length of an IterableDataset's loader is unknown")
         n = len(self.dataset)
         return n // self.batch_size if self.drop_last else math.ceil(n / self.batch_size)
+
+
+def adapt_batch_sampler(
+    batch_sampler: Iterable[list[int]],
+    repeat: bool = False,
+    skip: int = 0,
+    num_replicas: int = 1,
+    rank: int = 0,
+) -> Iterable[list[int]]:
+    """Make a batch sampler repeat (training), start after ``skip`` batches (resuming) and
+    give rank ``rank`` its share of the batches (distributed training).
+
+    A det_hub :class:`~det_hub.data.ShardedBatchSampler` that is not adapted yet (one rank, no
+    repeat, no skip) is rebuilt with these arguments: its per-rank batches are slices of the
+    same global batches, with shards of equal length. Any other batch sampler is wrapped, in
+    this order, in :class:`~det_hub.pytorch.samplers.RepeatBatchSampler`,
+    :class:`~det_hub.pytorch.samplers.DistributedBatchSampler` (batch ``i`` to rank
+    ``i % num_replicas``) and :class:`~det_hub.pytorch.samplers.SkipBatchSampler`. Either way
+    ``skip`` counts the batches each rank has already yielded, i.e. global batches, and the
+    batch size of ``batch_sampler`` is the per-rank one.
+
+    Args:
+        batch_sampler: The batch sampler, e.g. a torch ``BatchSampler``.
+        repeat: Go through it forever instead of once.
+        skip: Batches of this rank to leave out from the start.
+        num_replicas: The number of ranks.
+        rank: This rank, in ``[0, num_replicas)``.
+
+    Returns:
+        The adapted batch sampler, to give to a torch ``DataLoader`` as ``batch_sampler``.
+
+    Raises:
+        ValueError: ``skip`` below 0, ``num_replicas`` below 1 or ``rank`` outside
+            ``[0, num_replicas)``.
+    """
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise ValueError(f"skip must be an integer >= 0, not {skip!r}")
+    if isinstance(num_replicas, bool) or not isinstance(num_replicas, int) or num_replicas < 1:
+        raise ValueError(f"num_replicas must be an integer >= 1, not {num_replicas!r}")
+    if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < num_replicas:
+        raise ValueError(f"rank must be an integer in [0, {num_replicas}), not {rank!r}")
+    if (
+        isinstance(batch_sampler, ShardedBatchSampler)
+        and batch_sampler.num_replicas == 1
+        and not batch_sampler.repeat
+        and batch_sampler.skip == 0
+    ):
+        return ShardedBatchSampler(
+            batch_sampler.num_samples,
+            batch_sampler.batch_size,
+            shuffle=batch_sampler.shuffle,
+            drop_last=batch_sampler.drop_last,
+            seed=batch_sampler.seed,
+            num_replicas=num_replicas,
+            rank=rank,
+            repeat=repeat,
+            skip=skip,
+            sampler=batch_sampler.sampler,
+        )
+    adapted = batch_sampler
+    if repeat:
+        adapted = samplers.RepeatBatchSampler(adapted)
+    if num_replicas > 1:
+        adapted = samplers.DistributedBatchSampler(adapted, num_replicas, rank)
+    # After sharding: a resumed rank skips the batches it has trained, one per global batch.
+    if skip > 0:
+        adapted = samplers.SkipBatchSampler(adapted, skip)
+    return adapted
+
+
+def data_length(data: Any) -> int:
+    """The number of records in a batch, as Determined counts them.
+
+    A tensor or numpy array gives its first dimension; a dict, list or tuple gives the length
+    of its first value, looked for recursively, so every leaf is assumed to hold the same
+    number of records. A list or tuple of other things (strings, numbers) is a list of
+    records and gives its own length. Anything else with a ``len()`` (a torch
+    ``DataLoader``, a dataset) gives its ``len()``.
+
+    Raises:
+        ValueError: An empty dict, list or tuple (no value to measure).
+        TypeError: A scalar (0-dimensional) tensor or array, a dict whose first value is
+            neither a tensor, an array nor a container of them, or an object without a length
+            (an iterable dataset's loader, a generator, a number).
+    """
+    if isinstance(data, (torch.Tensor, np.ndarray)):
+        if data.ndim == 0:
+            raise TypeError("a 0-dimensional tensor has no length; batches have a first dimension")
+        return int(data.shape[0])
+    if isinstance(data, (Mapping, list, tuple)):
+        if len(data) == 0:
+            raise ValueError(
+                f"cannot tell the length of an empty {type(data).__name__}: a batch needs at "
+                "least one tensor or array"
+            )
+        first = next(iter(data.values())) if isinstance(data, Mapping) else data[0]
+        if isinstance(first, (torch.Tensor, np.ndarray, Mapping, list, tuple)):
+            return data_length(first)
+        if isinstance(data, Mapping):
+            raise TypeError(
+                f"cannot tell the length of a batch whose first value is a "
+                f"{type(first).__name__}; put a tensor or an array first"
+            )
+        return len(data)
+    try:
+        return len(data)
+    except TypeError:
+        raise TypeError(
+            f"cannot tell the length of data of type {type(data).__name__}: it is neither a "
+            "tensor, an array, a dict, list or tuple of them, nor an object with len()"
+        ) from None
+
+
+def to_device(
+    data: Any, device: torch.device | str, warned_types: set[type] | None = None
+) -> Any:
+    """``data`` with every tensor in it on ``device``, in the same structure.
+
+    Dicts (and other mappings), lists, tuples and named tuples are walked into and rebuilt;
+    tensors, and any object with a callable ``to`` (a ``PackedSequence``, a module), are
+    moved with ``.to(device)``; numpy arrays of numbers or booleans become tensors on
+    ``device``. Anything else is returned unchanged, and logged once per type: a warning the
+    first time that type is met while ``warned_types`` (updated in place) does not hold it.
+
+    Args:
+        data: A batch: a tensor, array, or containers of them.
+        device: Where the tensors go.
+        warned_types: The types already logged as not movable; pass the same set to every
+            call to log each type once in all (default: once per call).
+    """
+    if warned_types is None:
+        warned_types = set()
+    device = torch.device(device)
+    return _to_device(data, device, warned_types)
+
+
+def _to_device(data: Any, device: torch.device, warned: set[type]) -> Any:
+    if isinstance(data, torch.Tensor):
+        # Asynchronous from pinned memory; the copy is ordered before later work on the stream.
+        return data.to(device, non_blocking=device.type == "cuda")
+    if isinstance(data, Mapping):
+        moved = {key: _to_device(value, device, warned) for key, value in data.items()}
+        if type(data) is dict:
+            return moved
+        try:
+            return type(data)(moved)  # type: ignore[call-arg]
+        except TypeError:
+            return moved  # a mapping type that cannot be built from a dict (defaultdict)
+    if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
+        return type(data)(*(_to_device(value, device, warned) for value in data))
+    if isinstance(data, (list, tuple)):
+        items = [_to_device(value, device, warned) for value in data]
+        plain = list if isinstance(data, list) else tuple
+        if type(data) is plain:
+            return plain(items)
+        try:
+            return type(data)(items)
+        except TypeError:
+            return plain(items)
+    if isinstance(data, np.ndarray) and data.dtype.kind in "biufc":
+        return torch.from_numpy(data).to(device)
+    move = getattr(data, "to", None)
+    if callable(move):
+        return move(device)
+    if type(data) not in warned:
+        warned.add(type(data))
+        logger.warning("cannot move data of type %s to %s; left where it is",
+                       type(data).__name__, device)
+    return data

@@ -17,10 +17,12 @@ from det_hub.pytorch._callback import PyTorchCallback
 from det_hub.pytorch._checkpoint_state import (
     DETERMINED_VERSION,
     apply_state,
+    build_load_data,
     build_state,
     capture_rng_state,
     load_state,
     restore_rng_state,
+    save_load_data,
     save_state,
 )
 from det_hub.pytorch._context import PyTorchTrialContext
@@ -690,8 +692,16 @@ class Trainer:
                 "trial_id": self._context.get_trial_id(),
                 "experiment_id": self._context.get_experiment_id(),
             }
+            # What load_trial_from_checkpoint_path() needs to rebuild the trial without the
+            # master: its class, hyperparameters and experiment config.
+            load_data = build_load_data(
+                type(self._trial),
+                self._context.get_hparams(),
+                self._context.get_experiment_config(),
+            )
             with self._core.checkpoint.store_path(metadata) as (path, storage_id):
                 save_state(path, state)
+                save_load_data(path, load_data)
                 for cb in self._callbacks.values():
                     cb.on_checkpoint_write_end(str(path))
             self._last_checkpoint_uuid = storage_id

@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from det_hub.config import SearcherConfig
-from det_hub.config._model import validate_section
+from det_hub.config import SearcherConfig, validate_section
 from det_hub.searcher._base import (
     ERRORED,
     EXIT_REASONS,

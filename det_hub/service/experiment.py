@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from det_hub.agents.local import ExitStatus
+from det_hub.config import ExperimentConfig, LengthUnit
 from det_hub.searcher import (
     EXIT_REASONS,
     Action,
@@ -55,39 +56,119 @@ class LaunchRefused(Exception):
     with this message instead of running."""
 
 
+class RunHost(Protocol):
+    """What an :class:`ExperimentRun` asks of the master and its cluster.
+
+    A run decides what happens to its trials; the host carries it out: it turns a trial into
+    an allocation on the cluster, stops allocations, and does what the master does once a
+    trial has ended. The master gives its runs a :class:`ClusterHost`; tests give a fake one.
+
+    Allocations reach the run again through :meth:`ExperimentRun.on_run_state` and
+    :meth:`ExperimentRun.on_allocation_exit`, which the host's owner calls as the cluster
+    reports them; by then the allocation is no longer the trial's :meth:`allocation`.
+    """
+
+    async def launch(self, experiment: Experiment, trial: Trial) -> None:
+        """Queue an allocation that runs ``trial`` (from its latest checkpoint, if any) as
+        ``experiment``'s config says.
+
+        Raises:
+            LaunchRefused: The trial cannot start as configured; nothing was queued.
+        """
+
+    def allocation(self, trial_id: int) -> Allocation | None:
+        """The trial's open allocation (queued, starting or running), None when it has none."""
+
+    async def dequeue(self, alloc: Allocation) -> bool:
+        """Take an allocation that has not started off the queue; False when it has started
+        (the run then preempts or kills it). No exit is reported for a dequeued allocation."""
+
+    async def preempt(self, alloc: Allocation) -> None:
+        """Ask a started allocation's training code to checkpoint and exit; it is killed if
+        it has not exited within its pool's preemption timeout (``alloc.timed_out``)."""
+
+    async def kill(self, alloc: Allocation) -> None:
+        """Stop a started allocation now."""
+
+    async def trial_ended(self, run: ExperimentRun, trial: Trial) -> None:
+        """``trial`` of ``run`` has reached a terminal state: apply the experiment's
+        checkpoint GC policy."""
+
+
+class ClusterHost:
+    """The :class:`RunHost` of the master's runs: allocations on its :class:`Cluster`, made
+    from the launch specs it builds, and its checkpoint GC when a trial ends.
+
+    Args:
+        cluster: Where allocations are queued, preempted and killed.
+        launch_spec: Builds a trial's launch spec (raises :class:`LaunchRefused`).
+        trial_ended: Called once a trial has ended.
+    """
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        launch_spec: Callable[[Experiment, Trial], Awaitable[LaunchSpec]],
+        trial_ended: Callable[[ExperimentRun, Trial], Awaitable[None]],
+    ) -> None:
+        self.cluster = cluster
+        self._launch_spec = launch_spec
+        self._trial_ended = trial_ended
+
+    async def launch(self, experiment: Experiment, trial: Trial) -> None:
+        await self.cluster.request(await self._launch_spec(experiment, trial))
+
+    def allocation(self, trial_id: int) -> Allocation | None:
+        return self.cluster.for_trial(trial_id)
+
+    async def dequeue(self, alloc: Allocation) -> bool:
+        return await self.cluster.dequeue(alloc)
+
+    async def preempt(self, alloc: Allocation) -> None:
+        await self.cluster.preempt(alloc)
+
+    async def kill(self, alloc: Allocation) -> None:
+        await self.cluster.kill(alloc)
+
+    async def trial_ended(self, run: ExperimentRun, trial: Trial) -> None:
+        await self._trial_ended(run, trial)
+
+
 class ExperimentRun:
-    """Drives one experiment. Made by :class:`det_hub.service.master.Master`."""
+    """Drives one experiment. Made by :class:`det_hub.service.master.Master`.
+
+    Args:
+        row: The stored experiment.
+        config: ``row.config`` parsed (:func:`det_hub.config.parse_experiment_config`); every
+            setting the run follows is read from it.
+        trials: The experiment's stored trials.
+        store: Where every change is written.
+        host: Runs the trials' allocations (see :class:`RunHost`).
+    """
 
     def __init__(
         self,
         row: Experiment,
+        config: ExperimentConfig,
         trials: list[Trial],
         store: Store,
-        cluster: Cluster,
-        launch_spec: Callable[[Experiment, Trial], Awaitable[LaunchSpec]],
-        on_trial_end: Callable[[ExperimentRun, Trial], Awaitable[None]],
+        host: RunHost,
     ) -> None:
         self.row = row
+        self.config = config
         self.store = store
-        self.cluster = cluster
-        self._launch_spec = launch_spec
-        self._on_trial_end = on_trial_end
+        self.host = host
         self.lock = asyncio.Lock()
         self.trials: dict[int, Trial] = {t.id: t for t in trials}
         self.early_exits: dict[int, str] = {}
         self.done = asyncio.Event()
         # Trials told "completed" while waiting at a rung; their exit is not their end.
         self.told_to_wait: set[int] = set()
-        config = row.config
-        searcher = config["searcher"]
-        max_length = searcher.get("max_length")
-        self.max_length: int | None = (
-            next(iter(max_length.values())) if max_length else searcher.get("max_time"))
+        self.max_length: int | None = config.searcher.max_units
+        unit = config.searcher.length_unit
         #: What searcher lengths count: batches, records or epochs, or the 0.38 time metric.
-        self.length_unit: str | None = (
-            next(iter(max_length)) if max_length else searcher.get("time_metric"))
-        self.max_restarts: int = int(config.get("max_restarts", 5))
-        self.method: SearchMethod = restored_search_method(row)
+        self.length_unit: str | None = unit.value if isinstance(unit, LengthUnit) else unit
+        self.method: SearchMethod = restored_search_method(row, config)
         state = row.searcher_state or {}
         self.completed_lengths: dict[str, int] = dict(state.get("completed_lengths", {}))
 
@@ -119,7 +200,7 @@ class ExperimentRun:
         async with self.lock:
             for trial in self.trials.values():
                 state = TrialState(trial.state)
-                if self.cluster.for_trial(trial.id) is not None:
+                if self.host.allocation(trial.id) is not None:
                     continue
                 if state == T.ACTIVE and self.state == E.ACTIVE:
                     await self._run_or_wait(trial)
@@ -136,13 +217,13 @@ class ExperimentRun:
             for trial in self.trials.values():
                 if TrialState(trial.state) == T.ACTIVE:
                     await self._set_trial_state(trial, T.PAUSED)
-                    alloc = self.cluster.for_trial(trial.id)
+                    alloc = self.host.allocation(trial.id)
                     if alloc is None:
                         continue
-                    if await self.cluster.dequeue(alloc):
+                    if await self.host.dequeue(alloc):
                         await self._set_run_state(trial, None)
                     else:
-                        await self.cluster.preempt(alloc)
+                        await self.host.preempt(alloc)
 
     async def activate(self) -> None:
         async with self.lock:
@@ -151,7 +232,7 @@ class ExperimentRun:
                 if TrialState(trial.state) == T.PAUSED:
                     await self._set_trial_state(trial, T.ACTIVE)
                     # A trial still checkpointing from the pause is requeued when it exits.
-                    if self.cluster.for_trial(trial.id) is None:
+                    if self.host.allocation(trial.id) is None:
                         await self._run_or_wait(trial)
             if not self.trials and not self.method.shutdown:
                 await self._apply(self.method.initial_actions())
@@ -175,15 +256,15 @@ class ExperimentRun:
             for trial in self.trials.values():
                 if TrialState(trial.state).terminal:
                     continue
-                alloc = self.cluster.for_trial(trial.id)
-                if alloc is None or await self.cluster.dequeue(alloc):
+                alloc = self.host.allocation(trial.id)
+                if alloc is None or await self.host.dequeue(alloc):
                     await self._close_trial(trial, T.CANCELED)
                     continue
                 await self._set_trial_state(trial, T.STOPPING_CANCELED)
                 if gracefully:
-                    await self.cluster.preempt(alloc)
+                    await self.host.preempt(alloc)
                 else:
-                    await self.cluster.kill(alloc)
+                    await self.host.kill(alloc)
             await self._maybe_finish()
 
     async def continue_trials(self, trials: list[Trial]) -> None:
@@ -347,19 +428,20 @@ class ExperimentRun:
             why = status.reason or "the trial's process failed"
         if status.reason and status.reason not in why:
             why += f" ({status.reason})"
-        if trial.restarts < self.max_restarts and self.state in (E.ACTIVE, E.PAUSED):
+        max_restarts = self.config.max_restarts
+        if trial.restarts < max_restarts and self.state in (E.ACTIVE, E.PAUSED):
             trial.restarts += 1
             await self.store.update_trial(trial.id, restarts=trial.restarts)
             await self.rewind(trial)
             await self._system_log(
                 trial, f"{why}; restarting {_resume_point(trial)} (restart {trial.restarts} of "
-                       f"{self.max_restarts})")
+                       f"{max_restarts})")
             if self.state == E.ACTIVE and TrialState(trial.state) == T.ACTIVE:
                 await self._request(trial)
         else:
             await self._system_log(
-                trial, f"{why}; the trial has failed (max_restarts={self.max_restarts} "
-                       f"restarts used)" if self.max_restarts else f"{why}; the trial has failed")
+                trial, f"{why}; the trial has failed (max_restarts={max_restarts} "
+                       f"restarts used)" if max_restarts else f"{why}; the trial has failed")
             await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
 
     # --- internals ----------------------------------------------------------------------
@@ -392,11 +474,11 @@ class ExperimentRun:
                 stopping = self.trial_by_request(action.request_id)
                 if stopping is not None and TrialState(stopping.state) == T.ACTIVE:
                     await self._set_trial_state(stopping, T.STOPPING_COMPLETED)
-                    alloc = self.cluster.for_trial(stopping.id)
-                    if alloc is None or await self.cluster.dequeue(alloc):
+                    alloc = self.host.allocation(stopping.id)
+                    if alloc is None or await self.host.dequeue(alloc):
                         await self._close_trial(stopping, T.COMPLETED)
                     else:
-                        await self.cluster.preempt(alloc)
+                        await self.host.preempt(alloc)
             elif isinstance(action, Shutdown):
                 target = E.STOPPING_ERROR if action.failure else E.STOPPING_COMPLETED
                 if not self.state.terminal and self.state != target \
@@ -416,13 +498,12 @@ class ExperimentRun:
 
     async def _request(self, trial: Trial) -> None:
         try:
-            spec = await self._launch_spec(self.row, trial)
+            await self.host.launch(self.row, trial)
         except LaunchRefused as e:
             await self._system_log(trial, f"the trial cannot start: {e}; it has failed")
             await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
             await self._maybe_finish()
             return
-        await self.cluster.request(spec)
         await self._set_run_state(trial, "QUEUED")
 
     async def _set_run_state(self, trial: Trial, run_state: str | None) -> None:
@@ -444,7 +525,7 @@ class ExperimentRun:
         if self.state != E.STOPPING_CANCELED:
             await self._apply(actions)
         await self._save_searcher()
-        await self._on_trial_end(self, trial)
+        await self.host.trial_ended(self, trial)
 
     async def _maybe_finish(self) -> None:
         if not all(TrialState(t.state).terminal for t in self.trials.values()):
@@ -539,13 +620,18 @@ def validation_fields(rows: list[dict[str, Any]], metric: str, smaller_is_better
     return fields
 
 
-def restored_search_method(row: Experiment,
-                           config: dict[str, Any] | None = None) -> SearchMethod:
+def restored_search_method(
+    row: Experiment, config: ExperimentConfig | Mapping[str, Any] | None = None
+) -> SearchMethod:
     """The experiment's search method, in the state last stored for it; built from ``config``
-    (a continued experiment's new config) instead of the stored one when given."""
+    (the parsed config, or a continued experiment's new config as stored) instead of the
+    stored one when given."""
     config = row.config if config is None else config
-    method = build_search_method(
-        config["searcher"], config.get("hyperparameters") or {}, row.seed)
+    if isinstance(config, ExperimentConfig):
+        method = build_search_method(config.searcher, config.hyperparameters, row.seed)
+    else:
+        method = build_search_method(
+            config["searcher"], config.get("hyperparameters") or {}, row.seed)
     saved = (row.searcher_state or {}).get("method")
     if saved:
         method.restore(saved)

@@ -47,6 +47,7 @@ from det_hub.service.events import ExperimentChanges, metric_events
 from det_hub.service.experiment import (
     EARLY_EXIT_REASONS,
     WAITING,
+    ClusterHost,
     ExperimentRun,
     LaunchRefused,
     restored_search_method,
@@ -263,8 +264,8 @@ class Master:
     async def _make_run(self, row: Experiment) -> ExperimentRun:
         self.cluster.set_job(await self._job(row))
         trials = await self.store.list_trials(row.id)
-        return ExperimentRun(row, trials, self.store, self.cluster, self._launch_spec,
-                             self._on_trial_end)
+        return ExperimentRun(row, parse_experiment_config(row.config), trials, self.store,
+                             ClusterHost(self.cluster, self._launch_spec, self._on_trial_end))
 
     async def _job(self, row: Experiment) -> Job:
         position = row.queue_position

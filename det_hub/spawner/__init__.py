@@ -39,7 +39,7 @@ from dockerspawner import DockerSpawner
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
-from det_hub.exec._serve import free_port
+from det_hub.ports import free_port
 
 #: One engine client per Docker host, shared by the spawners placed there.
 _CLIENTS: dict[str, APIClient] = {}

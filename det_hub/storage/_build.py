@@ -16,7 +16,7 @@ SUPPORTED_TYPES = ("shared_fs", "s3", "directory")
 
 def _s3_storage(config: Mapping[str, Any]) -> S3Storage:
     # The config schema's checks and normalisation (the prefix), with its error paths.
-    from det_hub.config._errors import ConfigError
+    from det_hub.config import ConfigError
     from det_hub.config.storage import S3Config, parse_checkpoint_storage
 
     try:

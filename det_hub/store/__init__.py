@@ -2,6 +2,27 @@
 
 SQLite (``sqlite:///path.db``) is the embedded default and PostgreSQL
 (``postgresql://user@host/db``, psycopg 3) the production store; both run the same code.
+
+Layout:
+
+- :mod:`.store`: the :class:`Store` class: opening (and migrating) and closing, sessions,
+  the transaction helpers, listeners. Its queries are methods of mixins, one per resource:
+- :mod:`.users`: users and tokens (:func:`hash_token`);
+- :mod:`.experiments`: experiments and their context archives;
+- :mod:`.trials`: trials, and experiments' :class:`TrialSummary`;
+- :mod:`.metrics`: the metric rows trials report;
+- :mod:`.metric_summaries`: the metrics' block summaries and downsampled reads (the pure
+  parts are :mod:`.summaries` and :mod:`det_hub.lttb`);
+- :mod:`.checkpoints`: checkpoints;
+- :mod:`.logs`: trial and task log lines;
+- :mod:`.tasks`: tasks, their context archives, and allocations;
+- :mod:`.cluster`: agent settings and slot-hour usage;
+- :mod:`.registry`: the model registry;
+- :mod:`.webhooks`: webhooks, their triggers and pending deliveries;
+- :mod:`.sources`: trial source infos (which trials used which checkpoint).
+
+:mod:`._common` holds what they share. :mod:`.models` declares the tables, :mod:`.columns` the
+column types, :mod:`.engine` the URLs, engines and migrations, :mod:`.errors` the errors.
 """
 
 from .columns import utcnow
@@ -27,7 +48,9 @@ from .models import (
     Webhook,
     WebhookTrigger,
 )
-from .store import Store, TrialSummary, hash_token
+from .store import Store
+from .trials import TrialSummary
+from .users import hash_token
 
 __all__ = [
     "AgentSetting",

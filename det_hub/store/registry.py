@@ -6,21 +6,18 @@ store like any other; they live here to keep the registry in one place.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, cast, delete, exists, func, select, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from det_hub.states import CheckpointState
 
+from ._common import Queries, contains_text
 from .columns import utcnow
 from .errors import NotFound, StoreConflict
 from .models import Checkpoint, Model, ModelVersion
-
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
 
 RowT = TypeVar("RowT", Model, ModelVersion)
 
@@ -45,15 +42,8 @@ def _merged(meta: Mapping[str, Any], add: Mapping[str, Any] | None,
     return out
 
 
-class RegistryQueries:
+class RegistryQueries(Queries):
     """Queries of the ``models`` and ``model_versions`` tables (see :class:`Store`)."""
-
-    if TYPE_CHECKING:
-        dialect: str
-
-        def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
-
-        def _writing(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
 
     # -- models -----------------------------------------------------------------------------
 
@@ -113,8 +103,7 @@ class RegistryQueries:
         if owner_id is not None:
             where.append(Model.owner_id == owner_id)
         if name_contains:
-            text = name_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-            where.append(Model.name.ilike(f"%{text}%", escape="\\"))
+            where.append(contains_text(Model.name, name_contains))
         if label is not None:
             where.append(self._has_label(label))
         page = select(Model).where(*where).order_by(Model.name).limit(limit).offset(offset)

@@ -9,28 +9,21 @@ version (Determined's ``Checkpoint.get_metrics`` and ``ModelVersion.get_metrics`
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
+from ._common import Queries
 from .columns import utcnow
 from .errors import NotFound, StoreConflict
 from .models import Checkpoint, MetricRow, ModelVersion, Trial, TrialSourceInfo
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
 
-
-class TrialSourceQueries:
+class TrialSourceQueries(Queries):
     """Queries of the ``trial_source_infos`` table (see :class:`Store`)."""
 
     if TYPE_CHECKING:
-        def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
-
-        def _writing(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
-
         async def get_metrics(self, trial_id: int, *,
                               group: str | None = None) -> list[MetricRow]: ...
 

@@ -10,7 +10,7 @@ To draw a long curve, :func:`candidates` picks the finest level that has at most
 :data:`MAX_BLOCKS_PER_POINT` blocks per wanted point, joins neighbouring blocks into at most
 ``max_points`` buckets of whole blocks, and answers each bucket's lowest and highest row plus
 the curve's first and last: exactly the per-bucket extremes of the rows themselves, because
-a bucket never splits a block. LTTB then runs over those candidates (:mod:`.lttb`).
+a bucket never splits a block. LTTB then runs over those candidates (:mod:`det_hub.lttb`).
 
 Booleans, non-finite numbers and everything that is not a number are left out, as a chart
 would leave them out.

@@ -6,28 +6,20 @@ queries are; a webhook comes back with its triggers loaded.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import delete, select
 
+from ._common import Queries
 from .columns import utcnow
 from .errors import NotFound
 from .models import Webhook, WebhookDelivery, WebhookTrigger
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
 
-
-class WebhookQueries:
+class WebhookQueries(Queries):
     """Queries of the ``webhooks``, ``webhook_triggers`` and ``webhook_deliveries`` tables
     (see :class:`Store`)."""
-
-    if TYPE_CHECKING:
-        def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
-
-        def _writing(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
 
     async def create_webhook(
         self,

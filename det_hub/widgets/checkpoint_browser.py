@@ -9,8 +9,15 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from det_hub.client import Checkpoint, Client, DetHubError, MasterError, Model, ModelVersion
-from det_hub.notebook.checkpoint import checkpoint_directory
+from det_hub.client import (
+    Checkpoint,
+    Client,
+    DetHubError,
+    MasterError,
+    Model,
+    ModelVersion,
+    checkpoint_directory,
+)
 from det_hub.widgets._common import client_or_default, format_number, html_table
 
 

@@ -12,7 +12,7 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from det_hub.client import Client
-from det_hub.store.lttb import lttb_indices
+from det_hub.lttb import lttb_indices
 from det_hub.widgets._common import Background, client_or_default
 from det_hub.widgets.smoothing import ema
 

@@ -26,9 +26,9 @@ from cli_result import Result, table_rows
 from fake_master import FakeMaster, Reply, Request, closed_port, log_row, ndjson
 
 from det_hub.cli import experiment as experiment_cli
-from det_hub.cli._render import fmt_time
 from det_hub.cli.main import main
 from det_hub.client import MAX_CONTEXT_BYTES
+from det_hub.console.render import fmt_time
 
 Det = Callable[..., Result]
 LIST = {"experiments": [EXPERIMENT, EXPERIMENT_DONE], "pagination": {"offset": 0, "limit": 100, "total": 2}}

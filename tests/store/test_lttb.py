@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from det_hub.lttb import lttb_indices
 from det_hub.store import Store, Trial
-from det_hub.store.lttb import lttb_indices
 
 
 def test_keeps_first_last_and_a_spike_at_exact_length() -> None:

@@ -5,8 +5,11 @@ equal buckets in between, the point that spans the largest triangle with the poi
 the previous bucket and the mean of the next bucket. Peaks and dips survive, unlike with
 every-k-th thinning, so a chart of a million steps drawn from a thousand points looks the same.
 
-Written here because the packages that ship it need numpy or a compiled extension, which the
-master does not otherwise depend on; the loop is small and runs over plain sequences.
+Written here because the packages that ship it need numpy or a compiled extension, which
+neither the master nor the notebook widgets otherwise depend on; the loop is small and runs over
+plain sequences. Pure: the standard library only, so that the store (which thins the points a
+chart asks for) and the widgets (which thin what they draw) share it without importing each
+other.
 """
 
 from __future__ import annotations

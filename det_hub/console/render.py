@@ -1,4 +1,5 @@
-"""How the CLI shows things: tables for people, JSON for programs."""
+"""How the CLI and the notebook magics show things: tables for people, JSON for programs;
+numbers, times and log lines in the short forms both print."""
 
 from __future__ import annotations
 
@@ -103,3 +104,15 @@ def fmt_bool(value: bool) -> str:
 def or_none(value: Any) -> Any:
     """The value, or ``-`` when it is empty."""
     return NONE if value is None or value == "" else value
+
+
+def format_log_line(line: dict[str, Any]) -> str:
+    """A log row as ``[timestamp] [rank=0] message``; the rank part is left out when unknown."""
+    message = str(line.get("message", "")).rstrip("\n")
+    parts = []
+    if line.get("timestamp"):
+        parts.append(f"[{line['timestamp']}]")
+    if line.get("rank") is not None:
+        parts.append(f"[rank={line['rank']}]")
+    parts.append(message)
+    return " ".join(parts)

@@ -1,0 +1,161 @@
+"""Experiments: queries of the ``experiments`` table and of ``experiment_contexts`` (the
+context archive an experiment was created with).
+
+:class:`ExperimentQueries` is mixed into :class:`det_hub.store.Store`. A write that may change
+an experiment's summary tells the store's ``experiment_listeners``; a write of its state tells
+its ``experiment_state_listeners`` too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, func, or_, select
+
+from ._common import Queries, contains_text, plain
+from .columns import utcnow
+from .models import Experiment, ExperimentContext
+
+
+class ExperimentQueries(Queries):
+    """Queries of the ``experiments`` and ``experiment_contexts`` tables (see :class:`Store`)."""
+
+    if TYPE_CHECKING:
+        experiment_state_listeners: list[Callable[[Experiment], None]]
+
+    async def create_experiment(
+        self,
+        *,
+        name: str,
+        owner_id: int,
+        config: dict[str, Any],
+        original_config: str,
+        context: bytes | None,
+        state: str,
+        searcher_metric: str,
+        smaller_is_better: bool,
+        resource_pool: str = "default",
+        priority: int = 42,
+        weight: float = 1.0,
+        description: str = "",
+        seed: int = 0,
+        parent_id: int | None = None,
+    ) -> Experiment:
+        """Add an experiment, with its context archive when given; ``parent_id`` is the
+        experiment it was forked from.
+
+        Raises:
+            NotFound: no such owner.
+        """
+        experiment = Experiment(
+            name=name,
+            description=description,
+            owner_id=owner_id,
+            state=plain(state),
+            archived=False,
+            progress=None,
+            config=config,
+            original_config=original_config,
+            searcher_metric=searcher_metric,
+            smaller_is_better=smaller_is_better,
+            resource_pool=resource_pool,
+            priority=priority,
+            weight=weight,
+            queue_position=None,
+            seed=seed,
+            searcher_state=None,
+            created_at=utcnow(),
+            ended_at=None,
+            labels=[],
+            notes="",
+            parent_id=parent_id,
+        )
+        async with self._writing() as session:
+            session.add(experiment)
+            await session.flush()
+            if context is not None:
+                session.add(ExperimentContext(experiment_id=experiment.id, archive=context))
+        self._experiment_changed(experiment.id)
+        return experiment
+
+    async def get_experiment(self, experiment_id: int) -> Experiment | None:
+        """The experiment with this id (without its context archive)."""
+        async with self._reading() as session:
+            return await session.get(Experiment, experiment_id)
+
+    async def list_experiments(
+        self,
+        *,
+        states: list[str] | None = None,
+        or_ids: Collection[int] = (),
+        archived: bool | None = None,
+        owner_id: int | None = None,
+        name_contains: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> tuple[list[Experiment], int]:
+        """One page of experiments, newest first, and how many match in all.
+
+        ``None`` leaves a filter out; an empty ``states`` list matches nothing but the
+        experiments in ``or_ids``, which pass the states filter whatever their state.
+        ``name_contains`` matches names holding that text, ignoring case; ``%`` and ``_`` in
+        it are plain characters.
+        """
+        where: list[ColumnElement[bool]] = []
+        if states is not None:
+            in_states = Experiment.state.in_([plain(s) for s in states])
+            where.append(or_(in_states, Experiment.id.in_(list(or_ids))) if or_ids
+                         else in_states)
+        if archived is not None:
+            where.append(Experiment.archived.is_(archived))
+        if owner_id is not None:
+            where.append(Experiment.owner_id == owner_id)
+        if name_contains:
+            where.append(contains_text(Experiment.name, name_contains))
+        page = (
+            select(Experiment)
+            .where(*where)
+            .order_by(Experiment.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        async with self._reading() as session:
+            total = await session.scalar(select(func.count()).select_from(Experiment).where(*where))
+            experiments = list(await session.scalars(page))
+        return experiments, int(total or 0)
+
+    async def list_experiments_in_states(self, states: list[str]) -> list[Experiment]:
+        """Every experiment in one of these states, by id (the master's recovery at start)."""
+        stmt = (
+            select(Experiment)
+            .where(Experiment.state.in_([plain(s) for s in states]))
+            .order_by(Experiment.id)
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    async def update_experiment(self, experiment_id: int, **fields: Any) -> Experiment:
+        """Set columns of an experiment (``state``, ``progress``, ``archived``, ...).
+
+        Raises:
+            NotFound: no such experiment.
+            ValueError: a name that is not a column, or the primary key.
+        """
+        experiment = await self._update(Experiment, experiment_id, fields)
+        self._experiment_changed(experiment_id)
+        if "state" in fields:
+            for listener in list(self.experiment_state_listeners):
+                listener(experiment)
+        return experiment
+
+    async def get_experiment_context(self, experiment_id: int) -> bytes | None:
+        """The experiment's context archive, or ``None`` when it has none."""
+        stmt = select(ExperimentContext.archive).where(
+            ExperimentContext.experiment_id == experiment_id
+        )
+        async with self._reading() as session:
+            return await session.scalar(stmt)
+
+
+__all__ = ["ExperimentQueries"]

@@ -1,0 +1,251 @@
+"""Metrics: queries of the ``metrics`` table, reading and writing the rows trials report.
+
+:class:`MetricQueries` is mixed into :class:`det_hub.store.Store`. Every write keeps the
+metrics' block summaries in step in the same transaction, and a downsampled read may use them;
+both are in :mod:`.metric_summaries`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select
+
+from ._common import Queries, plain
+from .columns import utcnow
+from .models import Metric, MetricRow, Trial
+from .summaries import summarize
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from .summaries import Block
+
+
+class MetricQueries(Queries):
+    """Queries of the ``metrics`` table (see :class:`Store`)."""
+
+    if TYPE_CHECKING:
+        async def _save_summaries(self, session: AsyncSession, trial_id: int, group: str,
+                                  blocks: Iterable[Block]) -> None: ...
+
+        async def _cut_summaries(self, session: AsyncSession, trial_id: int,
+                                 steps: int) -> None: ...
+
+        async def _lttb_metrics(
+            self,
+            session: AsyncSession,
+            where: list[ColumnElement[bool]],
+            counts: dict[str, tuple[int, int, int]],
+            max_points: int,
+            metric: str,
+            trial_id: int,
+            after: int | None,
+        ) -> list[MetricRow]: ...
+
+    async def add_metrics(self, trial_id: int, group: str, rows: list[dict[str, Any]]) -> int:
+        """Add a batch of metric rows to one group of a trial, in one statement.
+
+        Args:
+            rows: ``{"steps_completed": int, "metrics": dict, "report_time": datetime}``;
+                ``report_time`` is optional and defaults to now.
+
+        Returns:
+            The number of rows added.
+
+        Raises:
+            NotFound: no such trial.
+        """
+        return len(await self.insert_metrics(trial_id, group, rows))
+
+    async def insert_metrics(
+        self, trial_id: int, group: str, rows: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """:meth:`add_metrics`, answering the stored rows: ``{"id", "trial_id", "group",
+        "steps_completed", "metrics", "report_time"}`` in the order given, once committed."""
+        if not rows:
+            return []
+        now = utcnow()
+        params = [
+            {
+                "trial_id": trial_id,
+                "group": group,
+                "steps_completed": int(row["steps_completed"]),
+                "metrics": row["metrics"],
+                "report_time": plain(row.get("report_time") or now),
+            }
+            for row in rows
+        ]
+        # RETURNING makes SQLAlchemy send multi-row VALUES batches ("insertmanyvalues") on both
+        # databases instead of one statement per row.
+        stmt = insert(Metric).returning(Metric.id, sort_by_parameter_order=True)
+        async with self._writing() as session:
+            result = await session.execute(stmt, params)
+            ids = list(result.scalars())
+            blocks = summarize(
+                (row_id, p["steps_completed"], p["metrics"])
+                for row_id, p in zip(ids, params, strict=True)
+            )
+            await self._save_summaries(session, trial_id, group, blocks.values())
+        return [{"id": row_id, **p} for row_id, p in zip(ids, params, strict=True)]
+
+    async def experiment_metrics_after(
+        self, experiment_id: int, after_id: int, limit: int
+    ) -> list[MetricRow]:
+        """The metric rows of an experiment's trials with an id above ``after_id``, by id:
+        what a stream of the experiment's metrics resumes from."""
+        trial_ids = select(Trial.id).where(Trial.experiment_id == experiment_id)
+        stmt = (
+            select(Metric)
+            .where(Metric.trial_id.in_(trial_ids), Metric.id > after_id)
+            .order_by(Metric.id)
+            .limit(limit)
+        )
+        async with self._reading() as session:
+            return list(await session.scalars(stmt))
+
+    async def get_metrics(
+        self,
+        trial_id: int,
+        *,
+        group: str | None = None,
+        max_points: int | None = None,
+        after: int | None = None,
+        metric: str | None = None,
+    ) -> list[MetricRow]:
+        """A trial's metric rows, ascending by ``steps_completed`` (then id).
+
+        Args:
+            group: only this group; all groups by default.
+            max_points: downsample each group that has more rows than this, so that a chart of
+                a million points costs about ``max_points`` rows. The database counts the rows.
+            after: only rows with ``steps_completed`` greater than this.
+            metric: with ``max_points``, the metric whose curve downsampling keeps: each large
+                group is reduced to at most ``max_points`` rows by Largest-Triangle-Three-Buckets
+                over ``(steps_completed, metric)`` (see :mod:`det_hub.lttb`). Up to
+                ``RAW_ROWS_PER_POINT * max_points`` rows, LTTB sees every row; above, it sees
+                the lowest and highest row of each of at most ``max_points`` step ranges plus
+                the first and last row, read from the metric's block summaries
+                (:mod:`det_hub.store.summaries`) rather than from the rows. Spikes and both
+                ends survive either way. Rows without a finite number for ``metric``
+                (booleans included) are left out; a group where no row has one is thinned as
+                without ``metric``. Without
+                ``metric``, every k-th row is kept with ``k = ceil(n / max_points)``, plus the
+                last row, by the database.
+        """
+        where: list[ColumnElement[bool]] = [Metric.trial_id == trial_id]
+        if group is not None:
+            where.append(Metric.group == group)
+        if after is not None:
+            where.append(Metric.steps_completed > after)
+        ordered = select(Metric).where(*where).order_by(Metric.steps_completed, Metric.id)
+        if max_points is None:
+            async with self._reading() as session:
+                return list(await session.scalars(ordered))
+        if max_points < 1:
+            raise ValueError(f"max_points must be >= 1, got {max_points}")
+
+        async with self._reading() as session:
+            if self.dialect == "postgresql":
+                # Count and thinning must see the same rows, or the "last" row could be missed
+                # while a trial is still reporting.
+                await session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
+            # One pass over the index: each group's size and step range.
+            count_stmt = (
+                select(
+                    Metric.group,
+                    func.count(),
+                    func.min(Metric.steps_completed),
+                    func.max(Metric.steps_completed),
+                )
+                .where(*where)
+                .group_by(Metric.group)
+            )
+            ranges = {
+                g: (int(n), int(lo), int(hi)) for g, n, lo, hi in await session.execute(count_stmt)
+            }
+            counts = {g: n for g, (n, _, _) in ranges.items()}
+            if all(n <= max_points for n in counts.values()):
+                return list(await session.scalars(ordered))
+            if metric is not None:
+                return await self._lttb_metrics(
+                    session, where, ranges, max_points, metric, trial_id, after)
+
+            # Numbering reads only indexed columns; full rows are fetched for the kept ids alone.
+            numbered = (
+                select(
+                    Metric.id.label("id"),
+                    Metric.group.label("group_name"),
+                    func.row_number()
+                    .over(
+                        partition_by=Metric.group,
+                        order_by=(Metric.steps_completed, Metric.id),
+                    )
+                    .label("rn"),
+                )
+                .where(*where)
+                .subquery("numbered")
+            )
+            keep: list[ColumnElement[bool]] = []
+            small = [g for g, n in counts.items() if n <= max_points]
+            if small:
+                keep.append(numbered.c.group_name.in_(small))
+            for g, n in counts.items():
+                if n > max_points:
+                    k = -(-n // max_points)
+                    keep.append(
+                        and_(
+                            numbered.c.group_name == g,
+                            or_((numbered.c.rn - 1) % k == 0, numbered.c.rn == n),
+                        )
+                    )
+            stmt = (
+                select(Metric)
+                .join(numbered, numbered.c.id == Metric.id)
+                .where(or_(*keep))
+                .order_by(Metric.steps_completed, Metric.id)
+            )
+            return list(await session.scalars(stmt))
+
+    async def metrics_at(self, trial_id: int, group: str, steps_completed: int) -> MetricRow | None:
+        """The row of a group reported at exactly ``steps_completed`` (the latest on a tie)."""
+        stmt = (
+            select(Metric)
+            .where(Metric.trial_id == trial_id, Metric.group == group,
+                   Metric.steps_completed == steps_completed)
+            .order_by(Metric.id.desc())
+            .limit(1)
+        )
+        async with self._reading() as session:
+            return await session.scalar(stmt)
+
+    async def latest_metrics(self, trial_id: int, group: str) -> MetricRow | None:
+        """The row with the most ``steps_completed`` (the latest reported on a tie)."""
+        stmt = (
+            select(Metric)
+            .where(Metric.trial_id == trial_id, Metric.group == group)
+            .order_by(Metric.steps_completed.desc(), Metric.id.desc())
+            .limit(1)
+        )
+        async with self._reading() as session:
+            return await session.scalar(stmt)
+
+    async def delete_metrics_after(self, trial_id: int, steps_completed: int) -> int:
+        """Drop a trial's metric rows (every group) reported past ``steps_completed``: what a
+        trial that resumes from an earlier checkpoint will report again.
+
+        Returns:
+            The number of rows deleted.
+        """
+        stmt = delete(Metric).where(
+            Metric.trial_id == trial_id, Metric.steps_completed > steps_completed
+        )
+        async with self._writing() as session:
+            result = await session.execute(stmt)
+            await self._cut_summaries(session, trial_id, steps_completed)
+            return int(getattr(result, "rowcount", 0) or 0)
+
+
+__all__ = ["MetricQueries"]
