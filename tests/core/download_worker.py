@@ -25,29 +25,30 @@ MISSING = "00000000-0000-4000-8000-000000000000"
 
 
 class CountingStorage(SharedFSStorage):
-    """shared_fs that counts the fetches made through it, and can fail them."""
+    """shared_fs that records the calls made on it (shared by the ranks of a test), and can be
+    told to fail fetches."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: Path, calls: list[tuple[int, str]], rank: int,
+                 fail: Exception | None = None) -> None:
         super().__init__(path)
-        self.calls: list[str] = []
-        self.fail = False
+        self.calls, self.rank, self.fail = calls, rank, fail
         self.restoring = False
 
     def download(self, storage_id: str, dst_dir: str | os.PathLike[str], *,
                  resources: Mapping[str, int] | None = None,
                  selector: Callable[[str], bool] | None = None) -> None:
         if not self.restoring:  # not shared_fs's own copy for a selective restore
-            self.calls.append("download")
-        if self.fail:
-            raise OSError("the disk is full")
+            self.calls.append((self.rank, "download"))
+        if self.fail is not None:
+            raise self.fail
         super().download(storage_id, dst_dir, resources=resources, selector=selector)
 
     @contextlib.contextmanager
     def restore_path(self, storage_id: str, *, resources: Mapping[str, int] | None = None,
                      selector: Callable[[str], bool] | None = None) -> Iterator[Path]:
-        self.calls.append("restore_path")
-        if self.fail:
-            raise OSError("the disk is full")
+        self.calls.append((self.rank, "restore_path"))
+        if self.fail is not None:
+            raise self.fail
         self.restoring = True
         try:
             with super().restore_path(storage_id, resources=resources,
@@ -57,7 +58,7 @@ class CountingStorage(SharedFSStorage):
             self.restoring = False
 
     def resources(self, storage_id: str) -> dict[str, int]:
-        self.calls.append("resources")
+        self.calls.append((self.rank, "resources"))
         return super().resources(storage_id)
 
 
@@ -77,7 +78,8 @@ def main() -> None:
 
 def run(dist: core.DistributedContext) -> None:
     rank = dist.get_local_rank()
-    storage = CountingStorage(os.environ["CKPT_STORAGE"])
+    calls: list[tuple[int, str]] = []
+    storage = CountingStorage(Path(os.environ["CKPT_STORAGE"]), calls, rank)
     ckpt = CheckpointContext(distributed=dist, storage=storage)
     sid = os.environ["CKPT_ID"]
     out: dict[str, Any] = {"rank": rank, "local_size": dist.get_local_size()}
@@ -97,7 +99,7 @@ def run(dist: core.DistributedContext) -> None:
     # Every rank returns only once the chief has written the directory.
     out["downloaded"] = files_under(Path(target))
 
-    storage.fail = rank == 0
+    storage.fail = OSError("the disk is full") if rank == 0 else None
     for what in ("restore_path", "download"):
         try:
             if what == "restore_path":
@@ -108,14 +110,14 @@ def run(dist: core.DistributedContext) -> None:
             out[f"failed_{what}"] = None
         except Exception as exc:
             out[f"failed_{what}"] = [type(exc).__name__, str(exc)]
-    storage.fail = False
+    storage.fail = None
     try:
         with ckpt.restore_path(MISSING):
             pass
         out["missing"] = None
     except Exception as exc:
         out["missing"] = [type(exc).__name__, str(exc)]
-    out["calls"] = storage.calls
+    out["calls"] = [call for _rank, call in calls]
     print("RESULT " + json.dumps(out), flush=True)
 
 

@@ -5,7 +5,6 @@ two-rank torch.distributed (gloo) job."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -15,12 +14,13 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import TOKEN, TRIAL_ID, FakeMaster
+from download_worker import CountingStorage
 
 import det_hub.core as core
 from det_hub.core._checkpoint import CheckpointContext, DownloadMode
@@ -52,44 +52,6 @@ def save(storage: SharedFSStorage) -> str:
     with storage.store_path(sid) as path:
         write_files(path)
     return sid
-
-
-class CountingStorage(SharedFSStorage):
-    """shared_fs that records the calls made on it (shared by the ranks of a test), and can be
-    told to fail fetches."""
-
-    def __init__(self, path: Path, calls: list[tuple[int, str]], rank: int,
-                 fail: Exception | None = None) -> None:
-        super().__init__(path)
-        self.calls, self.rank, self.fail = calls, rank, fail
-        self.restoring = False
-
-    def download(self, storage_id: str, dst_dir: str | os.PathLike[str], *,
-                 resources: Mapping[str, int] | None = None,
-                 selector: Callable[[str], bool] | None = None) -> None:
-        if not self.restoring:  # not shared_fs's own copy for a selective restore
-            self.calls.append((self.rank, "download"))
-        if self.fail is not None:
-            raise self.fail
-        super().download(storage_id, dst_dir, resources=resources, selector=selector)
-
-    @contextlib.contextmanager
-    def restore_path(self, storage_id: str, *, resources: Mapping[str, int] | None = None,
-                     selector: Callable[[str], bool] | None = None) -> Iterator[Path]:
-        self.calls.append((self.rank, "restore_path"))
-        if self.fail is not None:
-            raise self.fail
-        self.restoring = True
-        try:
-            with super().restore_path(storage_id, resources=resources,
-                                      selector=selector) as path:
-                yield path
-        finally:
-            self.restoring = False
-
-    def resources(self, storage_id: str) -> dict[str, int]:
-        self.calls.append((self.rank, "resources"))
-        return super().resources(storage_id)
 
 
 class ThreadCollectives:
