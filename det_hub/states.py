@@ -27,11 +27,6 @@ class _LifecycleState(str, enum.Enum):
         """ACTIVE, or one of the states the REST API shows in its place."""
         return self.value == "ACTIVE" or self.value in ACTIVE_SUBSTATES
 
-    @property
-    def stored(self) -> str:
-        """The state as the store keeps it: ``ACTIVE`` for the states shown in its place."""
-        return "ACTIVE" if self.active else self.value
-
 
 #: What an ACTIVE experiment or trial is doing. The store keeps ``ACTIVE``; the REST API shows
 #: one of these in its place, as Determined's does: ``RUNNING`` while a process of it runs,

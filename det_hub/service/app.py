@@ -44,7 +44,7 @@ from det_hub.agents.local import LocalAgent
 from det_hub.archive import ContextLimits
 from det_hub.service.access_log import log_request
 from det_hub.service.cluster import PoolSettings
-from det_hub.service.data_dir import file_mode, make_private_dir, private_umask
+from det_hub.service.data_dir import file_mode, make_private_dir, private_umask, write_private
 from det_hub.service.handlers import api_routes
 from det_hub.service.hub import HubIdentity
 from det_hub.service.master import Master
@@ -308,9 +308,7 @@ class MasterApp(Application):
         if not self.config.WebhookManager.get("signing_key"):
             path = self.data_path / "webhook-signing-key"
             if not path.exists():
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                with os.fdopen(fd, "w") as f:
-                    f.write(secrets.token_hex(32))
+                write_private(path, secrets.token_hex(32))
             webhooks.signing_key = path.read_text().strip()
         return webhooks
 

@@ -355,10 +355,8 @@ async def experiment_list_events(
     # Subscribed before the snapshot is read: what changes meanwhile is read again after it.
     sub = changes.subscribe()
     try:
-        stored, running = master.state_filter(where.states or ())
-        rows, total = await master.store.list_experiments(
-            states=stored if where.states is not None else None, or_ids=running,
-            archived=where.archived, owner_id=where.owner_id, limit=limit)
+        rows, total = await master.list_experiments(
+            states=where.states, archived=where.archived, owner_id=where.owner_id, limit=limit)
         summaries = await master.experiment_json(rows)
         sent: dict[int, dict[str, Any]] = {e["id"]: e for e in summaries}
         yield [("snapshot", {"experiments": summaries, "total": total})]

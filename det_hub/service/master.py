@@ -939,14 +939,19 @@ class Master:
                                        state=self.shown_state(r)))
         return out
 
-    def state_filter(self, states: Iterable[str]) -> tuple[list[str], list[int]]:
-        """What a filter by shown states asks of the store: the stored states it selects and
-        the ids of the active experiments it selects by their shown state (``RUNNING``,
-        ``QUEUED`` ...). ``ACTIVE`` selects every active experiment, as Determined's does."""
+    async def list_experiments(self, *, states: Iterable[str] | None = None,
+                               **filters: Any) -> tuple[list[Experiment], int]:
+        """One page of experiments and how many match, as :meth:`Store.list_experiments`
+        gives them, with ``states`` the states the REST API shows (None: any): ``RUNNING``,
+        ``QUEUED`` ... select the active experiments shown so, and ``ACTIVE`` every active
+        experiment, as Determined's does."""
+        if states is None:
+            return await self.store.list_experiments(**filters)
         wanted = set(states)
         shown = wanted.intersection(ACTIVE_SUBSTATES)
         ids = [i for i, run in self.runs.items() if shown and self.shown_state(run.row) in shown]
-        return sorted(wanted - shown), ids
+        return await self.store.list_experiments(states=sorted(wanted - shown), or_ids=ids,
+                                                 **filters)
 
     def shown_state(self, row: Experiment) -> str:
         """The experiment's state as the REST API shows it: an ACTIVE one's trials say

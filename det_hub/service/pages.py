@@ -359,9 +359,8 @@ class DashboardPage(PageHandler):
         elif filters.owner:
             owner = await store.get_user(filters.owner)
             owner_id, nobody = (owner.id, False) if owner else (None, True)
-        stored, running = self.master.state_filter([filters.state] if filters.state else [])
-        rows, total = ([], 0) if nobody else await store.list_experiments(
-            states=stored if filters.state else None, or_ids=running,
+        rows, total = ([], 0) if nobody else await self.master.list_experiments(
+            states=[filters.state] if filters.state else None,
             archived={"no": False, "yes": True}.get(filters.archived), owner_id=owner_id,
             name_contains=filters.name or None, limit=PAGE_SIZE, offset=filters.offset)
         self.render(

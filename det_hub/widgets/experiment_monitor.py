@@ -139,8 +139,9 @@ class ExperimentMonitor:
         self.title.value = (f"<b>experiment {self.experiment_id}</b> {html.escape(name)}: "
                             f"<code>{html.escape(self.state)}</code>")
         self.progress_bar.value = min(max(self.progress, 0.0), 1.0)
-        terminal = self.state in ("COMPLETED", "CANCELED", "ERROR")
-        self.buttons["pause"].disabled = terminal or not ExperimentState(self.state).active
+        state = ExperimentState(self.state)
+        terminal = state.terminal
+        self.buttons["pause"].disabled = terminal or not state.active
         self.buttons["activate"].disabled = terminal or self.state != "PAUSED"
         self.buttons["kill"].disabled = terminal
         metric = self._metric or "metric"

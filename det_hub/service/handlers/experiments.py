@@ -38,9 +38,8 @@ class ExperimentsHandler(APIHandler):
             return
         limit = self.int_arg("limit", 100, 1, 1000)
         offset = self.int_arg("offset", 0)
-        stored, running = self.master.state_filter(states)
-        rows, total = await self.master.store.list_experiments(
-            states=stored if states else None, or_ids=running, archived=self.bool_arg("archived"), owner_id=owner_id,
+        rows, total = await self.master.list_experiments(
+            states=states or None, archived=self.bool_arg("archived"), owner_id=owner_id,
             limit=limit, offset=offset)
         self.send({"experiments": await self.master.experiment_json(rows),
                    "pagination": {"offset": offset, "limit": limit, "total": total}})
