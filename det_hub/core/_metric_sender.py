@@ -2,8 +2,9 @@
 
 Reporting must never stall training, and the master may be down for a while (it restarts in
 the middle of experiments), so rows are queued here and a single thread posts them in order.
-A batch stays at the head of the queue until the master has acknowledged it: rows are neither
-dropped while the master is away nor sent twice once it answers.
+A batch stays at the head of the queue until the master has acknowledged it, so rows are not
+dropped while the master is away; each batch carries a key the master stores with it, so a
+batch retried after its answer was lost is stored once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections import deque
 from typing import Any
 
@@ -49,6 +51,10 @@ class MetricSender:
         self._urgent = False
         self._closing = False
         self._error: MasterError | None = None
+        # Each batch carries this sender's key and its number, so that a batch sent again
+        # after an answer was lost (a timeout, the master restarting) is stored once.
+        self._run_key = uuid.uuid4().hex
+        self._batches_sent = 0
         self._thread = threading.Thread(target=self._run, name="det-hub-metrics", daemon=True)
         self._thread.start()
 
@@ -147,8 +153,11 @@ class MetricSender:
                 continue
             assert isinstance(payload, list)
             error: MasterError | None = None
+            self._batches_sent += 1
+            body = {"group": first, "metrics": payload,
+                    "key": f"{self._run_key}:{self._batches_sent}"}
             try:
-                self._session.post(path, {"group": first, "metrics": payload}, retry=True)
+                self._session.post(path, body, retry=True)
             except MasterError as exc:
                 error = exc
                 logger.error("could not send %d %s metric rows: %s", len(payload), first, exc)

@@ -1034,14 +1034,24 @@ class Master:
         return run
 
     async def report_metrics(self, who: Principal, trial_id: int, group: str,
-                             rows: list[dict[str, Any]]) -> int:
+                             rows: list[dict[str, Any]], *,
+                             key: str | None = None) -> tuple[int, bool]:
+        """Store a batch of a trial's metric rows and act on them (progress, best validation,
+        searcher events). ``key``, unique within the trial, makes the report idempotent: a
+        batch whose key was stored before changes nothing.
+
+        Returns:
+            The number of rows the batch stored, and whether it was a repeat.
+        """
         trial = await self.get_trial(who, trial_id, write=True)
         if TrialState(trial.state).terminal:
             raise Conflict(f"trial {trial_id} is {trial.state}; it takes no more metrics")
         clean = [_metric_row(i, r) for i, r in enumerate(rows)]
         if not clean:
-            return 0
-        stored = await self.store.insert_metrics(trial_id, group, clean)
+            return 0, False
+        stored = await self.store.insert_metrics(trial_id, group, clean, key=key)
+        if isinstance(stored, int):
+            return stored, True
         metric_events(self).publish(trial.experiment_id, stored)
         count = len(stored)
         last = max(clean, key=lambda r: r["steps_completed"])
@@ -1068,7 +1078,7 @@ class Master:
                 if length is not None and isinstance(value, (int, float)) \
                         and not isinstance(value, bool):
                     await run.on_validation(trial, length, float(value))
-        return count
+        return count, False
 
     async def report_progress(self, who: Principal, trial_id: int, progress: float) -> None:
         trial = await self.get_trial(who, trial_id, write=True)

@@ -10,10 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite
 
 from ._common import Queries, plain
 from .columns import utcnow
-from .models import Metric, MetricRow, Trial
+from .models import Metric, MetricBatch, MetricRow, Trial
 from .summaries import summarize
 
 if TYPE_CHECKING:
@@ -58,13 +60,21 @@ class MetricQueries(Queries):
         Raises:
             NotFound: no such trial.
         """
-        return len(await self.insert_metrics(trial_id, group, rows))
+        stored = await self.insert_metrics(trial_id, group, rows)
+        return stored if isinstance(stored, int) else len(stored)
 
     async def insert_metrics(
-        self, trial_id: int, group: str, rows: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+        self, trial_id: int, group: str, rows: list[dict[str, Any]], *, key: str | None = None
+    ) -> list[dict[str, Any]] | int:
         """:meth:`add_metrics`, answering the stored rows: ``{"id", "trial_id", "group",
-        "steps_completed", "metrics", "report_time"}`` in the order given, once committed."""
+        "steps_completed", "metrics", "report_time"}`` in the order given, once committed.
+
+        Args:
+            key: the batch's key, unique within the trial. A batch whose key was stored before
+                is a repeat: nothing is written, and the answer is the number of rows the
+                first copy stored. The key commits with the rows, so of two copies arriving
+                together exactly one is stored.
+        """
         if not rows:
             return []
         now = utcnow()
@@ -82,6 +92,10 @@ class MetricQueries(Queries):
         # databases instead of one statement per row.
         stmt = insert(Metric).returning(Metric.id, sort_by_parameter_order=True)
         async with self._writing() as session:
+            if key is not None:
+                first = await self._claim_batch_key(session, trial_id, key, len(params))
+                if first is not None:
+                    return first
             result = await session.execute(stmt, params)
             ids = list(result.scalars())
             blocks = summarize(
@@ -90,6 +104,26 @@ class MetricQueries(Queries):
             )
             await self._save_summaries(session, trial_id, group, blocks.values())
         return [{"id": row_id, **p} for row_id, p in zip(ids, params, strict=True)]
+
+    async def _claim_batch_key(
+        self, session: AsyncSession, trial_id: int, key: str, rows: int
+    ) -> int | None:
+        """Record ``key`` as stored in this transaction; if it already was, the number of rows
+        its first copy stored. On PostgreSQL a copy in flight in another transaction makes
+        this wait for that one's outcome."""
+        dialect_insert = pg.insert if self.dialect == "postgresql" else sqlite.insert
+        claim = (
+            dialect_insert(MetricBatch)
+            .values(trial_id=trial_id, key=key, rows=rows, created_at=utcnow())
+            .on_conflict_do_nothing(index_elements=["trial_id", "key"])
+            .returning(MetricBatch.rows)
+        )
+        if (await session.execute(claim)).first() is not None:
+            return None
+        stored = await session.scalar(
+            select(MetricBatch.rows).where(MetricBatch.trial_id == trial_id,
+                                           MetricBatch.key == key))
+        return int(stored or 0)
 
     async def experiment_metrics_after(
         self, experiment_id: int, after_id: int, limit: int

@@ -242,6 +242,25 @@ class Metric(Base):
     metrics: Mapped[dict[str, Any]] = mapped_column(json_type())
 
 
+class MetricBatch(Base):
+    """A metric batch already stored, by the key its sender gave it: a repeat of the batch (a
+    retry whose first answer was lost) is recognised by this row and stored nothing.
+
+    The row is written in the transaction that stores the batch, under a primary key, so two
+    copies of one batch can never both be stored, even when they arrive at the same time.
+    """
+
+    __tablename__ = "metric_batches"
+
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), primary_key=True)
+    #: Unique within the trial: the sender's run of the trial and the batch's number in it.
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    #: How many rows the batch stored: the answer a repeat gets.
+    rows: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
 class MetricSummary(Base):
     """One block of one metric's curve, summarised for drawing (see :mod:`det_hub.store.summaries`).
 
@@ -445,6 +464,7 @@ __all__ = [
     "ExperimentContext",
     "LogRow",
     "Metric",
+    "MetricBatch",
     "MetricRow",
     "Model",
     "ModelVersion",

@@ -35,6 +35,7 @@ class MasterState:
         self.completed_ops: list[dict[str, Any]] = []
         self.ops: list[int] = []  # lengths still to hand out; then completed
         self.null_op = False  # answer {"operation": null, "completed": false}
+        self.lose_metric_answers = 0  # metric batches to take in, then hang up without answering
         self.preempt = threading.Event()
         self.stopping = threading.Event()
 
@@ -118,6 +119,11 @@ def _handler(state: MasterState) -> type[BaseHTTPRequestHandler]:
                 with state.lock:
                     for row in body["metrics"]:
                         state.metric_rows.append((body["group"], row))
+                    lose = state.lose_metric_answers > 0
+                    state.lose_metric_answers -= lose
+                if lose:  # the answer is lost on its way back
+                    self.close_connection = True
+                    return
                 self._reply(200, {"count": len(body["metrics"])})
             elif path == "/checkpoints":
                 with state.lock:

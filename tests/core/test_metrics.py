@@ -74,6 +74,26 @@ def test_master_restart_loses_and_duplicates_nothing(
     assert got == expected
 
 
+def test_a_batch_whose_answer_was_lost_is_sent_again_with_its_key(
+    in_trial: FakeMaster,
+) -> None:
+    state = in_trial.state
+    state.lose_metric_answers = 1
+    with core.init(metric_batch_interval=0.05) as ctx:
+        for step in range(1, 4):
+            ctx.train.report_training_metrics(step, {"loss": float(step)})
+        ctx.train.flush(timeout=10)
+        ctx.train.report_training_metrics(4, {"loss": 4.0})
+    posts = [r["body"] for r in state.requests if r["path"] == f"/trials/{TRIAL_ID}/metrics"]
+    # The first batch arrived twice, under one key the master uses to store it once; the next
+    # batch has a key of its own.
+    assert len(posts) == 3
+    assert posts[0] == posts[1]
+    assert [len(p["metrics"]) for p in posts] == [3, 3, 1]
+    assert posts[2]["key"] != posts[0]["key"]
+    assert posts[2]["key"].split(":")[0] == posts[0]["key"].split(":")[0]
+
+
 def test_progress_and_early_exit(in_trial: FakeMaster) -> None:
     state = in_trial.state
     with core.init() as ctx:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import math
 
@@ -160,3 +161,32 @@ async def test_metrics_past_a_step_are_deleted_in_every_group(store: Store, tria
         rows = await store.get_metrics(trial.id, group=group)
         assert [r.steps_completed for r in rows] == [10, 20]
     assert await store.delete_metrics_after(trial.id, 20) == 0
+
+
+async def test_a_batch_stored_again_under_its_key_stores_nothing(
+    store: Store, trial: Trial
+) -> None:
+    first = await store.insert_metrics(trial.id, "training", _rows(range(3)), key="run:1")
+    assert isinstance(first, list) and len(first) == 3
+    # The same batch again answers how many rows its first copy stored, and writes none.
+    assert await store.insert_metrics(trial.id, "training", _rows(range(3)), key="run:1") == 3
+    second = await store.insert_metrics(trial.id, "training", _rows(range(3, 5)), key="run:2")
+    assert isinstance(second, list) and len(second) == 2
+    steps = [m.steps_completed for m in await store.get_metrics(trial.id)]
+    assert steps == [0, 1, 2, 3, 4]
+
+
+async def test_copies_of_a_batch_arriving_together_are_stored_once(
+    store: Store, trial: Trial
+) -> None:
+    copies = await asyncio.gather(*[
+        store.insert_metrics(trial.id, "training", _rows(range(50)), key="run:7")
+        for _ in range(6)])
+    assert sorted(isinstance(c, list) for c in copies) == [False] * 5 + [True]
+    assert [c for c in copies if isinstance(c, int)] == [50] * 5
+    assert len(await store.get_metrics(trial.id)) == 50
+    # A key is the trial's own: another trial may use it.
+    other = await store.create_trial(experiment_id=trial.experiment_id, request_id="req-1",
+                                     hparams={}, seed=1, state=trial.state)
+    assert isinstance(await store.insert_metrics(other.id, "training", _rows(range(2)),
+                                                 key="run:7"), list)

@@ -16,7 +16,7 @@ from det_hub.store.models import Base, MetricSummary
 from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0011"
+HEAD = "0012"
 
 EXPECTED_TABLES = {
     "users",
@@ -27,6 +27,7 @@ EXPECTED_TABLES = {
     "trials",
     "allocations",
     "metrics",
+    "metric_batches",
     "metric_summaries",
     "checkpoints",
     "task_logs",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from det_hub import nonfinite
@@ -23,6 +24,11 @@ class TrialHandler(APIHandler):
         self.send({"trial": trial_json(trial)})
 
 
+#: The longest key a metric batch may carry (the store's column), and the keys allowed.
+MAX_BATCH_KEY = 128
+BATCH_KEY = re.compile(rf"[A-Za-z0-9:._-]{{1,{MAX_BATCH_KEY}}}")
+
+
 class TrialMetricsHandler(APIHandler):
     allow_allocation = True
     query = {"get": {
@@ -35,7 +41,10 @@ class TrialMetricsHandler(APIHandler):
     body = {"post": {"type": "object", "required": ["group", "metrics"], "properties": {
         "group": {"type": "string"},
         "metrics": {"type": "array", "items": {"type": "object", "required": [
-            "steps_completed", "metrics"]}}}}}
+            "steps_completed", "metrics"]}},
+        "key": {"type": "string", "pattern": BATCH_KEY.pattern,
+                "description": "unique within the trial: a batch sent again with the same "
+                               "key is stored once"}}}}
     answers = {"get": "metrics", "post": "count"}
 
     async def get(self, trial_id: str) -> None:
@@ -59,8 +68,12 @@ class TrialMetricsHandler(APIHandler):
         rows = body.get("metrics")
         if not isinstance(rows, list):
             raise BadRequest("metrics: must be a list of {steps_completed, metrics}")
-        count = await self.master.report_metrics(self.principal, int(trial_id), group, rows)
-        self.send({"count": count})
+        key = body.get("key")
+        if key is not None and (not isinstance(key, str) or not BATCH_KEY.fullmatch(key)):
+            raise BadRequest(f"key: must be 1 to {MAX_BATCH_KEY} letters, digits or ':._-'")
+        count, repeat = await self.master.report_metrics(
+            self.principal, int(trial_id), group, rows, key=key)
+        self.send({"count": count, "repeat": repeat})
 
 
 class TrialSourceInfoHandler(APIHandler):

@@ -1,0 +1,56 @@
+"""Metric batches against a real master: a batch sent again under its key is stored once, and
+the answer says it was a repeat."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from det_hub.testing import MasterProcess
+
+
+@pytest.fixture(scope="module")
+def master(module_master: MasterProcess) -> MasterProcess:
+    return module_master
+
+
+def _batch(steps: range, key: str | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"group": "training", "metrics": [
+        {"steps_completed": s, "metrics": {"loss": 1.0 / (s + 1)}} for s in steps]}
+    if key is not None:
+        body["key"] = key
+    return body
+
+
+@pytest.mark.slow
+def test_a_repeated_batch_is_stored_once_and_answered_as_a_repeat(
+        master: MasterProcess) -> None:
+    eid = master.create_ok({
+        "name": "batches", "entrypoint": "sleep 300", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
+    try:
+        trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+        path = f"/trials/{trial_id}/metrics"
+
+        first = master.api("POST", path, json=_batch(range(1, 4), "run-a:1"))
+        assert first.status_code == 200, first.text
+        assert first.json() == {"count": 3, "repeat": False}
+        again = master.api("POST", path, json=_batch(range(1, 4), "run-a:1"))
+        assert again.json() == {"count": 3, "repeat": True}
+        # Without a key every batch is stored; another key is another batch.
+        assert master.api("POST", path, json=_batch(range(4, 5), None)).json()["repeat"] is False
+        assert master.api("POST", path, json=_batch(range(5, 6), "run-a:2")).json() == {
+            "count": 1, "repeat": False}
+
+        steps = [m["steps_completed"] for m in master.get(f"{path}?group=training")["metrics"]]
+        assert steps == [1, 2, 3, 4, 5]
+        assert master.get(f"/trials/{trial_id}")["trial"]["steps_completed"] == 5
+
+        for bad in ["", "x" * 129, "a b", "nul\x00", 7]:
+            r = master.api("POST", path, json={**_batch(range(6, 7), None), "key": bad})
+            assert r.status_code == 400, (bad, r.text)
+            assert "key" in r.json()["error"]
+        assert len(master.get(f"{path}?group=training")["metrics"]) == 5
+    finally:
+        master.api("POST", f"/experiments/{eid}/kill")
