@@ -1,8 +1,9 @@
 """The states users see, and the transitions allowed between them, written down in one place.
 
 Names follow Determined's, so scripts and dashboards written for it read ours unchanged. The
-service's state machines consult :data:`EXPERIMENT_TRANSITIONS`, :data:`TRIAL_TRANSITIONS` and
-:data:`TASK_TRANSITIONS` before every change; nothing else decides whether a move is legal.
+service's state machines consult :data:`EXPERIMENT_TRANSITIONS`, :data:`TRIAL_TRANSITIONS`,
+:data:`TASK_TRANSITIONS` and :data:`ALLOCATION_TRANSITIONS` before every change; nothing else
+decides whether a move is legal.
 """
 
 from __future__ import annotations
@@ -140,6 +141,22 @@ class TaskState(str, enum.Enum):
         return self is TaskState.TERMINATED
 
 
+class AllocationState(str, enum.Enum):
+    """Where an allocation is: one attempt at running a trial's or a task's processes on
+    slots. The cluster moves it on; the store's ``allocations.state`` keeps it, and a trial's
+    ``run_state`` and a task's state follow it while it is open."""
+
+    #: Waiting in the job queue for slots.
+    QUEUED = "QUEUED"
+    #: Placed on slots, which it holds from now on; its processes are being started.
+    STARTING = "STARTING"
+    #: Its processes run (one that only holds slots, a hub notebook server's, holds them).
+    RUNNING = "RUNNING"
+    #: Ended: its processes exited or were killed, its agent was lost, it could not start, or
+    #: it was taken off the queue before it started. Its slots are free again.
+    TERMINATED = "TERMINATED"
+
+
 def shown_trial_state(state: str, run_state: str | None) -> str:
     """A trial's state as the REST API shows it: an ACTIVE trial's ``run_state`` when its
     process is starting or running, else ``QUEUED`` (waiting for slots, or for the searcher
@@ -213,6 +230,18 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
 }
 
 
+_A = AllocationState
+ALLOCATION_TRANSITIONS: dict[AllocationState, frozenset[AllocationState]] = {
+    # Taken off the queue before it started: it ends without having held slots.
+    _A.QUEUED: frozenset({_A.STARTING, _A.TERMINATED}),
+    # A launch that fails ends the allocation straight from STARTING.
+    _A.STARTING: frozenset({_A.RUNNING, _A.TERMINATED}),
+    _A.RUNNING: frozenset({_A.TERMINATED}),
+    # An allocation never runs again; a new one is made instead.
+    _A.TERMINATED: frozenset(),
+}
+
+
 class IllegalTransition(ValueError):
     """A state change that the transition table does not allow."""
 
@@ -238,8 +267,15 @@ def check_task_transition(current: TaskState, target: TaskState) -> None:
         raise IllegalTransition("task", current.value, target.value)
 
 
+def check_allocation_transition(current: AllocationState, target: AllocationState) -> None:
+    if target != current and target not in ALLOCATION_TRANSITIONS[current]:
+        raise IllegalTransition("allocation", current.value, target.value)
+
+
 __all__ = [
     "ACTIVE_SUBSTATES",
+    "ALLOCATION_TRANSITIONS",
+    "AllocationState",
     "CheckpointState",
     "EXPERIMENT_TRANSITIONS",
     "ExperimentState",
@@ -252,6 +288,7 @@ __all__ = [
     "TaskState",
     "TaskType",
     "TrialState",
+    "check_allocation_transition",
     "check_experiment_transition",
     "check_task_transition",
     "check_trial_transition",

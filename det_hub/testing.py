@@ -27,6 +27,7 @@ import requests
 import yaml
 from sqlalchemy.engine import make_url
 
+from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 from det_hub.ports import free_port as _free_port
 
 DET_HUB = str(Path(sys.executable).parent / "det-hub")
@@ -166,7 +167,7 @@ class MasterProcess:
                          timeout)
 
     def cli(self, *args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
-        env = dict(os.environ, DET_HUB_MASTER=self.url, DET_HUB_TOKEN=self.token)
+        env = {**os.environ, MASTER_ENV: self.url, TOKEN_ENV: self.token}
         done = subprocess.run([DET_HUB, *args], capture_output=True, text=True, env=env,
                               timeout=180, cwd=self.cli_cwd)
         if check:

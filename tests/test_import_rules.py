@@ -42,6 +42,9 @@ LAYERS: dict[str, str] = {
     "det_hub.states": "pure",
     "det_hub.nonfinite": "pure",
     "det_hub.lttb": "pure",
+    "det_hub.defaults": "pure",
+    "det_hub.env_names": "pure",
+    "det_hub.scopes": "pure",
     "det_hub.archive": "I/O",
     "det_hub.ports": "I/O",
     "det_hub._relay": "I/O",
@@ -70,7 +73,8 @@ LAYERS: dict[str, str] = {
 #: The pure code: packages, modules, and ``det_hub.storage.gc`` (the retention policy, which
 #: the storage backends around it do not make impure).
 PURE = ("det_hub.config", "det_hub.searcher", "det_hub.scheduler", "det_hub.states",
-        "det_hub.nonfinite", "det_hub.lttb", "det_hub.storage.gc")
+        "det_hub.nonfinite", "det_hub.lttb", "det_hub.defaults", "det_hub.env_names",
+        "det_hub.scopes", "det_hub.storage.gc")
 
 #: Libraries that do I/O (databases, network, servers, processes, object storage, containers);
 #: pure code imports none of them.
@@ -97,19 +101,7 @@ MASTER_SIDE = ("det_hub.service", "det_hub.store")
 
 #: The import cycles between packages there are today, each with why it is there. A cycle that
 #: is gone must leave this list too.
-KNOWN_CYCLES: dict[frozenset[str], str] = {
-    frozenset({"det_hub.hub", "det_hub.service"}): (
-        "the master reads the hub's scope names (det_hub.hub's ADMIN_SCOPE, CLUSTER_SCOPE, "
-        "MANAGE_SCOPE) and starts `det-hub up` (det_hub.service.app.main_up runs "
-        "det_hub.hub.up), which writes its files with det_hub.service.data_dir's helpers; to "
-        "go once the scope names and the private-file helpers live outside both"
-    ),
-    frozenset({"det_hub.exec", "det_hub.pytorch"}): (
-        "the harness (det_hub.exec.harness) trains PyTorchTrials, and det_hub.pytorch._load "
-        "imports a trained model's trial class with the harness's load_trial_class; to go "
-        "once load_trial_class and EntrypointError live in det_hub.pytorch"
-    ),
-}
+KNOWN_CYCLES: dict[frozenset[str], str] = {}
 
 #: The imports of another package's private module there are today, by importing file and
 #: imported module, each with why it is there. One that is gone must leave this list too.

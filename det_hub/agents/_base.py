@@ -18,6 +18,7 @@ from traitlets import Bool, MetaHasTraits, Unicode
 from traitlets.config import LoggingConfigurable
 
 from det_hub.agents.slots import SlotInfo
+from det_hub.defaults import DEFAULT_RESOURCE_POOL
 
 #: ``argv[0]`` values that mean "the Python the agent's tasks run with".
 PYTHON_NAMES = ("python", "python3")
@@ -130,7 +131,8 @@ class Agent(LoggingConfigurable, metaclass=_AgentMeta):
     """A host with slots that runs tasks."""
 
     agent_id = Unicode("local", config=True, help="The agent's name in the API and the CLI.")
-    resource_pool = Unicode("default", config=True, help="The resource pool the agent serves.")
+    resource_pool = Unicode(DEFAULT_RESOURCE_POOL, config=True,
+                            help="The resource pool the agent serves.")
     enabled = Bool(True, config=True, help="""Whether new work is placed on this agent. A disabled
         agent keeps running what it has (drain); `det-hub agent enable|disable` flips it.""")
     address = Unicode("127.0.0.1", config=True, help="""The address tasks on other hosts reach

@@ -48,6 +48,7 @@ from det_hub.agents.sandbox import (
     probe,
 )
 from det_hub.agents.slots import SlotInfo, discover_slots
+from det_hub.env_names import WHEEL_CACHE_ENV
 
 #: What a task takes of the host's environment: locale and time zone, nothing else. Everything
 #: else it gets is its own (``TaskSpec.env``, the agent's ``environment``) or set here.
@@ -61,7 +62,7 @@ NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-
 
 def _wheel_cache() -> str | None:
     """The host's cache of downloaded wheels, where it exists."""
-    path = Path(os.environ.get("DET_HUB_WHEEL_CACHE") or "~/.cache/det_hub/wheels").expanduser()
+    path = Path(os.environ.get(WHEEL_CACHE_ENV) or "~/.cache/det_hub/wheels").expanduser()
     return str(path.resolve()) if path.is_dir() else None
 
 
@@ -206,7 +207,7 @@ class LocalAgent(Agent):
     @default("environment")
     def _default_environment(self) -> list[str]:
         wheels = _wheel_cache()
-        return [f"DET_HUB_WHEEL_CACHE={wheels}"] if wheels else []
+        return [f"{WHEEL_CACHE_ENV}={wheels}"] if wheels else []
 
     def __init__(self, work_root: Path, *, private_paths: Sequence[str | Path] = (),
                  **kwargs: object) -> None:

@@ -12,8 +12,15 @@ import sys
 from collections.abc import Sequence
 
 from det_hub import __version__
-from det_hub.client import ContextError, DetHubError, MasterError, MasterUnreachable
+from det_hub.client import (
+    DEFAULT_MASTER,
+    ContextError,
+    DetHubError,
+    MasterError,
+    MasterUnreachable,
+)
 from det_hub.console import UserError
+from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 
 from . import (
     agent,
@@ -43,11 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "-m", "--master", metavar="URL",
-        help="master URL (default: $DET_HUB_MASTER, else http://127.0.0.1:8080)",
+        help=f"master URL (default: ${MASTER_ENV}, else {DEFAULT_MASTER})",
     )
     parser.add_argument(
         "--token",
-        help="user token (default: $DET_HUB_TOKEN, else the local master's admin token file)",
+        help=f"user token (default: ${TOKEN_ENV}, else the local master's admin token file)",
     )
     parser.add_argument("--version", action="version", version=f"det-hub {__version__}")
 
@@ -103,7 +110,7 @@ def _report(error: BaseException) -> None:
         for line in error.detail_lines():
             print(f"  {line}", file=sys.stderr)
         if error.status == 401:
-            print("  Give a token with --token or DET_HUB_TOKEN (see det-hub user create).", file=sys.stderr)
+            print(f"  Give a token with --token or {TOKEN_ENV} (see det-hub user create).", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,7 +1,8 @@
 """``det-hub master`` and ``det-hub up``: start the master (alone, or with hub and agent).
 
-The master lives in :mod:`det_hub.service.app`; it is imported only when asked for, so the rest
-of the CLI works (and starts fast) where the service's dependencies are not installed.
+The master lives in :mod:`det_hub.service.app` and ``det-hub up`` in :mod:`det_hub.hub.up`;
+each is imported only when asked for, so the rest of the CLI works (and starts fast) where the
+service's dependencies are not installed.
 """
 
 from __future__ import annotations
@@ -11,26 +12,25 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-SERVICE_MODULE = "det_hub.service.app"
-#: CLI verb -> function of det_hub.service.app that takes the rest of the command line.
-ENTRY_POINTS = {"master": "main", "up": "main_up"}
+#: CLI verb -> the module and its function that take the rest of the command line.
+ENTRY_POINTS = {"master": ("det_hub.service.app", "main"), "up": ("det_hub.hub.up", "main")}
 
 
 def run_service(verb: str, argv: Sequence[str]) -> int:
     """Hands the command line after ``master``/``up`` to the service, untouched."""
-    function_name = ENTRY_POINTS[verb]
+    module_name, function_name = ENTRY_POINTS[verb]
     try:
-        module = importlib.import_module(SERVICE_MODULE)
+        module = importlib.import_module(module_name)
     except ImportError as exc:
         print(
-            f"Error: `det-hub {verb}` needs the det_hub master ({SERVICE_MODULE}), "
+            f"Error: `det-hub {verb}` needs the det_hub master ({module_name}), "
             f"which cannot be imported here: {exc}",
             file=sys.stderr,
         )
         return 1
     entry = getattr(module, function_name, None)
     if entry is None:
-        print(f"Error: {SERVICE_MODULE} has no {function_name}(); this installation is incomplete",
+        print(f"Error: {module_name} has no {function_name}(); this installation is incomplete",
               file=sys.stderr)
         return 1
     result = entry(list(argv))

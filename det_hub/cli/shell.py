@@ -23,6 +23,7 @@ from pathlib import Path
 
 from det_hub.client import Client, Task, data_dir
 from det_hub.console import UserError, config_overrides
+from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 
 from ._connect import client_from_args
 from .task import add_config_options, add_manage_verbs, wait_until_ready
@@ -60,9 +61,9 @@ def ssh_argv(client: Client, task: Task, extra: list[str]) -> list[str]:
 
 
 def _ssh(client: Client, task: Task, extra: list[str]) -> int:
-    env = dict(os.environ, DET_HUB_MASTER=client.master)
+    env = {**os.environ, MASTER_ENV: client.master}
     if client.token:
-        env["DET_HUB_TOKEN"] = client.token  # for the tunnel, not on any command line
+        env[TOKEN_ENV] = client.token  # for the tunnel, not on any command line
     return subprocess.call(ssh_argv(client, task, extra), env=env)
 
 

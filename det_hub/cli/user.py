@@ -10,6 +10,7 @@ import sys
 from det_hub.client import AgentUserGroup, Client, resolve_master, save_token
 from det_hub.console import UserError
 from det_hub.console import render as r
+from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 
 from ._connect import client_from_args
 
@@ -60,7 +61,7 @@ def _create(args: argparse.Namespace) -> int:
     role = "admin" if created.user.admin else "user"
     print(f"Created {role} {created.user.username} (id {created.user.id})")
     print(f"Token: {created.token}")
-    print("The token is shown only this once; give it to the user as DET_HUB_TOKEN.", file=sys.stderr)
+    print(f"The token is shown only this once; give it to the user as {TOKEN_ENV}.", file=sys.stderr)
     return 0
 
 
@@ -84,7 +85,7 @@ def hub_url(master: str) -> str:
     head, found, _ = master.partition("/services/")
     if not found:
         raise UserError(f"the master at {master} is not served by a JupyterHub (its URL has no "
-                        "/services/ part): use a token of its own as DET_HUB_TOKEN")
+                        f"/services/ part): use a token of its own as {TOKEN_ENV}")
     return head
 
 
@@ -169,9 +170,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], js
 
     login = verbs.add_parser(
         "login", help="sign in through the JupyterHub the master is served by, and keep a token",
-        description="Sign in at the hub in front of the master (DET_HUB_MASTER, e.g. "
+        description=f"Sign in at the hub in front of the master ({MASTER_ENV}, e.g. "
         "https://hub/services/det-hub), make a hub API token, and keep it for this master in "
-        "~/.det_hub/tokens.json (mode 0600); later commands use it unless DET_HUB_TOKEN is set.")
+        f"~/.det_hub/tokens.json (mode 0600); later commands use it unless {TOKEN_ENV} is set.")
     login.add_argument("username", metavar="NAME", nargs="?", help="the hub user (asked when "
                        "left out)")
     login.add_argument("--password-stdin", action="store_true",

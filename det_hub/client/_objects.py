@@ -121,6 +121,9 @@ class User:
     raw: dict[str, Any] = field(repr=False, compare=False)
     #: The Unix account the user's tasks run as, None when not linked to one.
     agent_user_group: AgentUserGroup | None = None
+    #: False once the user is deactivated.
+    active: bool = True
+    created_at: dt.datetime | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> User:
@@ -131,6 +134,8 @@ class User:
             admin=bool(data.get("admin", False)),
             raw=data,
             agent_user_group=AgentUserGroup.from_json(data.get("agent_user_group")),
+            active=bool(data.get("active", True)),
+            created_at=parse_time(data.get("created_at")),
         )
 
 
@@ -169,6 +174,14 @@ class Experiment:
     priority: int | None = None
     #: The experiment this one was forked from.
     forked_from: int | None = None
+    #: The best searcher-metric value any of its trials validated with; None before any.
+    best_searcher_metric: float | None = None
+    #: Its share of a fair-share pool.
+    weight: float | None = None
+    #: Its entry in the job queue: ``exp-<id>``.
+    job_id: str = ""
+    seed: int | None = None
+    labels: list[str] = field(default_factory=list)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -198,6 +211,11 @@ class Experiment:
             resource_pool=str(data.get("resource_pool") or ""),
             priority=int(priority) if isinstance(priority, int) else None,
             forked_from=_opt_int(data.get("forked_from")),
+            best_searcher_metric=_opt_float(data.get("best_searcher_metric")),
+            weight=_opt_float(data.get("weight")),
+            job_id=str(data.get("job_id") or ""),
+            seed=_opt_int(data.get("seed")),
+            labels=[str(v) for v in data.get("labels") or []],
             raw=data,
         )
 
@@ -221,6 +239,8 @@ class Trial:
     latest_checkpoint: str | None = None
     best_validation: dict[str, Any] | None = None
     searcher_metric_value: float | None = None
+    #: The validation with the most steps: ``{"steps_completed", "metrics"}``.
+    latest_validation: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -232,7 +252,7 @@ class Trial:
     def from_json(cls, data: dict[str, Any]) -> Trial:
         """Builds a :class:`Trial` from the API's trial object."""
         seed = data.get("seed")
-        best = data.get("best_validation")
+        best, latest = data.get("best_validation"), data.get("latest_validation")
         checkpoint = data.get("latest_checkpoint")
         run_state = data.get("run_state")
         return cls(
@@ -252,6 +272,7 @@ class Trial:
             # NaN and infinities come as Determined's strings; floats again here.
             best_validation=nonfinite.decode(best) if isinstance(best, dict) else None,
             searcher_metric_value=_opt_float(data.get("searcher_metric_value")),
+            latest_validation=nonfinite.decode(latest) if isinstance(latest, dict) else None,
             raw=data,
         )
 
@@ -267,6 +288,8 @@ class MetricReport:
     raw: dict[str, Any] = field(repr=False, compare=False)
     #: The trial that reported it (None from a master that does not say).
     trial_id: int | None = None
+    #: The row's id: increasing in the order the master stored the rows.
+    id: int | None = None
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> MetricReport:
@@ -279,6 +302,7 @@ class MetricReport:
             metrics=nonfinite.decode(_dict(data.get("metrics"))),
             raw=data,
             trial_id=_opt_int(data.get("trial_id")),
+            id=_opt_int(data.get("id")),
         )
 
 
@@ -377,6 +401,9 @@ class Slot:
     type: str
     device: str = ""
     allocation_id: str | None = None
+    #: The CPU cores a task on this slot is pinned to.
+    cpus: list[int] = field(default_factory=list)
+    description: str = ""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -389,6 +416,8 @@ class Slot:
             type=str(data.get("type", "")),
             device=str(device) if device is not None else "",
             allocation_id=str(allocation) if allocation else None,
+            cpus=[_int(c) for c in data.get("cpus") or []],
+            description=str(data.get("description") or ""),
             raw=data,
         )
 
@@ -410,6 +439,8 @@ class Agent:
     address: str = ""
     connected: bool = True
     slots: list[Slot] = field(default_factory=list)
+    #: What an admin should know about how the agent keeps tasks apart; None when all is well.
+    isolation_warning: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -424,6 +455,7 @@ class Agent:
             address=str(data.get("address") or ""),
             connected=bool(data.get("connected", True)),
             slots=[Slot.from_json(s) for s in slots or [] if isinstance(s, dict)],
+            isolation_warning=_opt_str(data.get("isolation_warning")),
             raw=data,
         )
 
@@ -450,6 +482,8 @@ class ResourcePool:
     fitting_policy: str = ""
     preemption_timeout: float | None = None
     default: bool = False
+    #: The kinds of its slots (``cpu``, ``cuda``, both comma-separated); None without agents.
+    slot_type: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -469,6 +503,7 @@ class ResourcePool:
             fitting_policy=str(data.get("fitting_policy") or ""),
             preemption_timeout=_opt_float(data.get("preemption_timeout")),
             default=bool(data.get("default", False)),
+            slot_type=_opt_str(data.get("slot_type")),
             raw=data,
         )
 
@@ -504,6 +539,8 @@ class Job:
     queued_at: dt.datetime | None = None
     experiment_id: int | None = None
     task_id: int | None = None
+    #: How many allocations it has, running or waiting.
+    allocations: int = 0
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -526,6 +563,7 @@ class Job:
             queued_at=parse_time(data.get("queued_at")),
             experiment_id=_opt_int(data.get("experiment_id")),
             task_id=_opt_int(data.get("task_id")),
+            allocations=_int(data.get("allocations")),
             raw=data,
         )
 
@@ -566,6 +604,12 @@ class Task:
     url: str | None = None
     private_key: str | None = None
     experiment_ids: list[int] = field(default_factory=list)
+    #: The validated task config, defaults filled.
+    config: dict[str, Any] = field(default_factory=dict, repr=False)
+    #: A shell's public key.
+    public_key: str | None = None
+    #: Where a running hub server's slots are (its owner and admins only).
+    placement: dict[str, Any] | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -599,6 +643,9 @@ class Task:
             url=_opt_str(data.get("url")),
             private_key=_opt_str(data.get("private_key")),
             experiment_ids=[_int(i) for i in data.get("experiment_ids") or []],
+            config=_dict(data.get("config")),
+            public_key=_opt_str(data.get("public_key")),
+            placement=_dict(data.get("placement")) or None,
             raw=data,
         )
 

@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from det_hub.defaults import DEFAULT_DATA_DIR
+from det_hub.env_names import DATA_DIR_ENV, MASTER_ENV, TOKEN_ENV
+
 DEFAULT_MASTER = "http://127.0.0.1:8080"
 ADMIN_TOKEN_FILE = "admin-token"
 #: Tokens saved by ``det-hub user login``, by master URL.
@@ -26,7 +29,7 @@ def resolve_master(master: str | None = None, env: Mapping[str, str] | None = No
         env: The environment to read (``os.environ`` by default).
     """
     env = os.environ if env is None else env
-    url = (master or env.get("DET_HUB_MASTER") or DEFAULT_MASTER).strip()
+    url = (master or env.get(MASTER_ENV) or DEFAULT_MASTER).strip()
     if "://" not in url:
         url = "http://" + url
     url = url.rstrip("/")
@@ -38,8 +41,7 @@ def resolve_master(master: str | None = None, env: Mapping[str, str] | None = No
 def data_dir(env: Mapping[str, str] | None = None) -> Path:
     """Returns the det_hub data directory: ``DET_HUB_DATA_DIR``, else ``~/.det_hub``."""
     env = os.environ if env is None else env
-    configured = env.get("DET_HUB_DATA_DIR")
-    return Path(configured).expanduser() if configured else Path.home() / ".det_hub"
+    return Path(env.get(DATA_DIR_ENV) or DEFAULT_DATA_DIR).expanduser()
 
 
 def is_local_master(master_url: str) -> bool:
@@ -66,8 +68,8 @@ def resolve_token(
     env = os.environ if env is None else env
     if token:
         return token
-    if env.get("DET_HUB_TOKEN"):
-        return env["DET_HUB_TOKEN"]
+    if env.get(TOKEN_ENV):
+        return env[TOKEN_ENV]
     saved = saved_tokens(env).get(master_url)
     if saved:
         return saved

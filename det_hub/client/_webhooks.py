@@ -6,7 +6,7 @@ import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._objects import _dict, _int, parse_time
+from ._objects import _dict, _int, _opt_int, parse_time
 
 
 @dataclass
@@ -16,6 +16,8 @@ class WebhookTrigger:
 
     trigger_type: str
     condition: dict[str, Any] = field(default_factory=dict)
+    #: The master's id of the trigger (None for one not registered yet).
+    id: int | None = field(default=None, compare=False)
 
     def __str__(self) -> str:
         """``TYPE:VALUE`` as the CLI's ``--trigger`` takes it (``CUSTOM`` alone when no
@@ -47,7 +49,8 @@ class Webhook:
             webhook_type=str(data.get("webhook_type") or "DEFAULT"),
             name=str(data.get("name") or ""),
             mode=str(data.get("mode") or "WORKSPACE"),
-            triggers=[WebhookTrigger(str(t.get("trigger_type") or ""), _dict(t.get("condition")))
+            triggers=[WebhookTrigger(str(t.get("trigger_type") or ""), _dict(t.get("condition")),
+                                     _opt_int(t.get("id")))
                       for t in (triggers if isinstance(triggers, list) else [])
                       if isinstance(t, dict)],
             created_at=parse_time(data.get("created_at")),

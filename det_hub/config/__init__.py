@@ -10,7 +10,7 @@ Pure: nothing here does I/O beyond parsing the text it is given.
 {'batches': 100}
 """
 
-from det_hub.config._errors import ConfigError, Problem
+from det_hub.config._errors import ConfigError, Problem, error_problems, fail, loc_to_path
 from det_hub.config._length import Length, LengthUnit
 from det_hub.config._model import validate_section
 from det_hub.config.command import (
@@ -22,7 +22,7 @@ from det_hub.config.command import (
     parse_task_config,
 )
 from det_hub.config.environment import BindMount, DeviceImages, DeviceVariables, EnvironmentConfig
-from det_hub.config.experiment import ExperimentConfig, ReproducibilityConfig
+from det_hub.config.experiment import ExperimentConfig, ReproducibilityConfig, names_trial_class
 from det_hub.config.hyperparameters import (
     CategoricalHP,
     ConstHP,
@@ -64,8 +64,12 @@ __all__ = [
     "SearcherConfig",
     "SharedFSConfig",
     "TaskConfig",
+    "error_problems",
+    "fail",
     "grid_hparams",
+    "loc_to_path",
     "merge_config",
+    "names_trial_class",
     "overrides_from",
     "parse_command_config",
     "parse_duration",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from pydantic import ValidationError
-from pydantic_core import PydanticCustomError
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 #: The pydantic error type under which our validators hand problems up to the enclosing model.
 PROBLEMS_ERROR_TYPE = "det_hub_config_problems"
@@ -141,25 +141,26 @@ def problems_from_validation_error(
         exc: The error raised while validating one model.
         valid_keys: The model's keys, used to suggest a replacement for an unknown key.
     """
-    problems: list[Problem] = []
-    for error in exc.errors(include_url=False):
-        loc = error["loc"]
-        path = loc_to_path(loc)
-        if loc[-1:] == ("[key]",):
-            # A mapping key of the wrong type: pydantic puts the key and a "[key]" marker in loc.
-            problems.append(Problem(loc_to_path(loc[:-2]), f"key {loc[-2]!r} must be a string"))
-        elif error["type"] == "invalid_key":
-            problems.append(Problem(loc_to_path(loc[:-1]), f"key {loc[-1]!r} must be a string"))
-        elif error["type"] == PROBLEMS_ERROR_TYPE:
-            problems.extend(
-                Problem(join_path(path, p.path), p.message) for p in error["ctx"]["problems"]
-            )
-        elif error["type"] == "extra_forbidden":
-            key = error["loc"][-1] if error["loc"] else ""
-            problems.append(Problem(path, unknown_key_message(key, valid_keys)))
-        else:
-            problems.append(Problem(path, _short_message(error)))
-    return _unique(problems)
+    return _unique([problem for error in exc.errors(include_url=False)
+                    for problem in error_problems(error, valid_keys)])
+
+
+def error_problems(error: ErrorDetails, valid_keys: Collection[str] = ()) -> list[Problem]:
+    """Translate one error of a pydantic :class:`~pydantic.ValidationError` (an item of its
+    ``errors()``) into problems: one, or those a validator raised with :func:`fail`."""
+    loc = error["loc"]
+    path = loc_to_path(loc)
+    if loc[-1:] == ("[key]",):
+        # A mapping key of the wrong type: pydantic puts the key and a "[key]" marker in loc.
+        return [Problem(loc_to_path(loc[:-2]), f"key {loc[-2]!r} must be a string")]
+    if error["type"] == "invalid_key":
+        return [Problem(loc_to_path(loc[:-1]), f"key {loc[-1]!r} must be a string")]
+    if error["type"] == PROBLEMS_ERROR_TYPE:
+        return [Problem(join_path(path, p.path), p.message) for p in error["ctx"]["problems"]]
+    if error["type"] == "extra_forbidden":
+        key = loc[-1] if loc else ""
+        return [Problem(path, unknown_key_message(key, valid_keys))]
+    return [Problem(path, _short_message(error))]
 
 
 _TYPE_MESSAGES = {

@@ -36,6 +36,7 @@ from det_hub.config.environment import BindMount, EnvironmentConfig
 from det_hub.config.experiment import check_command
 from det_hub.config.parse import parse_model
 from det_hub.config.resources import _pool_name, _size
+from det_hub.defaults import DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.IGNORECASE)
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -81,11 +82,12 @@ class CommandResources(ConfigModel):
     Attributes:
         slots: Slots (GPUs, or CPU groups on CPU agents) the command holds while it runs. At
             least 1: the scheduler places every task on slots of its own.
-        priority: 1 (highest) to 99; None for the default, 42.
+        priority: 1 (highest) to 99; None for the default, 42
+            (:data:`det_hub.defaults.DEFAULT_PRIORITY`).
     """
 
-    slots: int = Field(default=1, ge=1)
-    resource_pool: Annotated[str, BeforeValidator(_pool_name)] = "default"
+    slots: int = Field(default=DEFAULT_SLOTS, ge=1)
+    resource_pool: Annotated[str, BeforeValidator(_pool_name)] = DEFAULT_RESOURCE_POOL
     priority: int | None = Field(default=None, ge=1, le=99)
     weight: float = Field(default=1.0, gt=0)
     shm_size: Annotated[int | str | None, BeforeValidator(_size)] = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeGuard
 
 from pydantic import BeforeValidator, Field, field_serializer
 
@@ -26,6 +26,12 @@ from det_hub.config.storage import CheckpointStorage, parse_checkpoint_storage
 _TRIAL_CLASS = re.compile(r"[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 CHECKPOINT_POLICIES = ("best", "all", "none")
+
+
+def names_trial_class(entrypoint: Any) -> TypeGuard[str]:
+    """Whether an ``entrypoint`` names a trial class (``package.module:Class``, a nested
+    ``Outer.Inner`` allowed) rather than a command such as ``python3 train.py``."""
+    return isinstance(entrypoint, str) and _TRIAL_CLASS.fullmatch(entrypoint.strip()) is not None
 
 
 def check_command(value: Any, expected: str) -> Any:
@@ -109,7 +115,7 @@ class ExperimentConfig(ConfigModel):
     @property
     def entrypoint_kind(self) -> Literal["trial_class", "script"]:
         """``"trial_class"`` for ``module:Class``, ``"script"`` for a command."""
-        if isinstance(self.entrypoint, str) and _TRIAL_CLASS.fullmatch(self.entrypoint.strip()):
+        if names_trial_class(self.entrypoint):
             return "trial_class"
         return "script"
 

@@ -9,11 +9,12 @@ from pydantic import BeforeValidator, Field
 
 from det_hub.config._errors import Problem, fail
 from det_hub.config._model import ConfigModel
+from det_hub.defaults import DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
 
 
 def _pool_name(value: Any) -> Any:
     # An empty pool name in Determined means the cluster's default pool.
-    return "default" if value == "" else value
+    return DEFAULT_RESOURCE_POOL if value == "" else value
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
@@ -58,11 +59,11 @@ class ResourcesConfig(ConfigModel):
         resource_pool: The pool to run in.
     """
 
-    slots_per_trial: int = Field(default=1, ge=1)
+    slots_per_trial: int = Field(default=DEFAULT_SLOTS, ge=1)
     max_slots: int | None = Field(default=None, ge=1)
     weight: float = Field(default=1.0, gt=0)
     priority: int | None = Field(default=None, ge=1, le=99)
-    resource_pool: Annotated[str, BeforeValidator(_pool_name)] = "default"
+    resource_pool: Annotated[str, BeforeValidator(_pool_name)] = DEFAULT_RESOURCE_POOL
     shm_size: Annotated[int | str | None, BeforeValidator(_size)] = None
     devices: list[Any] = []
     native_parallel: bool = False

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-CLUSTER_INFO_ENV = "DET_HUB_CLUSTER_INFO"
-MASTER_ENV = "DET_HUB_MASTER"
-TOKEN_ENV = "DET_HUB_ALLOCATION_TOKEN"
-ALLOCATION_ID_ENV = "DET_HUB_ALLOCATION_ID"
-TRIAL_ID_ENV = "DET_HUB_TRIAL_ID"
-EXPERIMENT_ID_ENV = "DET_HUB_EXPERIMENT_ID"
+from det_hub.env_names import (
+    ALLOCATION_ID_ENV,
+    ALLOCATION_TOKEN_ENV,
+    CLUSTER_INFO_ENV,
+    MASTER_ENV,
+)
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ class ClusterInfo:
             master_cert_file=raw.get("master_cert_file") or None,
             trial=TrialInfo.from_dict(trial_raw) if isinstance(trial_raw, dict) else None,
             checkpoint_storage=dict(raw.get("checkpoint_storage") or {}),
-            session_token=env.get(TOKEN_ENV),
+            session_token=env.get(ALLOCATION_TOKEN_ENV),
         )
 
     @classmethod

@@ -21,11 +21,10 @@ from det_hub.core._profiler import ProfilerContext
 from det_hub.core._searcher import SearcherContext, parse_searcher_units
 from det_hub.core._tensorboard_sync import TensorboardSync
 from det_hub.core._train import TrainContext
+from det_hub.env_names import LOCAL_MAX_LENGTH_ENV, MASTER_ENV
 from det_hub.storage import SharedFSStorage, StorageManager, build_storage
 
 logger = logging.getLogger("det_hub.core")
-
-LOCAL_MAX_LENGTH_ENV = "DET_HUB_LOCAL_MAX_LENGTH"
 
 #: The levels :meth:`Context.alert` accepts, and the logging level each maps to off-cluster.
 ALERT_LEVELS: dict[str, int] = {
@@ -246,7 +245,7 @@ def init(
         )
 
     if not info.master_url:
-        raise ValueError("no master URL: set DET_HUB_MASTER or master_url in the cluster info")
+        raise ValueError(f"no master URL: set {MASTER_ENV} or master_url in the cluster info")
     if info.trial is None:
         raise ValueError("the cluster info describes no trial; the Core API runs in trials only")
     session = MasterSession(info.master_url, info.session_token, retry_deadline=retry_deadline)

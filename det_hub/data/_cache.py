@@ -11,9 +11,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from det_hub.data._sources import DataSource, Progress
+from det_hub.env_names import DATA_CACHE_ENV
 
-#: Where the cache lives unless told otherwise.
-CACHE_ENV = "DET_HUB_DATA_CACHE"
+#: The variable that says where the cache lives (:data:`det_hub.env_names.DATA_CACHE_ENV`).
+CACHE_ENV = DATA_CACHE_ENV
 
 
 def default_cache_dir() -> Path:

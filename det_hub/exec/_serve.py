@@ -12,6 +12,13 @@ import time
 from collections.abc import Callable, Sequence
 
 from det_hub.core import MasterSession
+from det_hub.env_names import (
+    AGENT_ADDRESS_ENV,
+    ALLOCATION_TOKEN_ENV,
+    MASTER_ENV,
+    PROXY_PATH_ENV,
+    TASK_NUMBER_ENV,
+)
 from det_hub.ports import free_port as free_port
 
 #: The server has this long to answer before the task gives up.
@@ -20,13 +27,13 @@ START_TIMEOUT = 300.0
 
 def bind_host() -> str:
     """The address the master reaches this task on (its agent's): the server listens there."""
-    return os.environ.get("DET_HUB_AGENT_ADDRESS") or "127.0.0.1"
+    return os.environ.get(AGENT_ADDRESS_ENV) or "127.0.0.1"
 
 
 def proxy_path() -> str:
     """The path the master's proxy serves the task under, ``/proxy/<id>/``; the server
     answers under the same path."""
-    path = os.environ.get("DET_HUB_PROXY_PATH", "/")
+    path = os.environ.get(PROXY_PATH_ENV, "/")
     return path if path.endswith("/") else path + "/"
 
 
@@ -36,9 +43,9 @@ def announce(port: int) -> None:
     Raises:
         MasterError: The master refused (the task has ended), or stayed unreachable.
     """
-    task = os.environ["DET_HUB_TASK_NUMBER"]
-    session = MasterSession(os.environ["DET_HUB_MASTER"],
-                            os.environ.get("DET_HUB_ALLOCATION_TOKEN"), retry_deadline=120)
+    task = os.environ[TASK_NUMBER_ENV]
+    session = MasterSession(os.environ[MASTER_ENV],
+                            os.environ.get(ALLOCATION_TOKEN_ENV), retry_deadline=120)
     try:
         session.post(f"/tasks/{task}/ready", {"port": port}, retry=True)
     finally:

@@ -12,6 +12,7 @@ import importlib.util
 import os
 import sys
 
+from det_hub.env_names import NOTEBOOK_TOKEN_ENV
 from det_hub.exec._serve import bind_host, fail, free_port, http_answers, proxy_path, run_server
 
 
@@ -32,9 +33,9 @@ def main() -> int:
     if importlib.util.find_spec("jupyter_server") is None:
         return fail("Jupyter is not installed where this notebook runs: add jupyterlab to its "
                     "image (pip install jupyterlab)")
-    token = os.environ.get("DET_HUB_NOTEBOOK_TOKEN", "")
+    token = os.environ.get(NOTEBOOK_TOKEN_ENV, "")
     if not token:
-        return fail("DET_HUB_NOTEBOOK_TOKEN is not set: the master starts notebooks with one")
+        return fail(f"{NOTEBOOK_TOKEN_ENV} is not set: the master starts notebooks with one")
     host, base = bind_host(), proxy_path()
     port = free_port(host)
     env = dict(os.environ, JUPYTER_TOKEN=token)  # not on the command line, where ps shows it

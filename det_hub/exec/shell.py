@@ -38,6 +38,8 @@ from typing import Any
 
 import asyncssh
 
+from det_hub.env_names import SHELL_PUBLIC_KEY_ENV
+
 __all__ = ["generate_keypair", "serve"]
 
 logger = logging.getLogger("det_hub.shell")
@@ -472,9 +474,9 @@ async def _serve_task() -> int:
     """Serve the task's key on the agent's address until SIGTERM or SIGINT."""
     from det_hub.exec._serve import announce, bind_host, fail
 
-    key = os.environ.get("DET_HUB_SHELL_PUBLIC_KEY", "")
+    key = os.environ.get(SHELL_PUBLIC_KEY_ENV, "")
     if not key:
-        return fail("DET_HUB_SHELL_PUBLIC_KEY is not set: the master starts shells with one")
+        return fail(f"{SHELL_PUBLIC_KEY_ENV} is not set: the master starts shells with one")
     acceptor, port = await serve(key, bind_host())
     print(f"det_hub: SSH server on port {port}", flush=True)
     try:

@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from det_hub.env_names import TENSORBOARD_LOGDIRS_ENV, TENSORBOARD_STORAGES_ENV
 from det_hub.exec._serve import bind_host, fail, free_port, http_answers, proxy_path, run_server
 
 #: Seconds between downloads of remote event files (TensorBoard reloads every 5 s).
@@ -95,8 +96,8 @@ def main() -> int:
     if importlib.util.find_spec("tensorboard") is None:
         return fail("TensorBoard is not installed where this task runs: add it to its image "
                     "(pip install tensorboard)")
-    logdirs = json.loads(os.environ.get("DET_HUB_TENSORBOARD_LOGDIRS") or "{}")
-    remote_specs = json.loads(os.environ.get("DET_HUB_TENSORBOARD_STORAGES") or "{}")
+    logdirs = json.loads(os.environ.get(TENSORBOARD_LOGDIRS_ENV) or "{}")
+    remote_specs = json.loads(os.environ.get(TENSORBOARD_STORAGES_ENV) or "{}")
     if not logdirs and not remote_specs:
         return fail("no experiment's TensorBoard directory was given")
     remote = None

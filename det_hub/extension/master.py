@@ -14,6 +14,7 @@ from traitlets.config import Configurable
 
 from det_hub._relay import HOP_BY_HOP
 from det_hub.client import resolve_master, resolve_token
+from det_hub.env_names import MASTER_ENV
 from det_hub.extension.errors import (
     BadPath,
     MasterNotConfigured,
@@ -56,7 +57,7 @@ class MasterConnection(Configurable):
 
     @default("master_url")
     def _master_from_env(self) -> str:
-        return os.environ.get("DET_HUB_MASTER", "")
+        return os.environ.get(MASTER_ENV, "")
 
     def base_url(self) -> str:
         """The master's URL, normalised as the det_hub client does it.
@@ -66,9 +67,9 @@ class MasterConnection(Configurable):
         """
         if not self.master_url.strip():
             raise MasterNotConfigured(
-                "DET_HUB_MASTER is not set: the notebook server does not know the det_hub "
+                f"{MASTER_ENV} is not set: the notebook server does not know the det_hub "
                 "master",
-                ["set DET_HUB_MASTER in the server's environment, or "
+                [f"set {MASTER_ENV} in the server's environment, or "
                  "c.MasterConnection.master_url in its config"])
         return resolve_master(self.master_url)
 

@@ -16,21 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-SERVICE_NAME = "det-hub"
+from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 
-#: Hub scopes that give det_hub powers short of making someone a hub admin (grant them with a
-#: role in ``c.JupyterHub.load_roles``). Filters (``!user=...``) are not honoured: granted
-#: without one, or not at all.
-ADMIN_SCOPE = "custom:det-hub:admin"
-MANAGE_SCOPE = "custom:det-hub:manage"
-CLUSTER_SCOPE = "custom:det-hub:cluster"
-CUSTOM_SCOPES = {
-    ADMIN_SCOPE: {"description": "Everything a det_hub admin may do."},
-    MANAGE_SCOPE: {"description": "Pause, activate, kill, archive and reprioritise anyone's "
-                                  "det_hub experiments, and kill anyone's tasks."},
-    CLUSTER_SCOPE: {"description": "Enable, disable and drain det_hub agents, and reorder "
-                                   "any job of the queue."},
-}
+# The scopes live in det_hub.scopes, which the master reads too; they are named here as well,
+# for hub configs that import them from the package they configure the hub with.
+from det_hub.scopes import ADMIN_SCOPE, CLUSTER_SCOPE, CUSTOM_SCOPES, MANAGE_SCOPE
+
+SERVICE_NAME = "det-hub"
 
 
 def service_url(port: int) -> str:
@@ -107,8 +99,8 @@ def configure(
         "users:activity!user", "access:servers!server", f"access:services!service={name}",
         *sorted(CUSTOM_SCOPES)]
     environment = dict(_current(c.Spawner, "environment", {}))
-    environment.setdefault("DET_HUB_MASTER", f"{url}/services/{name}")
-    environment.setdefault("DET_HUB_TOKEN", _server_token)
+    environment.setdefault(MASTER_ENV, f"{url}/services/{name}")
+    environment.setdefault(TOKEN_ENV, _server_token)
     c.Spawner.environment = environment
 
 

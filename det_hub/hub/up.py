@@ -29,6 +29,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from det_hub.defaults import DEFAULT_DATA_DIR
+from det_hub.env_names import DATA_DIR_ENV, PROXY_COMMAND_ENV
 from det_hub.service.data_dir import PRIVATE_UMASK, make_private_dir, private_umask, write_private
 
 #: Where ``make`` installs configurable-http-proxy when none is on the PATH.
@@ -38,7 +40,7 @@ LOCAL_PROXY = Path(sys.prefix) / "node_modules" / ".bin" / "configurable-http-pr
 def find_proxy() -> str | None:
     """configurable-http-proxy: ``$DET_HUB_PROXY_COMMAND``, the PATH, or the one ``make``
     installs into the virtual environment."""
-    configured = os.environ.get("DET_HUB_PROXY_COMMAND")
+    configured = os.environ.get(PROXY_COMMAND_ENV)
     if configured:
         return configured
     found = shutil.which("configurable-http-proxy")
@@ -188,8 +190,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="det-hub up", description="Run JupyterHub with the det_hub master as its service, "
         "a local agent and an SQLite store, on this machine.")
-    parser.add_argument("--data-dir", default=os.environ.get("DET_HUB_DATA_DIR", "~/.det_hub"),
-                        help="where everything is kept (default ~/.det_hub)")
+    parser.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV, DEFAULT_DATA_DIR),
+                        help=f"where everything is kept (default {DEFAULT_DATA_DIR})")
     parser.add_argument("--host", default="127.0.0.1", help="the hub's address (127.0.0.1)")
     parser.add_argument("--port", type=int, default=8000, help="the hub's port (8000)")
     parser.add_argument("--hub-port", type=int, default=8081,

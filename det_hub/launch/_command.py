@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from det_hub.core import ClusterInfo
+from det_hub.env_names import CLUSTER_INFO_ENV
 
 
 class LaunchError(Exception):
@@ -131,7 +132,7 @@ def usage(prog: str, passthrough: bool = False) -> str:
     others = "[[OPTIONS...] --]" if passthrough else "[--]"
     return (
         f"usage: python -m {prog} [--trace] [--nproc N] {others} COMMAND...\n"
-        "  Starts one worker per slot of the trial (DET_HUB_CLUSTER_INFO's slot_ids);\n"
+        f"  Starts one worker per slot of the trial ({CLUSTER_INFO_ENV}'s slot_ids);\n"
         "  outside a trial, --nproc workers (default 1). A COMMAND that starts with a .py\n"
         "  file is run with this Python."
         + ("\n  OPTIONS before `--` are handed to the wrapped tool." if passthrough else "")
@@ -163,14 +164,14 @@ def slot_count(options: LaunchOptions, env: Mapping[str, str] | None = None) -> 
     env = os.environ if env is None else env
     if options.nproc is not None:
         count = options.nproc
-    elif env.get("DET_HUB_CLUSTER_INFO"):
+    elif env.get(CLUSTER_INFO_ENV):
         try:
-            info = ClusterInfo.from_file(env["DET_HUB_CLUSTER_INFO"])
+            info = ClusterInfo.from_file(env[CLUSTER_INFO_ENV])
         except (OSError, ValueError) as exc:
             raise LaunchError(f"cannot read the cluster-info file: {exc}") from exc
         if not info.slot_ids:
             raise LaunchError(
-                f"the cluster-info file {env['DET_HUB_CLUSTER_INFO']} lists no slot_ids"
+                f"the cluster-info file {env[CLUSTER_INFO_ENV]} lists no slot_ids"
             )
         count = len(info.slot_ids)
     else:

@@ -18,6 +18,7 @@ import shutil
 import sys
 from collections.abc import Mapping, Sequence
 
+from det_hub.env_names import DISTRIBUTED_ENV
 from det_hub.launch._command import (
     LaunchError,
     LaunchOptions,
@@ -55,7 +56,7 @@ def horovodrun_command(
 def horovod_env(base: Mapping[str, str], nproc: int) -> dict[str, str]:
     """The environment ``horovodrun`` and its workers run in."""
     env = dict(base)
-    env["DET_HUB_DISTRIBUTED"] = "horovod"
+    env[DISTRIBUTED_ENV] = "horovod"
     omp_threads = threads_per_worker(nproc, base)
     if omp_threads is not None:
         env["OMP_NUM_THREADS"] = omp_threads

@@ -40,6 +40,13 @@ from collections.abc import Callable, Mapping, Sequence
 from types import FrameType
 from typing import IO, Any
 
+from det_hub.env_names import (
+    CHIEF_ADDR_ENV,
+    CHIEF_PORT_ENV,
+    DISTRIBUTED_ENV,
+    NNODES_ENV,
+    NODE_RANK_ENV,
+)
 from det_hub.launch._command import (
     LaunchError,
     launcher_main,
@@ -76,17 +83,17 @@ class Node:
         Raises:
             LaunchError: The variables are there but do not make sense.
         """
-        if not env.get("DET_HUB_NNODES"):
+        if not env.get(NNODES_ENV):
             return cls()
         try:
-            node = cls(int(env["DET_HUB_NODE_RANK"]), int(env["DET_HUB_NNODES"]),
-                       env["DET_HUB_CHIEF_ADDR"], int(env["DET_HUB_CHIEF_PORT"]))
+            node = cls(int(env[NODE_RANK_ENV]), int(env[NNODES_ENV]),
+                       env[CHIEF_ADDR_ENV], int(env[CHIEF_PORT_ENV]))
         except (KeyError, ValueError) as exc:
-            raise LaunchError(f"the multi-node variables DET_HUB_NNODES, DET_HUB_NODE_RANK, "
-                              f"DET_HUB_CHIEF_ADDR and DET_HUB_CHIEF_PORT are incomplete: "
+            raise LaunchError(f"the multi-node variables {NNODES_ENV}, {NODE_RANK_ENV}, "
+                              f"{CHIEF_ADDR_ENV} and {CHIEF_PORT_ENV} are incomplete: "
                               f"{exc}") from exc
         if not 0 <= node.rank < node.count:
-            raise LaunchError(f"DET_HUB_NODE_RANK={node.rank} is outside 0..{node.count - 1}")
+            raise LaunchError(f"{NODE_RANK_ENV}={node.rank} is outside 0..{node.count - 1}")
         return node
 
 
@@ -119,8 +126,8 @@ def worker_env(
         CROSS_SIZE=str(node.count),
         MASTER_ADDR=node.chief_addr,
         MASTER_PORT=str(port),
-        DET_HUB_DISTRIBUTED="torch",
     )
+    env[DISTRIBUTED_ENV] = "torch"
     if omp_threads is not None:
         env["OMP_NUM_THREADS"] = omp_threads
     # Piped Python output is block-buffered; lines should reach the trial log as written.

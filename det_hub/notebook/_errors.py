@@ -7,6 +7,7 @@ import sys
 from det_hub.client import DetHubError, MasterError, MasterUnreachable
 from det_hub.config import ConfigError
 from det_hub.console import UserError
+from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 from det_hub.notebook._args import MagicArgumentError
 
 #: The errors the magics report as a message; anything else is a bug and keeps its traceback.
@@ -21,8 +22,8 @@ _RESET = "\x1b[0m"
 def error_message(error: BaseException) -> str:
     """What to tell the user about ``error``: a first line, then details indented below it."""
     if isinstance(error, MasterUnreachable):
-        return (f"Error: {error} - is the master running? The magics use DET_HUB_MASTER "
-                "and DET_HUB_TOKEN.")
+        return (f"Error: {error} - is the master running? The magics use {MASTER_ENV} "
+                f"and {TOKEN_ENV}.")
     if isinstance(error, MagicArgumentError):
         return f"Error: {error}"
     if isinstance(error, ConfigError):
@@ -32,7 +33,7 @@ def error_message(error: BaseException) -> str:
     if isinstance(error, MasterError):
         lines.extend(f"  {detail}" for detail in error.detail_lines())
         if error.status == 401:
-            lines.append("  Set DET_HUB_TOKEN to a token of yours (det-hub user create).")
+            lines.append(f"  Set {TOKEN_ENV} to a token of yours (det-hub user create).")
     return "\n".join(lines)
 
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import importlib
 import io
 import os
-import random
-import re
 import sys
 import tarfile
 import tempfile
@@ -16,17 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from det_hub.client import Client, DetHubError, checkpoint_directory
+from det_hub.config import names_trial_class
 from det_hub.storage import check_uuid
 
 if TYPE_CHECKING:
     import torch
 
-#: The file a PyTorchTrial checkpoint keeps its state in (``det_hub.pytorch.STATE_FILE``).
-STATE_FILE = "state_dict.pth"
+    from det_hub.pytorch import PyTorchTrial
 
-# An entrypoint naming a trial class, "package.module:Class", as the config schema tells them
-# from commands such as "python3 train.py".
-_TRIAL_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+#: The file a PyTorchTrial checkpoint keeps its state in (``det_hub.pytorch.STATE_FILE``, named
+#: again here so that a Core API checkpoint is told apart without importing torch).
+STATE_FILE = "state_dict.pth"
 
 
 def load_checkpoint(
@@ -53,7 +51,7 @@ def load_checkpoint(
     checked against the sizes the master recorded when the checkpoint was saved.
 
     Loading a PyTorchTrial leaves Python's, numpy's and torch's random number generators as
-    they were, though building the trial seeds them.
+    they were, though building the trial may draw from them.
 
     Args:
         uuid: The checkpoint's uuid.
@@ -69,7 +67,7 @@ def load_checkpoint(
         det_hub.storage.CheckpointIntegrityError: A file is missing or of another size.
         MasterError: No such checkpoint (404), or another refusal by the master.
         MasterUnreachable: The master cannot be reached.
-        det_hub.exec.harness.EntrypointError: The trial class cannot be imported from the
+        det_hub.pytorch.EntrypointError: The trial class cannot be imported from the
             experiment's context.
     """
     check_uuid(uuid)
@@ -80,8 +78,7 @@ def load_checkpoint(
         directory = checkpoint_directory(checkpoint, path)
         experiment = client.get_experiment(checkpoint.experiment_id)
         entrypoint = experiment.config.get("entrypoint")
-        if not (STATE_FILE in checkpoint.resources and isinstance(entrypoint, str)
-                and _TRIAL_CLASS.fullmatch(entrypoint.strip())):
+        if not (STATE_FILE in checkpoint.resources and names_trial_class(entrypoint)):
             return directory
         trial = client.get_trial(checkpoint.trial_id)
         context = _unpack(experiment_context(client, experiment.id),
@@ -90,7 +87,7 @@ def load_checkpoint(
         if owned:
             client.close()
     trial_class = import_trial_class(entrypoint, context)
-    return build_trained_model(trial_class, directory / STATE_FILE, hparams=trial.hparams,
+    return build_trained_model(trial_class, directory, hparams=trial.hparams,
                                exp_conf=experiment.config, workdir=context)
 
 
@@ -116,7 +113,7 @@ def _unpack(archive: bytes, *, prefix: str) -> Path:
     return target
 
 
-def import_trial_class(entrypoint: str, directory: Path) -> type:
+def import_trial_class(entrypoint: str, directory: Path) -> type[PyTorchTrial]:
     """Imports the trial class ``module:Class`` from the context unpacked in ``directory``.
 
     The notebook's own modules are left as they were: modules of the same name are set aside
@@ -124,9 +121,9 @@ def import_trial_class(entrypoint: str, directory: Path) -> type:
     ``sys.modules`` (the class keeps what it needs).
 
     Raises:
-        det_hub.exec.harness.EntrypointError: As :func:`det_hub.exec.harness.load_trial_class`.
+        det_hub.pytorch.EntrypointError: As :func:`det_hub.pytorch.load_trial_class`.
     """
-    from det_hub.exec.harness import load_trial_class
+    from det_hub.pytorch import load_trial_class
 
     top = entrypoint.partition(":")[0].split(".")[0]
     shadowed = {name: module for name, module in sys.modules.items()
@@ -148,24 +145,6 @@ def import_trial_class(entrypoint: str, directory: Path) -> type:
 
 
 @contextmanager
-def _kept_rng_state() -> Iterator[None]:
-    """Puts Python's, numpy's and torch's global RNG states back after the body."""
-    import numpy as np
-    import torch
-
-    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
-
-
-@contextmanager
 def _working_directory(path: Path) -> Iterator[None]:
     before = os.getcwd()
     os.chdir(path)
@@ -176,37 +155,28 @@ def _working_directory(path: Path) -> Iterator[None]:
 
 
 def build_trained_model(
-    trial_class: type, state_file: Path, *, hparams: dict[str, Any], exp_conf: dict[str, Any],
-    workdir: Path,
+    trial_class: type[PyTorchTrial], directory: Path, *, hparams: dict[str, Any],
+    exp_conf: dict[str, Any], workdir: Path,
 ) -> torch.nn.Module | list[torch.nn.Module]:
-    """Builds ``trial_class`` outside a cluster and loads the weights of ``state_file``.
+    """Builds ``trial_class`` with the trained state of the checkpoint in ``directory``, as
+    :func:`det_hub.pytorch.load_trial_from_checkpoint_path` does, and gives its models.
 
-    The trial is built in ``workdir`` (its context), as it would be on an agent, with a
-    scratch directory for checkpoint storage; nothing is trained.
+    The hyperparameters and config are the master's for the checkpoint's trial and experiment,
+    which checkpoints written before ``load_data.json`` do not record. The trial is built in
+    ``workdir`` (its context), as it would be on an agent; nothing is trained.
 
     Returns:
         The wrapped model in eval mode, or a list when the trial wraps several.
 
     Raises:
-        ValueError: The checkpoint holds a different number of models than the trial wraps.
+        ValueError: The checkpoint holds other objects than the trial wraps.
     """
-    import torch
-
     from det_hub import pytorch
 
-    # weights_only loading refuses the RNG states the file also holds; the file is one the
-    # experiment's own trial wrote.
-    state = torch.load(state_file, map_location="cpu", weights_only=False)
-    saved = state.get("models_state_dict", []) if isinstance(state, dict) else []
-    with _kept_rng_state(), tempfile.TemporaryDirectory(prefix="det_hub_load_") as scratch, \
-            _working_directory(workdir), \
-            pytorch.init(hparams=hparams, exp_conf=exp_conf, checkpoint_storage=scratch) as ctx:
-        trial_class(ctx)
-        models = list(ctx.models)
-    if len(saved) != len(models):
-        raise ValueError(f"the checkpoint holds {len(saved)} models but {trial_class.__name__} "
-                         f"wraps {len(models)}")
-    for model, weights in zip(models, saved, strict=True):
-        model.load_state_dict(weights)
+    with _working_directory(workdir):
+        trial = pytorch.load_trial_from_checkpoint_path(
+            directory, trial_class, hparams=hparams, exp_conf=exp_conf)
+    models = list(trial.context.models)
+    for model in models:
         model.eval()
     return models[0] if len(models) == 1 else models

@@ -30,6 +30,7 @@ from det_hub.pytorch._lr_scheduler import LRScheduler
 from det_hub.pytorch._reducer import MetricReducer, Reducer
 from det_hub.pytorch._trainer import Trainer
 from det_hub.pytorch._trial import PyTorchTrial
+from det_hub.pytorch._trial_class import EntrypointError, load_trial_class
 from det_hub.pytorch._units import Batch, Epoch, Record, TrainUnit
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Batch",
     "CheckpointLoadContext",
     "DataLoader",
+    "EntrypointError",
     "Epoch",
     "LRScheduler",
     "MetricReducer",
@@ -54,6 +56,7 @@ __all__ = [
     "adapt_batch_sampler",
     "data_length",
     "init",
+    "load_trial_class",
     "load_trial_from_checkpoint_path",
     "samplers",
     "to_device",

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import sys
 import tempfile
 import warnings
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import det_hub.core as core
+from det_hub.config import names_trial_class
 from det_hub.pytorch._checkpoint_state import (
     LOAD_DATA_FILE,
     apply_state,
@@ -30,13 +30,12 @@ from det_hub.pytorch._checkpoint_state import (
 from det_hub.pytorch._context import PyTorchTrialContext
 from det_hub.pytorch._init import _local_seed
 from det_hub.pytorch._trial import PyTorchTrial
+from det_hub.pytorch._trial_class import EntrypointError, load_trial_class
 from det_hub.storage import SharedFSStorage
 
 logger = logging.getLogger("det_hub.pytorch")
 
 _METADATA_FILE = "metadata.json"
-# An entrypoint that names a trial class, as opposed to a command such as "python3 train.py".
-_TRIAL_CLASS = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
 
 def _local_core_context() -> core.Context:
@@ -147,19 +146,13 @@ def _recorded(directory: Path) -> _Recorded:
         if isinstance(data.get("hparams"), Mapping):
             exp_conf = _dict_or_empty(data.get("experiment_config"))
             entrypoint = exp_conf.get("entrypoint")
-            spec = (
-                entrypoint.strip()
-                if isinstance(entrypoint, str) and _TRIAL_CLASS.fullmatch(entrypoint.strip())
-                else None
-            )
+            spec = entrypoint.strip() if names_trial_class(entrypoint) else None
             return _Recorded(spec, False, dict(data["hparams"]), exp_conf, _METADATA_FILE)
     return _Recorded(None, False, None, {}, None)
 
 
-def _import_trial_class(spec: str, in_main: bool) -> type:
+def _import_trial_class(spec: str, in_main: bool) -> type[PyTorchTrial]:
     """Import ``module:Class`` from ``sys.path``, the working directory first."""
-    from det_hub.exec.harness import EntrypointError, load_trial_class
-
     if in_main:
         logger.warning(
             "the trial class was defined in the script that trained it; importing it as %s "
@@ -179,6 +172,9 @@ def load_trial_from_checkpoint_path(
     trial_class: type[PyTorchTrial] | None = None,
     trial_kwargs: Mapping[str, Any] | None = None,
     torch_load_kwargs: Mapping[str, Any] | None = None,
+    *,
+    hparams: Mapping[str, Any] | None = None,
+    exp_conf: Mapping[str, Any] | None = None,
     **kwargs: Any,
 ) -> PyTorchTrial:
     """Rebuild the trial that wrote a checkpoint, with its trained state, from the checkpoint's
@@ -199,8 +195,9 @@ def load_trial_from_checkpoint_path(
     other code) are read the way Determined reads its older checkpoints: the hyperparameters
     and config from ``hparams`` and ``experiment_config`` in ``metadata.json`` and the class
     from the config's ``entrypoint``, when they are there. When they are not, ``trial_class``
-    must be given and the trial is built with no hyperparameters (a warning says so); to give
-    some, build the trial yourself with :class:`CheckpointLoadContext`.
+    must be given, and ``hparams`` (and ``exp_conf``) where they are known elsewhere (the
+    master keeps every trial's); without them the trial is built with no hyperparameters (a
+    warning says so).
 
     Args:
         path: The checkpoint's directory.
@@ -208,6 +205,9 @@ def load_trial_from_checkpoint_path(
         trial_kwargs: More keyword arguments for the trial class, after the context.
         torch_load_kwargs: Keyword arguments for ``torch.load`` (default
             ``map_location="cpu"``, ``weights_only=False``).
+        hparams: The hyperparameters to build the trial with, instead of those recorded.
+        exp_conf: The experiment config to build the trial with, as a dict, instead of the one
+            recorded.
         **kwargs: Deprecated: ``torch.load`` keyword arguments given directly; use
             ``torch_load_kwargs``.
 
@@ -244,7 +244,7 @@ def load_trial_from_checkpoint_path(
                 "class wrote it or with which hyperparameters (det_hub records them in "
                 "checkpoints the PyTorch Trainer writes). Pass the class as trial_class=; its "
                 "hyperparameters cannot be known from the checkpoint, so it is then built with "
-                "none (build it with CheckpointLoadContext(hparams=...) to give them)"
+                "none unless they are passed as hparams="
             )
         if recorded.spec is None:
             raise ValueError(
@@ -252,7 +252,7 @@ def load_trial_from_checkpoint_path(
                 "a function, a notebook or an interactive session); pass it as trial_class="
             )
     state = load_state(directory, torch_load_kwargs)
-    if recorded.hparams is None:
+    if hparams is None and recorded.hparams is None:
         logger.warning(
             "checkpoint %s records no hyperparameters (no %s); building %s with none",
             directory, LOAD_DATA_FILE, getattr(trial_class, "__name__", trial_class),
@@ -263,7 +263,10 @@ def load_trial_from_checkpoint_path(
         if trial_class is None:
             assert recorded.spec is not None
             trial_class = _import_trial_class(recorded.spec, recorded.in_main)
-        context = CheckpointLoadContext(recorded.hparams, recorded.exp_conf)
+        context = CheckpointLoadContext(
+            recorded.hparams if hparams is None else hparams,
+            recorded.exp_conf if exp_conf is None else exp_conf,
+        )
         trial = trial_class(context, **dict(trial_kwargs or {}))
         # The RNG states saved for resuming training are not this process's business here.
         apply_state(context, {}, state, warm_start=True)

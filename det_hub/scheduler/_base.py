@@ -15,8 +15,7 @@ import abc
 import dataclasses
 from collections.abc import Sequence
 
-#: Determined's default priority: in the middle of 1 (most important) .. 99 (least).
-DEFAULT_PRIORITY = 42
+from det_hub.defaults import DEFAULT_PRIORITY
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

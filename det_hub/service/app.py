@@ -42,6 +42,7 @@ from det_hub import __version__
 from det_hub.agents import Agent
 from det_hub.agents.local import LocalAgent
 from det_hub.archive import ContextLimits
+from det_hub.defaults import DEFAULT_DATA_DIR
 from det_hub.service.access_log import log_request
 from det_hub.service.cluster import PoolSettings
 from det_hub.service.data_dir import file_mode, make_private_dir, private_umask, write_private
@@ -94,7 +95,7 @@ class MasterApp(Application):
     version = __version__
 
     data_dir = Unicode(
-        "~/.det_hub", config=True,
+        DEFAULT_DATA_DIR, config=True,
         help="Holds the SQLite store, the admin token, default checkpoint storage and the "
              "local agent's task directories.")
     db_url = Unicode(
@@ -342,7 +343,7 @@ class MasterApp(Application):
             await store.close()
             raise SystemExit(f"det-hub master: bad cluster settings: {e}") from None
         token_path = data / "admin-token"
-        await master.ensure_admin_token(token_path)
+        await master.users.ensure_admin_token(token_path)
         # Never the token itself: logs are read by more people than the token is meant for.
         self.log.info("admin token in %s (mode %s)", token_path, file_mode(token_path))
         await master.start()
@@ -378,14 +379,6 @@ def main(argv: list[str] | None = None) -> int:
     app.initialize(argv)
     asyncio.run(app.serve())
     return 0
-
-
-def main_up(argv: list[str] | None = None) -> int:
-    """Entry point of ``det-hub up``: JupyterHub with the master as its service (see
-    :mod:`det_hub.hub.up`)."""
-    from det_hub.hub.up import main as up
-
-    return up(argv)
 
 
 if __name__ == "__main__":

@@ -27,8 +27,7 @@ from det_hub.storage import build_storage
 from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete
 
 if TYPE_CHECKING:
-    from det_hub.store import Store
-    from det_hub.store.models import Checkpoint, Experiment, Trial
+    from det_hub.store import Checkpoint, Experiment, Store, Trial
 
 log = logging.getLogger("det_hub.checkpoint_gc")
 

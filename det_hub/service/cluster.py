@@ -18,13 +18,11 @@ import asyncio
 import dataclasses
 import json
 import logging
-import re
 import secrets
-import signal
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from det_hub.agents import (
@@ -34,6 +32,18 @@ from det_hub.agents import (
     ExitStatus,
     TaskHandle,
     TaskSpec,
+)
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
+from det_hub.env_names import (
+    AGENT_ADDRESS_ENV,
+    ALLOCATION_ID_ENV,
+    ALLOCATION_TOKEN_ENV,
+    CHIEF_ADDR_ENV,
+    CHIEF_PORT_ENV,
+    CLUSTER_INFO_ENV,
+    DATA_CACHE_ENV,
+    NNODES_ENV,
+    NODE_RANK_ENV,
 )
 from det_hub.scheduler import (
     Agent as SchedAgent,
@@ -45,14 +55,14 @@ from det_hub.scheduler import (
     Slot,
     build_scheduler,
 )
+from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
+from det_hub.service.monitor import AllocationMonitor, allocation_system_log
+from det_hub.states import AllocationState, check_allocation_transition
 from det_hub.storage import storage_in_container, storage_mounts
 from det_hub.store import Store, hash_token, utcnow
 
 log = logging.getLogger("det_hub.cluster")
 
-QUEUED, STARTING, RUNNING, TERMINATED = "QUEUED", "STARTING", "RUNNING", "TERMINATED"
-_RANK_PREFIX = re.compile(r"^\[rank=(\d+)\] ?(.*)$", re.DOTALL)
-DEFAULT_POOL = "default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,7 +90,7 @@ class Job:
     pool: str
     owner: str
     name: str
-    priority: int = 42
+    priority: int = DEFAULT_PRIORITY
     weight: float = 1.0
     #: Order among jobs of equal priority, smaller first.
     position: float = 0.0
@@ -163,7 +173,7 @@ class Allocation:
     id: str
     spec: LaunchSpec
     token: str
-    state: str = QUEUED
+    state: AllocationState = AllocationState.QUEUED
     #: The hash of its token, by which the cluster finds it (set when it is tracked).
     token_hash: str = ""
     queued_at: float = dataclasses.field(default_factory=time.monotonic)
@@ -191,9 +201,14 @@ class Allocation:
     def agent_ids(self) -> list[str]:
         return [n.agent_id for n in self.nodes]
 
+    def move_to(self, state: AllocationState) -> None:
+        """Move on to ``state``, as :data:`det_hub.states.ALLOCATION_TRANSITIONS` allows.
 
-ExitCallback = Callable[[Allocation, ExitStatus], Awaitable[None]]
-StateCallback = Callable[[Allocation, str], Awaitable[None]]
+        Raises:
+            IllegalTransition: The table does not allow the move.
+        """
+        check_allocation_transition(self.state, state)
+        self.state = state
 
 
 def rendezvous_port(allocation_id: str) -> int:
@@ -220,6 +235,57 @@ def can_ever_fit(sizes: Sequence[int], slots: int) -> bool:
     return False
 
 
+class OpenAllocations:
+    """The allocations that have not ended, found by id, by token, or by trial or task."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[str, Allocation] = {}
+        self._by_token: dict[str, Allocation] = {}
+        self._by_task: dict[int, Allocation] = {}
+
+    def add(self, alloc: Allocation, token_hash: str) -> None:
+        """An allocation opens: find it by id, token and task from now on."""
+        alloc.token_hash = token_hash
+        self._by_id[alloc.id] = alloc
+        self._by_token[token_hash] = alloc
+        if alloc.spec.task_id is not None:
+            self._by_task[alloc.spec.task_id] = alloc
+
+    def remove(self, alloc: Allocation) -> bool:
+        """An allocation closes; False when it had closed already."""
+        if self._by_id.pop(alloc.id, None) is None:
+            return False
+        self._by_token.pop(alloc.token_hash, None)
+        if alloc.spec.task_id is not None:
+            self._by_task.pop(alloc.spec.task_id, None)
+        return True
+
+    def get(self, allocation_id: str) -> Allocation | None:
+        """The open allocation with this id."""
+        return self._by_id.get(allocation_id)
+
+    def by_token(self, token_hash: str) -> Allocation | None:
+        """The open allocation whose training code holds the token with this hash."""
+        return self._by_token.get(token_hash)
+
+    def of_trial(self, trial_id: int) -> Allocation | None:
+        """The trial's open allocation (a trial has at most one), None between its runs."""
+        return next((a for a in self._by_id.values() if a.spec.trial_id == trial_id), None)
+
+    def of_task(self, task_id: int) -> Allocation | None:
+        """The task's open allocation (a task has at most one), None once it has ended."""
+        return self._by_task.get(task_id)
+
+    def __iter__(self) -> Iterator[Allocation]:
+        return iter(list(self._by_id.values()))
+
+    def __contains__(self, allocation_id: object) -> bool:
+        return allocation_id in self._by_id
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+
 class Cluster:
     """Queue, placement and monitoring of allocations on the master's agents."""
 
@@ -227,8 +293,7 @@ class Cluster:
         self,
         store: Store,
         agents: Agent | Sequence[Agent],
-        on_exit: ExitCallback,
-        on_state: StateCallback,
+        bus: EventBus,
         *,
         pools: Iterable[PoolSettings] = (),
         poll_interval: float = 0.2,
@@ -245,31 +310,26 @@ class Cluster:
         self.pools: dict[str, PoolSettings] = {p.name: p for p in pools}
         for agent in self.agents.values():
             self.pools.setdefault(agent.resource_pool, PoolSettings(agent.resource_pool))
-        self.pools.setdefault(DEFAULT_POOL, PoolSettings(DEFAULT_POOL))
+        self.pools.setdefault(DEFAULT_RESOURCE_POOL, PoolSettings(DEFAULT_RESOURCE_POOL))
         self.schedulers: dict[str, Scheduler] = {}
         for pool in self.pools.values():
             try:
                 self.schedulers[pool.name] = build_scheduler(pool.scheduler)
             except ValueError as e:
                 raise ValueError(f"resource pool {pool.name!r}: {e}") from None
-        self.on_exit = on_exit
-        self.on_state = on_state
+        self.bus = bus
         self.poll_interval = poll_interval
         self.kill_grace_seconds = kill_grace_seconds
-        self.agent_timeout = agent_timeout
-        self.heartbeat_interval = heartbeat_interval
-        self.allocations: dict[str, Allocation] = {}
+        self.allocations = OpenAllocations()
         self.jobs: dict[str, Job] = {}
-        #: The open allocations by token hash, and a task's by task id (see _track).
-        self._by_token: dict[str, Allocation] = {}
-        self._by_task: dict[int, Allocation] = {}
         #: Agents that stopped answering, and since when (monotonic seconds).
         self.unreachable: dict[str, float] = {}
         #: Tasks on agents that were given up for lost, to stop once the agent answers again.
-        self._orphans: dict[str, list[TaskHandle]] = {}
-        self._last_heartbeat = 0.0
+        self.orphans: dict[str, list[TaskHandle]] = {}
         self._launching: set[asyncio.Task[None]] = set()
         self._wake = asyncio.Event()
+        self.monitor = AllocationMonitor(self, self._wake, agent_timeout=agent_timeout,
+                                         heartbeat_interval=heartbeat_interval)
         self._task: asyncio.Task[None] | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
@@ -333,10 +393,10 @@ class Cluster:
         token = secrets.token_urlsafe(32)
         await self.store.create_allocation(
             id=alloc_id, trial_id=spec.trial_id, task_id=spec.task_id,
-            token_hash=hash_token(token), slots=spec.slots, state=QUEUED,
+            token_hash=hash_token(token), slots=spec.slots, state=AllocationState.QUEUED,
         )
         alloc = Allocation(alloc_id, spec, token)
-        self._track(alloc, hash_token(token))
+        self.allocations.add(alloc, hash_token(token))
         self._wake.set()
         return alloc
 
@@ -353,8 +413,8 @@ class Cluster:
         nodes = [Node(p["agent_id"], tuple(p.get("slot_ids") or ()),
                       log_offset=int(p.get("log_offset") or 0), pid=p.get("pid"))
                  for p in placements]
-        alloc = Allocation(row.id, spec, token="", state=RUNNING, nodes=nodes)
-        if row.state != RUNNING or not nodes \
+        alloc = Allocation(row.id, spec, token="", state=AllocationState.RUNNING, nodes=nodes)
+        if row.state != AllocationState.RUNNING or not nodes \
                 or any(n.agent_id not in self.agents for n in nodes):
             await self._discard(alloc)
             return None
@@ -372,7 +432,7 @@ class Cluster:
         if row.preempt:
             alloc.preempt_requested = True
             alloc.preempt.set()
-        self._track(alloc, row.token_hash)
+        self.allocations.add(alloc, row.token_hash)
         return alloc
 
     async def _discard(self, alloc: Allocation) -> None:
@@ -388,48 +448,19 @@ class Cluster:
             except AgentUnreachable:
                 pass
 
-    def for_token_hash(self, token_hash: str) -> Allocation | None:
-        return self._by_token.get(token_hash)
-
-    def for_trial(self, trial_id: int) -> Allocation | None:
-        for alloc in self.allocations.values():
-            if alloc.spec.trial_id == trial_id:
-                return alloc
-        return None
-
-    def for_task(self, task_id: int) -> Allocation | None:
-        """The task's open allocation (a task has at most one), None once it has ended."""
-        return self._by_task.get(task_id)
-
-    def _track(self, alloc: Allocation, token_hash: str) -> None:
-        """An allocation opens: find it by id, token and task from now on."""
-        alloc.token_hash = token_hash
-        self.allocations[alloc.id] = alloc
-        self._by_token[token_hash] = alloc
-        if alloc.spec.task_id is not None:
-            self._by_task[alloc.spec.task_id] = alloc
-
-    def _untrack(self, alloc: Allocation) -> bool:
-        """An allocation closes; False when it had closed already."""
-        if self.allocations.pop(alloc.id, None) is None:
-            return False
-        self._by_token.pop(alloc.token_hash, None)
-        if alloc.spec.task_id is not None:
-            self._by_task.pop(alloc.spec.task_id, None)
-        return True
-
     async def dequeue(self, alloc: Allocation) -> bool:
         """Take an allocation that has not started off the queue.
 
         Returns False when it has started already; the caller then preempts or kills it.
         No exit is reported for a dequeued allocation: the caller settles its trial itself.
         """
-        if alloc.state != QUEUED or not self._untrack(alloc):
+        if alloc.state != AllocationState.QUEUED or not self.allocations.remove(alloc):
             return False
-        alloc.state = TERMINATED
+        alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()
-        await self.store.update_allocation(alloc.id, state=TERMINATED, ended_at=utcnow(),
-                                           exit_reason="taken off the queue before it started")
+        await self.store.update_allocation(
+            alloc.id, state=AllocationState.TERMINATED, ended_at=utcnow(),
+            exit_reason="taken off the queue before it started")
         return True
 
     async def preempt(self, alloc: Allocation, reason: str | None = None) -> None:
@@ -446,7 +477,7 @@ class Cluster:
         alloc.preempt.set()
         await self.store.update_allocation(alloc.id, preempt=True)
         if reason:
-            await self._system_log(alloc, reason)
+            await allocation_system_log(self.store, alloc, reason)
 
     async def kill(self, alloc: Allocation) -> None:
         """Stop a started allocation: SIGTERM, then SIGKILL after the grace period.
@@ -455,15 +486,15 @@ class Cluster:
         slots gives them back at once.
         """
         alloc.killed = True
-        if alloc.spec.reserve_only and alloc.state == RUNNING:
+        if alloc.spec.reserve_only and alloc.state == AllocationState.RUNNING:
             # Nothing to signal: the next watch round ends it, as it ends any exited task.
             for node in alloc.nodes:
                 node.status = node.status or ExitStatus(0, reason="its slots were given back")
             self._wake.set()
             return
-        self._terminate(alloc)
+        self.terminate(alloc)
 
-    def _terminate(self, alloc: Allocation) -> None:
+    def terminate(self, alloc: Allocation) -> None:
         handles = [(n.agent_id, n.handle) for n in alloc.nodes
                    if n.handle is not None and n.status is None]
         for agent_id, handle in handles:
@@ -494,89 +525,27 @@ class Cluster:
         agent.enabled = enabled
         await self.store.set_agent_enabled(agent_id, enabled)
         if not enabled and not drain:
-            for alloc in list(self.allocations.values()):
+            for alloc in list(self.allocations):
                 job = self.jobs.get(alloc.spec.job_id)
-                if agent_id in alloc.agent_ids and alloc.state != QUEUED \
+                if agent_id in alloc.agent_ids and alloc.state != AllocationState.QUEUED \
                         and (job is None or job.preemptible):
                     await self.preempt(alloc, f"agent {agent_id} was disabled; the trial "
                                               "checkpoints and moves to another agent")
         self._wake.set()
 
-    # --- views for the API --------------------------------------------------------------
-    def _busy(self) -> dict[tuple[str, int], str]:
-        return {(n.agent_id, s): a.id for a in self.allocations.values() if a.state != QUEUED
-                for n in a.nodes for s in n.slot_ids}
-
-    def agents_view(self) -> list[dict[str, Any]]:
-        used = self._busy()
-        return [{
-            "id": agent.agent_id, "type": agent.kind, "resource_pool": agent.resource_pool,
-            "enabled": agent.enabled, "address": agent.address,
-            "connected": agent.agent_id not in self.unreachable,
-            "isolation_warning": agent.isolation_warning(),
-            "slots": [{"id": s.id, "type": s.kind, "device": s.device,
-                       "cpus": list(s.cpus), "description": s.description,
-                       "allocation_id": used.get((agent.agent_id, s.id))} for s in agent.slots],
-        } for agent in self.agents.values()]
-
-    def pools_view(self) -> list[dict[str, Any]]:
-        used = self._busy()
-        out = []
-        for pool in self.pools.values():
-            agents = self.pool_agents(pool.name)
-            policy = self.schedulers[pool.name]
-            out.append({
-                "name": pool.name, "description": pool.description,
-                "type": ",".join(sorted({a.kind for a in agents})) or None,
-                "agents": len(agents),
-                "slots_total": sum(len(a.slots) for a in agents),
-                "slots_used": sum(1 for a in agents for s in a.slots
-                                  if (a.agent_id, s.id) in used),
-                "slot_type": ",".join(sorted(self.slot_kinds(pool.name))) or None,
-                "scheduler": dict(pool.scheduler).get("type", "priority"),
-                "preemption": bool(getattr(policy, "preemption", False)),
-                "fitting_policy": getattr(policy, "fitting_policy", None),
-                "preemption_timeout": pool.preemption_timeout,
-                "default": pool.name == DEFAULT_POOL,
-            })
-        return out
-
-    def jobs_view(self, pool: str | None = None) -> list[dict[str, Any]]:
-        """The job queue in the order the scheduler considers it, with what each job holds."""
-        by_job: dict[str, list[Allocation]] = {}
-        for a in self.allocations.values():
-            by_job.setdefault(a.spec.job_id, []).append(a)
-        jobs = [j for j in self.jobs.values() if (pool is None or j.pool == pool)
-                and j.id in by_job]
-        jobs.sort(key=lambda j: (j.priority, j.position, j.id))
-        out = []
-        for place, job in enumerate(jobs, start=1):
-            allocs = by_job[job.id]
-            running = [a for a in allocs if a.state != QUEUED]
-            first = min(allocs, key=lambda a: a.queued_at)
-            out.append({
-                "job_id": job.id, "type": job.kind, "name": job.name, "owner": job.owner,
-                "resource_pool": job.pool, "queue_position": place,
-                "priority": job.priority, "weight": job.weight,
-                "state": "SCHEDULED" if running and len(running) == len(allocs) else (
-                    "SCHEDULED_PARTIALLY" if running else "QUEUED"),
-                "slots_requested": sum(a.spec.slots for a in allocs),
-                "slots_allocated": sum(a.spec.slots for a in running),
-                "allocations": len(allocs), "preemptible": job.preemptible,
-                "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
-                "queued_at": first.queued_wall.isoformat().replace("+00:00", "Z"),
-                "experiment_id": first.spec.experiment_id, "task_id": first.spec.task_id,
-            })
-        return out
+    def busy_slots(self) -> dict[tuple[str, int], str]:
+        """The slots placed allocations hold: ``(agent id, slot id)`` -> allocation id."""
+        return {(n.agent_id, s): a.id for a in self.allocations
+                if a.state != AllocationState.QUEUED for n in a.nodes for s in n.slot_ids}
 
     # --- the loop -----------------------------------------------------------------------
     async def _loop(self) -> None:
         while True:
             try:
-                await self._heartbeat()
+                await self.monitor.heartbeat()
                 await self._schedule()
-                await self._watch()
-                await self._enforce_timeouts()
+                await self.monitor.watch()
+                await self.monitor.enforce_timeouts()
             except asyncio.CancelledError:
                 raise
             except Exception:  # one bad round must not stop the cluster
@@ -589,7 +558,7 @@ class Cluster:
 
     def _pool_of(self, alloc: Allocation) -> str:
         job = self.jobs.get(alloc.spec.job_id)
-        return job.pool if job else DEFAULT_POOL
+        return job.pool if job else DEFAULT_RESOURCE_POOL
 
     def _job_fields(self, alloc: Allocation) -> dict[str, Any]:
         job = self.jobs.get(alloc.spec.job_id)
@@ -599,10 +568,10 @@ class Cluster:
                 "owner": job.owner, "weight": job.weight, "preemptible": job.preemptible}
 
     async def _schedule(self) -> None:
-        pending = [a for a in self.allocations.values() if a.state == QUEUED]
+        pending = [a for a in self.allocations if a.state == AllocationState.QUEUED]
         if not pending:
             return
-        busy = self._busy()
+        busy = self.busy_slots()
         for pool in self.pools:
             requests = [Request(a.id, a.spec.slots, queued_at=a.queued_at,
                                 **self._job_fields(a))
@@ -616,20 +585,20 @@ class Cluster:
             ) for agent in self.pool_agents(pool)]
             running = [Running(a.id, a.spec.slots, queued_at=a.queued_at,
                                preempting=a.preempt_requested, **self._job_fields(a))
-                       for a in self.allocations.values()
-                       if a.state != QUEUED and self._pool_of(a) == pool]
+                       for a in self.allocations
+                       if a.state != AllocationState.QUEUED and self._pool_of(a) == pool]
             decision = self.schedulers[pool].schedule(agents, requests, running)
             for victim_id in decision.preemptions:
                 victim = self.allocations.get(victim_id)
-                if victim is not None and victim.state != QUEUED:
+                if victim is not None and victim.state != AllocationState.QUEUED:
                     await self.preempt(victim, "preempted to make room for a more important "
                                                "job; the trial checkpoints and resumes later")
             for assignment in decision.assignments:
                 alloc = self.allocations.get(assignment.allocation_id)
-                if alloc is not None and alloc.state == QUEUED:
+                if alloc is not None and alloc.state == AllocationState.QUEUED:
                     # Its slots are taken from here on; the containers or processes start in
                     # the background, all of this round's side by side, while the loop goes on.
-                    alloc.state = STARTING
+                    alloc.move_to(AllocationState.STARTING)
                     alloc.nodes = [Node(p.agent_id, tuple(p.slot_ids))
                                    for p in assignment.placements]
                     task = asyncio.get_running_loop().create_task(self._launch(alloc))
@@ -641,9 +610,9 @@ class Cluster:
         chief = alloc.nodes[0]
         try:
             await self.store.update_allocation(
-                alloc.id, state=STARTING, slot_ids=list(chief.slot_ids),
+                alloc.id, state=AllocationState.STARTING, slot_ids=list(chief.slot_ids),
                 agent_id=chief.agent_id, placements=[n.record() for n in alloc.nodes])
-            await self.on_state(alloc, STARTING)
+            await self.bus.publish(AllocationStateChanged(alloc, AllocationState.STARTING))
             addrs = [self.agents[n.agent_id].address for n in alloc.nodes]
             results = [] if alloc.spec.reserve_only else await asyncio.gather(
                 *(self._launch_node(alloc, rank, addrs) for rank in range(len(alloc.nodes))),
@@ -657,20 +626,20 @@ class Cluster:
                 if node.handle is not None:
                     self._signal(node.agent_id, node.handle, force=True)
                 node.status = ExitStatus(None, reason=f"could not start the task: {e}")
-            await self._finish(alloc, ExitStatus(None, reason=f"could not start the task: {e}"))
+            await self.finish(alloc, ExitStatus(None, reason=f"could not start the task: {e}"))
             return
         if alloc.id not in self.allocations:
             return  # settled while it started
-        alloc.state = RUNNING
+        alloc.move_to(AllocationState.RUNNING)
         alloc.last_activity = time.monotonic()
         if alloc.killed:
-            self._terminate(alloc)
+            self.terminate(alloc)
         chief_handle = chief.handle
         await self.store.update_allocation(
-            alloc.id, state=RUNNING, pid=chief_handle.pid if chief_handle else None,
+            alloc.id, state=AllocationState.RUNNING, pid=chief_handle.pid if chief_handle else None,
             workdir=chief_handle.where if chief_handle else None, started_at=utcnow(),
             placements=[n.record() for n in alloc.nodes])
-        await self.on_state(alloc, RUNNING)
+        await self.bus.publish(AllocationStateChanged(alloc, AllocationState.RUNNING))
 
     async def _launch_node(self, alloc: Allocation, rank: int, addrs: list[str]) -> None:
         node = alloc.nodes[rank]
@@ -697,176 +666,39 @@ class Cluster:
         if spec.data_cache and not agent.uses_containers:
             mounts.append({"host_path": spec.data_cache, "container_path": spec.data_cache,
                            "read_only": False, "propagation": "rprivate"})
-            env.setdefault("DET_HUB_DATA_CACHE", spec.data_cache)
+            env.setdefault(DATA_CACHE_ENV, spec.data_cache)
         container = dataclasses.replace(container, bind_mounts=[*container.bind_mounts, *mounts])
         env.update({
-            "DET_HUB_ALLOCATION_ID": alloc.id,
-            "DET_HUB_ALLOCATION_TOKEN": alloc.token,
-            "DET_HUB_CLUSTER_INFO": agent.file_path(alloc.id, "cluster_info.json"),
+            ALLOCATION_ID_ENV: alloc.id,
+            ALLOCATION_TOKEN_ENV: alloc.token,
+            CLUSTER_INFO_ENV: agent.file_path(alloc.id, "cluster_info.json"),
             # Where the master reaches the task: what a proxied task's server listens on.
-            "DET_HUB_AGENT_ADDRESS": addrs[rank],
+            AGENT_ADDRESS_ENV: addrs[rank],
         })
         if len(alloc.nodes) > 1:
             env.update({
-                "DET_HUB_NNODES": str(len(alloc.nodes)), "DET_HUB_NODE_RANK": str(rank),
-                "DET_HUB_CHIEF_ADDR": addrs[0],
-                "DET_HUB_CHIEF_PORT": str(rendezvous_port(alloc.id)),
+                NNODES_ENV: str(len(alloc.nodes)), NODE_RANK_ENV: str(rank),
+                CHIEF_ADDR_ENV: addrs[0],
+                CHIEF_PORT_ENV: str(rendezvous_port(alloc.id)),
             })
         return TaskSpec(alloc.id, spec.argv, env, spec.context, node.slot_ids,
                         {"cluster_info.json": json.dumps(info, indent=2)}, container,
                         run_as=spec.run_as, owner_is_admin=spec.owner_is_admin)
 
-    async def _heartbeat(self) -> None:
-        """Ask idle and unanswering agents whether they are there, every heartbeat interval."""
-        now = time.monotonic()
-        if now - self._last_heartbeat < self.heartbeat_interval and not self.unreachable:
+    async def finish(self, alloc: Allocation, status: ExitStatus) -> None:
+        if not self.allocations.remove(alloc):
             return
-        if self.unreachable and now - self._last_heartbeat < min(1.0, self.heartbeat_interval):
-            return
-        self._last_heartbeat = now
-        for agent_id, agent in self.agents.items():
-            try:
-                await asyncio.to_thread(agent.check)
-            except AgentUnreachable as e:
-                if agent_id not in self.unreachable:
-                    log.warning("agent %s does not answer: %s", agent_id, e)
-                    self.unreachable[agent_id] = now
-                continue
-            if self.unreachable.pop(agent_id, None) is not None:
-                log.info("agent %s answers again", agent_id)
-                self._wake.set()
-            for handle in self._orphans.pop(agent_id, []):
-                # Its allocation was given up for lost and has run again elsewhere.
-                try:
-                    agent.kill(handle, force=True)
-                    await asyncio.to_thread(agent.reap, handle)
-                except AgentUnreachable:
-                    self._orphans.setdefault(agent_id, []).append(handle)
-
-    def _lost_agent(self, agent_id: str) -> bool:
-        since = self.unreachable.get(agent_id)
-        return since is not None and time.monotonic() - since >= self.agent_timeout
-
-    async def _watch(self) -> None:
-        for alloc in list(self.allocations.values()):
-            if alloc.state != RUNNING:
-                continue
-            for node in alloc.nodes:
-                if node.status is None:
-                    await self._watch_node(alloc, node)
-            if alloc.id not in self.allocations:
-                continue
-            lost = [n.agent_id for n in alloc.nodes if n.status is None
-                    and self._lost_agent(n.agent_id)]
-            if lost and alloc.lost_reason is None:
-                alloc.lost_reason = (f"agent {', '.join(lost)} stopped answering for "
-                                     f"{self.agent_timeout:g} s; the {alloc.spec.what}'s task "
-                                     "there is given up for lost")
-                await self._system_log(alloc, alloc.lost_reason)
-                for node in alloc.nodes:
-                    if node.agent_id in lost:
-                        if node.handle is not None:
-                            # Stopped and removed once its agent answers again (_heartbeat).
-                            self._orphans.setdefault(node.agent_id, []).append(node.handle)
-                            node.handle = None
-                        node.status = ExitStatus(None, reason=alloc.lost_reason)
-            statuses = [n.status for n in alloc.nodes]
-            failed = [s for s in statuses if s is not None and not s.success]
-            if failed and None in statuses and not alloc.killed:
-                # One node failed: the others cannot go on without it.
-                alloc.killed = True
-                self._terminate(alloc)
-            if None not in statuses:
-                await self._finish(alloc, failed[0] if failed else statuses[0] or ExitStatus(0))
-
-    async def _watch_node(self, alloc: Allocation, node: Node) -> None:
-        agent = self.agents[node.agent_id]
-        try:
-            if node.attach_pending:
-                node.handle = await asyncio.to_thread(
-                    agent.attach, alloc.id, node.log_offset, node.pid)
-                node.attach_pending = False
-                if node.handle is None:
-                    node.status = ExitStatus(None, reason=f"the task on agent {node.agent_id} "
-                                                          "was gone when the agent answered again")
-                    return
-            handle = node.handle
-            if handle is None:
-                return
-            await self._ship_logs(alloc, handle)
-            status = await asyncio.to_thread(handle.exit_status)
-            if status is None and not await asyncio.to_thread(handle.alive):
-                # Gone without an exit status: killed outright, or SIGKILL.
-                status = await asyncio.to_thread(handle.exit_status) or ExitStatus(
-                    None, signal.Signals.SIGKILL.name if alloc.killed else None,
-                    reason="the task's process disappeared")
-            if status is not None:
-                await self._ship_logs(alloc, handle)
-                node.status = status
-        except AgentUnreachable:
-            self.unreachable.setdefault(node.agent_id, time.monotonic())
-
-    async def _enforce_timeouts(self) -> None:
-        """Kill running allocations past their preemption deadline or their idle timeout."""
-        now = time.monotonic()
-        for alloc in list(self.allocations.values()):
-            if alloc.state != RUNNING or alloc.killed:
-                continue
-            if alloc.preempt_deadline is not None and alloc.preempt_deadline <= now:
-                alloc.timed_out = True
-                await self._system_log(alloc, "the trial did not stop within the preemption "
-                                              "timeout; it is killed and resumes from its "
-                                              "latest checkpoint")
-            elif alloc.spec.idle_timeout is not None \
-                    and now - alloc.last_activity >= alloc.spec.idle_timeout:
-                alloc.idle_timed_out = True
-                await self._system_log(alloc, f"{alloc.spec.idle_means} for "
-                                              f"{alloc.spec.idle_timeout:g} s (its idle_timeout); "
-                                              "the task is killed to free its slots")
-            else:
-                continue
-            await self.kill(alloc)
-
-    async def _ship_logs(self, alloc: Allocation, handle: TaskHandle) -> None:
-        lines = await asyncio.to_thread(handle.read_logs)
-        if not lines:
-            return
-        alloc.last_activity = time.monotonic()
-        rows = []
-        for line in lines:
-            # Distributed launchers prefix each worker's lines with its rank.
-            ranked = _RANK_PREFIX.match(line.message)
-            rows.append({
-                **alloc.spec.log_key, "allocation_id": alloc.id,
-                "timestamp": datetime.fromtimestamp(line.timestamp or time.time(), timezone.utc),
-                "rank": int(ranked.group(1)) if ranked else None, "stdtype": line.stdtype,
-                "message": ranked.group(2) if ranked else line.message,
-            })
-        await self.store.add_logs(rows)
-        chief = alloc.nodes[0].handle
-        await self.store.update_allocation(
-            alloc.id, log_offset=chief.log_offset if chief else 0,
-            placements=[n.record() for n in alloc.nodes])
-
-    async def _system_log(self, alloc: Allocation, message: str) -> None:
-        await self.store.add_logs([{
-            **alloc.spec.log_key, "allocation_id": alloc.id,
-            "timestamp": datetime.now(timezone.utc), "rank": None, "stdtype": "system",
-            "message": message}])
-
-    async def _finish(self, alloc: Allocation, status: ExitStatus) -> None:
-        if not self._untrack(alloc):
-            return
-        alloc.state = TERMINATED
+        alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()  # release any long-poll still waiting (answers true: stop)
         await self.store.update_allocation(
-            alloc.id, state=TERMINATED, ended_at=utcnow(), exit_code=status.exit_code,
+            alloc.id, state=AllocationState.TERMINATED, ended_at=utcnow(),
+            exit_code=status.exit_code,
             exit_reason=status.reason or (f"signal {status.signal}" if status.signal else None))
         for node in alloc.nodes:
             if node.handle is not None:
                 try:
                     await asyncio.to_thread(self.agents[node.agent_id].reap, node.handle)
                 except AgentUnreachable:
-                    self._orphans.setdefault(node.agent_id, []).append(node.handle)
+                    self.orphans.setdefault(node.agent_id, []).append(node.handle)
         self._wake.set()
-        await self.on_exit(alloc, status)
+        await self.bus.publish(AllocationExited(alloc, status))

@@ -2,18 +2,19 @@
 
 The checking is :func:`det_hub.archive.check_archive`'s; this module decodes the upload and
 turns a refusal into the API's answer (400 naming the member, 413 for a size bound). It is
-plain blocking code: the master runs it in a worker thread, off the event loop.
+plain blocking code, which :func:`read_context` runs in a worker thread, off the event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 
 from det_hub.archive import ContextError, ContextLimits, check_archive
 from det_hub.service.errors import BadRequest, TooLarge
 
-__all__ = ["decode_context"]
+__all__ = ["decode_context", "read_context"]
 
 
 def decode_context(context_b64: str, limits: ContextLimits) -> bytes:
@@ -43,3 +44,15 @@ def decode_context(context_b64: str, limits: ContextLimits) -> bytes:
             raise TooLarge(str(e), details) from None
         raise BadRequest(str(e), details) from None
     return context
+
+
+async def read_context(context_b64: str | None, limits: ContextLimits) -> bytes | None:
+    """:func:`decode_context` in a worker thread (the event loop only routes), before anything
+    is stored; None when no context was sent.
+
+    Raises:
+        BadRequest, TooLarge: As :func:`decode_context`.
+    """
+    if not context_b64:
+        return None
+    return await asyncio.to_thread(decode_context, context_b64, limits)

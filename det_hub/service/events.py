@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -28,7 +27,7 @@ from det_hub.states import ExperimentState
 
 if TYPE_CHECKING:
     from det_hub.service.master import Master
-    from det_hub.store.models import Experiment
+    from det_hub.store import Experiment
 
 #: Rows a subscriber may fall behind by before it is told to reconnect.
 DEFAULT_QUEUE_ROWS = 10_000
@@ -110,17 +109,6 @@ class MetricEvents:
                     break
 
 
-_HUBS: weakref.WeakKeyDictionary[Master, MetricEvents] = weakref.WeakKeyDictionary()
-
-
-def metric_events(master: Master) -> MetricEvents:
-    """The master's :class:`MetricEvents`, made on first use."""
-    hub = _HUBS.get(master)
-    if hub is None:
-        hub = _HUBS[master] = MetricEvents()
-    return hub
-
-
 #: One item of the stream: an event name and its JSON data, or ``(None, text)`` for a comment.
 Event = tuple[str | None, Any]
 
@@ -146,7 +134,7 @@ async def experiment_events(
     Args:
         poll: how often the experiment's state (and the master stopping) is looked at.
     """
-    hub = metric_events(master)
+    hub = master.metric_events
     sub = hub.subscribe(experiment_id)
     # The last id sent per trial: ids grow in commit order within a trial, which reports one
     # batch at a time, so this drops exactly the rows the replay sent already.
@@ -167,8 +155,7 @@ async def experiment_events(
     async def replay() -> AsyncIterator[list[Event]]:
         cursor = last
         while True:
-            rows = await master.store.experiment_metrics_after(experiment_id, cursor,
-                                                               REPLAY_BATCH)
+            rows = await master.trials.metrics_after(experiment_id, cursor, REPLAY_BATCH)
             if not rows:
                 return
             cursor = rows[-1].id
@@ -236,14 +223,12 @@ async def _next_rows(sub: Subscription, timeout: float) -> list[dict[str, Any]]:
 
 async def _state(master: Master, experiment_id: int) -> dict[str, Any]:
     """What ``state`` events carry: read from the live run where there is one."""
-    row = await master.get_experiment(experiment_id)
-    run = master.runs.get(experiment_id)
-    trials = list(run.trials.values()) if run is not None \
-        else await master.store.list_trials(experiment_id)
+    row = await master.experiments.get(experiment_id)
+    trials = await master.experiments.trials(experiment_id)
     return {
         "experiment_id": experiment_id, "state": row.state, "progress": row.progress,
         "trials": [{"id": t.id, "state": t.state, "steps_completed": t.steps_completed,
-                    "progress": t.progress} for t in sorted(trials, key=lambda t: t.id)],
+                    "progress": t.progress} for t in trials],
     }
 
 
@@ -355,9 +340,9 @@ async def experiment_list_events(
     # Subscribed before the snapshot is read: what changes meanwhile is read again after it.
     sub = changes.subscribe()
     try:
-        rows, total = await master.list_experiments(
+        rows, total = await master.experiments.query(
             states=where.states, archived=where.archived, owner_id=where.owner_id, limit=limit)
-        summaries = await master.experiment_json(rows)
+        summaries = await master.experiments.to_json(rows)
         sent: dict[int, dict[str, Any]] = {e["id"]: e for e in summaries}
         yield [("snapshot", {"experiments": summaries, "total": total})]
         sent_at = read_at = time.monotonic()
@@ -389,16 +374,17 @@ async def _changed(master: Master, where: ExperimentFilter, ids: list[int],
                    sent: dict[int, dict[str, Any]]) -> list[Event]:
     """The events for experiments that may have changed, as the store has them now; ``sent``
     (what the client was sent last, by id) is brought up to date."""
-    rows = [row for row in [await master.store.get_experiment(i) for i in ids]
+    rows = [row for row in [await master.experiments.stored(i) for i in ids]
             if row is not None]
-    shown = [row for row in rows if where.matches(row, master.shown_state(row))]
+    shown = [row for row in rows if where.matches(row, master.experiments.shown_state(row))]
     events: list[Event] = []
-    for summary in await master.experiment_json(shown):
+    for summary in await master.experiments.to_json(shown):
         if sent.get(summary["id"]) != summary:
             sent[summary["id"]] = summary
             events.append(("experiment", summary))
     for row in rows:
-        if not where.matches(row, master.shown_state(row)) and sent.pop(row.id, None) is not None:
+        still_shown = where.matches(row, master.experiments.shown_state(row))
+        if not still_shown and sent.pop(row.id, None) is not None:
             events.append(("removed", {"id": row.id}))
     return events
 
@@ -414,6 +400,5 @@ __all__ = [
     "Subscription",
     "experiment_events",
     "experiment_list_events",
-    "metric_events",
     "metric_json",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -27,6 +27,7 @@ from det_hub.searcher import (
     ValidateAfter,
     build_search_method,
 )
+from det_hub.service.bus import TrialEnded
 from det_hub.states import (
     ExperimentState,
     TrialState,
@@ -36,8 +37,10 @@ from det_hub.states import (
 from det_hub.store import Store, utcnow
 
 if TYPE_CHECKING:
-    from det_hub.service.cluster import Allocation, Cluster, LaunchSpec
-    from det_hub.store.models import Experiment, Trial
+    from det_hub.service.bus import EventBus
+    from det_hub.service.cluster import Allocation, Cluster
+    from det_hub.service.launch import Launcher
+    from det_hub.store import Experiment, Trial
 
 log = logging.getLogger("det_hub.experiment")
 
@@ -68,9 +71,10 @@ class RunHost(Protocol):
     reports them; by then the allocation is no longer the trial's :meth:`allocation`.
     """
 
-    async def launch(self, experiment: Experiment, trial: Trial) -> None:
+    async def launch(self, experiment: Experiment, config: ExperimentConfig,
+                     trial: Trial) -> None:
         """Queue an allocation that runs ``trial`` (from its latest checkpoint, if any) as
-        ``experiment``'s config says.
+        ``experiment``'s config (parsed: ``config``) says.
 
         Raises:
             LaunchRefused: The trial cannot start as configured; nothing was queued.
@@ -97,29 +101,26 @@ class RunHost(Protocol):
 
 class ClusterHost:
     """The :class:`RunHost` of the master's runs: allocations on its :class:`Cluster`, made
-    from the launch specs it builds, and its checkpoint GC when a trial ends.
+    from the launch specs its launcher builds; a trial's end is published on the event bus
+    (where the checkpoint GC hears of it).
 
     Args:
         cluster: Where allocations are queued, preempted and killed.
-        launch_spec: Builds a trial's launch spec (raises :class:`LaunchRefused`).
-        trial_ended: Called once a trial has ended.
+        launcher: Builds a trial's launch spec (raises :class:`LaunchRefused`).
+        bus: Where :class:`~det_hub.service.bus.TrialEnded` is published.
     """
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        launch_spec: Callable[[Experiment, Trial], Awaitable[LaunchSpec]],
-        trial_ended: Callable[[ExperimentRun, Trial], Awaitable[None]],
-    ) -> None:
+    def __init__(self, cluster: Cluster, launcher: Launcher, bus: EventBus) -> None:
         self.cluster = cluster
-        self._launch_spec = launch_spec
-        self._trial_ended = trial_ended
+        self.launcher = launcher
+        self.bus = bus
 
-    async def launch(self, experiment: Experiment, trial: Trial) -> None:
-        await self.cluster.request(await self._launch_spec(experiment, trial))
+    async def launch(self, experiment: Experiment, config: ExperimentConfig,
+                     trial: Trial) -> None:
+        await self.cluster.request(await self.launcher.trial_spec(experiment, config, trial))
 
     def allocation(self, trial_id: int) -> Allocation | None:
-        return self.cluster.for_trial(trial_id)
+        return self.cluster.allocations.of_trial(trial_id)
 
     async def dequeue(self, alloc: Allocation) -> bool:
         return await self.cluster.dequeue(alloc)
@@ -131,7 +132,7 @@ class ClusterHost:
         await self.cluster.kill(alloc)
 
     async def trial_ended(self, run: ExperimentRun, trial: Trial) -> None:
-        await self._trial_ended(run, trial)
+        await self.bus.publish(TrialEnded(run, trial))
 
 
 class ExperimentRun:
@@ -180,9 +181,6 @@ class ExperimentRun:
     @property
     def state(self) -> ExperimentState:
         return ExperimentState(self.row.state)
-
-    def trial_by_request(self, request_id: str) -> Trial | None:
-        return next((t for t in self.trials.values() if t.request_id == request_id), None)
 
     # --- start and recovery -------------------------------------------------------------
     async def start(self) -> None:
@@ -287,8 +285,8 @@ class ExperimentRun:
                 await self._set_trial_state(trial, T.ACTIVE)
                 start = f"checkpoint {trial.latest_checkpoint}" if trial.latest_checkpoint \
                     else "the beginning (it has no checkpoint)"
-                await self._system_log(trial, f"the experiment was continued; the trial trains "
-                                              f"on from {start}")
+                await trial_system_log(self.store, trial, "the experiment was continued; the "
+                                       f"trial trains on from {start}")
                 await self._request(trial)
             await self._save_searcher()
 
@@ -331,19 +329,6 @@ class ExperimentRun:
             self.completed_lengths[trial.request_id] = length
             await self._apply(self.method.on_validation(trial.request_id, metric, length))
             await self._save_searcher()
-
-    def validation_length(self, steps_completed: int, metrics: dict[str, Any]) -> int | None:
-        """How many searcher units a validation reported at ``steps_completed`` batches stands
-        for: the time metric's value (0.38 configs), or batches, records or epochs trained.
-        Without a searcher length the training code decides (``Trainer.fit(max_length=...)``);
-        its validations still reach the searcher, counted in batches."""
-        unit = self.length_unit
-        if unit is None:
-            return steps_completed
-        value = metrics.get(unit)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return int(value)  # a fraction of an epoch does not reach the next whole one
-        return steps_completed if unit == "batches" else None
 
     def operation(self, trial: Trial) -> dict[str, Any]:
         target = self.method.target_length(trial.request_id)
@@ -394,12 +379,12 @@ class ExperimentRun:
             elif alloc.timed_out:
                 # Killed for not stopping within the preemption timeout: not the trial's fault.
                 await self.rewind(trial)
-                await self._system_log(trial, f"the trial resumes {_resume_point(trial)} "
-                                              "when it gets slots again")
+                await trial_system_log(self.store, trial, f"the trial resumes "
+                                       f"{_resume_point(trial)} when it gets slots again")
                 if state == T.ACTIVE and self.state == E.ACTIVE:
                     await self._request(trial)
             elif early in ("INVALID_HP", "USER_REQUESTED_STOP") and status.success:
-                await self._system_log(trial, f"the trial stopped early: {early}")
+                await trial_system_log(self.store, trial, f"the trial stopped early: {early}")
                 await self._close_trial(trial, T.COMPLETED, early_exit=early)
             elif early == "ERRORED" or not status.success:
                 await self._on_failure(trial, status, early)
@@ -433,21 +418,22 @@ class ExperimentRun:
             trial.restarts += 1
             await self.store.update_trial(trial.id, restarts=trial.restarts)
             await self.rewind(trial)
-            await self._system_log(
-                trial, f"{why}; restarting {_resume_point(trial)} (restart {trial.restarts} of "
-                       f"{max_restarts})")
+            await trial_system_log(
+                self.store, trial, f"{why}; restarting {_resume_point(trial)} (restart "
+                                   f"{trial.restarts} of {max_restarts})")
             if self.state == E.ACTIVE and TrialState(trial.state) == T.ACTIVE:
                 await self._request(trial)
         else:
-            await self._system_log(
-                trial, f"{why}; the trial has failed (max_restarts={max_restarts} "
-                       f"restarts used)" if max_restarts else f"{why}; the trial has failed")
+            await trial_system_log(
+                self.store, trial,
+                f"{why}; the trial has failed (max_restarts={max_restarts} restarts used)"
+                if max_restarts else f"{why}; the trial has failed")
             await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
 
     # --- internals ----------------------------------------------------------------------
     async def _apply(self, actions: list[Action]) -> None:
         for action in actions:
-            if isinstance(action, Create) and self.trial_by_request(action.request_id):
+            if isinstance(action, Create) and _by_request(self.trials.values(), action.request_id):
                 # The master stopped after creating this trial and before saving the search
                 # state; the restored search asks for it again. It is the same trial, which
                 # recover() already queued if it is to run.
@@ -466,12 +452,12 @@ class ExperimentRun:
             elif isinstance(action, ValidateAfter):
                 # A promotion: a trial waiting at its rung goes back to a slot. A running
                 # trial picks the new target up when it asks for its next operation.
-                promoted = self.trial_by_request(action.request_id)
+                promoted = _by_request(self.trials.values(), action.request_id)
                 if promoted is not None and promoted.run_state == WAITING \
                         and TrialState(promoted.state) == T.ACTIVE and self.state == E.ACTIVE:
                     await self._request(promoted)
             elif isinstance(action, Stop):
-                stopping = self.trial_by_request(action.request_id)
+                stopping = _by_request(self.trials.values(), action.request_id)
                 if stopping is not None and TrialState(stopping.state) == T.ACTIVE:
                     await self._set_trial_state(stopping, T.STOPPING_COMPLETED)
                     alloc = self.host.allocation(stopping.id)
@@ -498,9 +484,10 @@ class ExperimentRun:
 
     async def _request(self, trial: Trial) -> None:
         try:
-            await self.host.launch(self.row, trial)
+            await self.host.launch(self.row, self.config, trial)
         except LaunchRefused as e:
-            await self._system_log(trial, f"the trial cannot start: {e}; it has failed")
+            await trial_system_log(self.store, trial,
+                                   f"the trial cannot start: {e}; it has failed")
             await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
             await self._maybe_finish()
             return
@@ -585,10 +572,33 @@ class ExperimentRun:
         if self.row.progress != progress:
             self.row = await self.store.update_experiment(self.id, progress=progress)
 
-    async def _system_log(self, trial: Trial, message: str) -> None:
-        await self.store.add_logs([{
-            "trial_id": trial.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
-            "rank": None, "stdtype": "system", "message": message}])
+
+
+async def trial_system_log(store: Store, trial: Trial, message: str) -> None:
+    """Store a line of the master's own in a trial's log (stdtype ``system``)."""
+    await store.add_logs([{
+        "trial_id": trial.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
+        "rank": None, "stdtype": "system", "message": message}])
+
+
+def _by_request(trials: Iterable[Trial], request_id: str) -> Trial | None:
+    """The trial the searcher knows by ``request_id``, None when none has been made."""
+    return next((t for t in trials if t.request_id == request_id), None)
+
+
+def validation_length(unit: str | None, steps_completed: int,
+                  metrics: dict[str, Any]) -> int | None:
+    """How many searcher units a validation reported at ``steps_completed`` batches stands
+    for, given the experiment's length unit (:attr:`ExperimentRun.length_unit`): the time
+    metric's value (0.38 configs), or batches, records or epochs trained.
+    Without a searcher length the training code decides (``Trainer.fit(max_length=...)``);
+    its validations still reach the searcher, counted in batches."""
+    if unit is None:
+        return steps_completed
+    value = metrics.get(unit)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)  # a fraction of an epoch does not reach the next whole one
+    return steps_completed if unit == "batches" else None
 
 
 def _resume_point(trial: Trial) -> str:

@@ -34,19 +34,18 @@ from urllib.parse import urlencode
 from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authenticated
 
 from det_hub import __version__
-from det_hub.hub import MANAGE_SCOPE
+from det_hub.scopes import MANAGE_SCOPE
 from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Unavailable
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
 from det_hub.service.webhooks import webhook_json
-from det_hub.states import ACTIVE_SUBSTATES, ExperimentState, TaskType, TrialState
-from det_hub.store import utcnow
+from det_hub.states import ACTIVE_SUBSTATES, ExperimentState, TaskType
 
 # The hub's sign-in handler base comes from jupyterhub (an optional extra, present whenever
 # pages are served); type checkers see the tornado handler it extends.
 if TYPE_CHECKING:
     from det_hub.service.master import Master, Principal
-    from det_hub.store.models import MetricRow, Task, TaskLog, Trial
+    from det_hub.store import MetricRow, Task, TaskLog, Trial
 
     _PageBase = RequestHandler
 else:
@@ -153,7 +152,7 @@ def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, 
 
 
 def job_changes(form: Mapping[str, str]) -> dict[str, Any]:
-    """The keyword arguments of :meth:`Master.update_job` a job form asks for: ``priority``,
+    """The keyword arguments of :meth:`JobQueue.update` a job form asks for: ``priority``,
     ``weight`` and ``ahead_of``, as text. The master checks the ranges.
 
     Raises:
@@ -257,7 +256,7 @@ class PageHandler(_PageBase):
             # nobody; this says why.
             self.check_xsrf_cookie()
         if self.current_user:
-            self.principal = await self.master.hub_principal(self.current_user)
+            self.principal = await self.master.users.hub_principal(self.current_user)
             if self.admin_only and not self.principal.is_admin:
                 raise Forbidden("this page is for hub admins only")
 
@@ -314,7 +313,7 @@ class PageHandler(_PageBase):
         """The tasks that have not ended, oldest first, as the API shows them to this user
         (with the URL that opens a notebook or TensorBoard for its owner and admins)."""
         rows: list[Task] = sorted(self.master.tasks.live.values(), key=lambda t: t.id)
-        return await self.master.task_json(self.principal, rows)
+        return await self.master.tasks.to_json(self.principal, rows)
 
 
 class DataHandler(PageHandler):
@@ -347,7 +346,7 @@ class DashboardPage(PageHandler):
 
     @authenticated
     async def get(self) -> None:
-        store = self.master.store
+        users = self.master.users
         filters = ExperimentFilters.parse(
             {k: self.get_query_argument(k, "") for k in ("state", "owner", "archived", "name",
                                                           "offset")})
@@ -357,17 +356,17 @@ class DashboardPage(PageHandler):
             assert self.principal.user is not None
             owner_id = self.principal.user.id
         elif filters.owner:
-            owner = await store.get_user(filters.owner)
+            owner = await users.get(filters.owner)
             owner_id, nobody = (owner.id, False) if owner else (None, True)
-        rows, total = ([], 0) if nobody else await self.master.list_experiments(
+        rows, total = ([], 0) if nobody else await self.master.experiments.query(
             states=[filters.state] if filters.state else None,
             archived={"no": False, "yes": True}.get(filters.archived), owner_id=owner_id,
             name_contains=filters.name or None, limit=PAGE_SIZE, offset=filters.offset)
         self.render(
             "dashboard.html", section="dashboard", filters=filters,
-            experiments=await self.master.experiment_json(rows), total=total,
+            experiments=await self.master.experiments.to_json(rows), total=total,
             page_size=PAGE_SIZE, states=list(ExperimentState.__members__),
-            users=[u.username for u in await store.list_users()],
+            users=[u.username for u in await users.all()],
             tasks=await self.live_tasks())
 
 
@@ -377,17 +376,17 @@ class ExperimentPage(PageHandler):
     @authenticated
     async def get(self, experiment_id: str) -> None:
         m, eid = self.master, int(experiment_id)
-        row = await m.get_experiment(eid)
-        [experiment] = await m.experiment_json([row])
-        trials = await experiment_trials(m, eid)
-        checkpoints = await m.store.list_checkpoints(experiment_id=eid)
+        row = await m.experiments.get(eid)
+        [experiment] = await m.experiments.to_json([row])
+        trials = await m.experiments.trials(eid)
+        checkpoints = await m.checkpoints.of_experiment(eid)
         who = self.principal
         self.render(
             "experiment.html", section="dashboard", experiment=experiment,
             original_config=row.original_config,
             trials=[trial_json(t) for t in trials],
             checkpoints=[checkpoint_json(c) for c in checkpoints],
-            series=await chart_data(m, trials), plotly=plotly_js() is not None,
+            series=await chart_data(m, who, trials), plotly=plotly_js() is not None,
             live=not ExperimentState(row.state).terminal,
             may_change=who.may_change(row.owner_id))
 
@@ -397,10 +396,11 @@ class ExperimentMetricsData(DataHandler):
 
     async def get(self, experiment_id: str) -> None:
         eid = int(experiment_id)
-        row = await self.master.get_experiment(eid)
-        trials = await experiment_trials(self.master, eid)
-        self.send({"state": self.master.shown_state(row), "live": not ExperimentState(row.state).terminal,
-                   "series": await chart_data(self.master, trials)})
+        row = await self.master.experiments.get(eid)
+        trials = await self.master.experiments.trials(eid)
+        self.send({"state": self.master.experiments.shown_state(row),
+                   "live": not ExperimentState(row.state).terminal,
+                   "series": await chart_data(self.master, self.principal, trials)})
 
 
 class ExperimentAction(PageHandler):
@@ -411,13 +411,13 @@ class ExperimentAction(PageHandler):
     async def post(self, experiment_id: str, action: str) -> None:
         eid, who, m = int(experiment_id), self.principal, self.master
         if action == "pause":
-            await m.pause(who, eid)
+            await m.experiments.pause(who, eid)
         elif action == "activate":
-            await m.activate(who, eid)
+            await m.experiments.activate(who, eid)
         elif action == "kill":
-            await m.kill(who, eid)
+            await m.experiments.kill(who, eid)
         else:
-            await m.set_archived(who, eid, action == "archive")
+            await m.experiments.set_archived(who, eid, action == "archive")
         self.done(f"{m.base_url}experiments/{eid}")
 
 
@@ -427,10 +427,10 @@ class TrialLogsPage(PageHandler):
     @authenticated
     async def get(self, trial_id: str) -> None:
         tid = int(trial_id)
-        trial = await self.master.get_trial(self.principal, tid)
+        trial = await self.master.experiments.get_trial(self.principal, tid)
         # Asked before the read: a trial's last line is stored before its end is.
-        ended = await trial_ended(self.master, self.principal, tid)
-        rows = await self.master.store.get_logs(tid, limit=LOG_BATCH)
+        ended = await self.master.trials.ended(self.principal, tid)
+        rows = await self.master.trials.logs(tid, limit=LOG_BATCH)
         self.render("logs.html", section="dashboard", trial=trial_json(trial),
                     lines=[log_line_json(r) for r in rows],
                     after_id=rows[-1].id if rows else 0,
@@ -446,8 +446,8 @@ class TrialLogsData(DataHandler):
         raw = self.get_query_argument("after_id", "0") or "0"
         if not raw.isdigit():
             raise BadRequest("after_id: must be a whole number >= 0")
-        ended = await trial_ended(self.master, self.principal, tid)
-        rows = await self.master.store.get_logs(tid, after_id=int(raw), limit=LOG_BATCH)
+        ended = await self.master.trials.ended(self.principal, tid)
+        rows = await self.master.trials.logs(tid, after_id=int(raw), limit=LOG_BATCH)
         self.send({"logs": [log_line_json(r) for r in rows], "ended": ended,
                    "batch": LOG_BATCH})
 
@@ -462,7 +462,7 @@ class TaskKill(PageHandler):
         task = await self.master.tasks.find(tid)
         if task is None:
             raise NotFound(f"task {tid} not found")
-        await self.master.kill_task(self.principal, TaskType(task.type), tid)
+        await self.master.tasks.kill(self.principal, TaskType(task.type), tid)
         self.done(self.master.base_url)
 
 
@@ -474,17 +474,15 @@ class AdminPage(PageHandler):
     @authenticated
     async def get(self) -> None:
         m = self.master
-        allocations = m.cluster.allocations
         holders = {a.id: {"owner": a.spec.owner, "job_id": a.spec.job_id,
                           "experiment_id": a.spec.experiment_id, "task_id": a.spec.task_id}
-                   for a in allocations.values()}
-        runs = sorted(m.runs.values(), key=lambda r: r.id)
-        usage = await m.store.slot_hours_by_user(utcnow())
+                   for a in m.jobs.allocations()}
+        usage = await m.jobs.usage()
         self.render(
-            "admin.html", section="admin", pools=m.cluster.pools_view(),
-            agents=m.cluster.agents_view(), holders=holders, jobs=m.list_jobs(),
+            "admin.html", section="admin", pools=m.jobs.pools(),
+            agents=m.jobs.agents(), holders=holders, jobs=m.jobs.queue(),
             usage=sorted(usage.items(), key=lambda kv: (-kv[1], kv[0])),
-            experiments=await m.experiment_json([r.row for r in runs]),
+            experiments=await m.experiments.to_json(m.experiments.live()),
             tasks=await self.live_tasks(),
             webhooks=[webhook_json(h) for h in await m.webhooks.list_webhooks(self.principal)])
 
@@ -498,7 +496,7 @@ class AdminJobUpdate(PageHandler):
     @authenticated
     async def post(self, job_id: str) -> None:
         form = {k: self.get_body_argument(k, "") for k in ("priority", "weight", "ahead_of")}
-        await self.master.update_job(self.principal, job_id, **job_changes(form))
+        await self.master.jobs.update(self.principal, job_id, **job_changes(form))
         self.done(f"{self.master.base_url}admin#jobs")
 
 
@@ -511,7 +509,7 @@ class AdminAgentAction(PageHandler):
 
     @authenticated
     async def post(self, agent_id: str, action: str) -> None:
-        await self.master.set_agent_enabled(self.principal, agent_id, action == "enable",
+        await self.master.jobs.set_agent_enabled(self.principal, agent_id, action == "enable",
                                             drain=action != "disable")
         self.done(f"{self.master.base_url}admin#agents")
 
@@ -527,28 +525,11 @@ class AdminWebhookDelete(PageHandler):
         self.done(f"{self.master.base_url}admin#webhooks")
 
 
-async def experiment_trials(master: Master, experiment_id: int) -> list[Trial]:
-    """An experiment's trials by id: the live ones while it runs, else the stored ones."""
-    run = master.runs.get(experiment_id)
-    if run is not None:
-        return sorted(run.trials.values(), key=lambda t: t.id)
-    return await master.store.list_trials(experiment_id)
-
-
-async def trial_ended(master: Master, who: Principal, trial_id: int) -> bool:
-    """Whether a trial has ended and its last log line is stored.
-
-    Raises:
-        NotFound: No such trial.
-    """
-    trial = await master.get_trial(who, trial_id)
-    return TrialState(trial.state).terminal and master.cluster.for_trial(trial_id) is None
-
-
-async def chart_data(master: Master, trials: Sequence[Trial]) -> list[dict[str, Any]]:
+async def chart_data(master: Master, who: Principal,
+                     trials: Sequence[Trial]) -> list[dict[str, Any]]:
     """The charts' traces of these trials, from their downsampled metrics (as
     ``GET /trials/<id>/metrics?max_points=...`` serves them)."""
-    metrics = {t.id: await master.store.get_metrics(t.id, max_points=CHART_POINTS)
+    metrics = {t.id: await master.trials.metrics(who, t.id, max_points=CHART_POINTS)
                for t in trials}
     return metric_series(metrics)
 

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from tornado.iostream import IOStream
 
     from det_hub.service.master import Master
-    from det_hub.store.models import Task
+    from det_hub.store import Task
 
 log = logging.getLogger("det_hub.proxy")
 
@@ -82,7 +82,7 @@ class ProxyHandler(WebSocketHandler):
     # --- who may pass --------------------------------------------------------------------
     async def _admit(self, task_id: int) -> None:
         """Find the task's server and check the caller may use it; remember both."""
-        task, target = await self.master.proxy_target(task_id)
+        task, target = await self.master.tasks.proxy_target(task_id)
         secret = task.secret or ""
         header = self.request.headers.get("Authorization", "")
         scheme, _, credential = header.partition(" ")
@@ -95,10 +95,10 @@ class ProxyHandler(WebSocketHandler):
         elif secret and scheme.lower() == "token" and hmac.compare_digest(credential, secret):
             pass
         elif credential and scheme.lower() in ("bearer", "token"):
-            principal = await self.master.authenticate(credential)
+            principal = await self.master.users.authenticate(credential)
             if principal is None:
                 raise Unauthorized("the token is not valid")
-            if not self.master.may_change_task(principal, task):
+            if not self.master.tasks.may_change(principal, task):
                 raise Forbidden(f"only the owner of {TaskType(task.type).word} {task.id} or an "
                                 "admin can use it")
         elif secret and hmac.compare_digest(self.get_cookie(cookie_name(task.id), ""),

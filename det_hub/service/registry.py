@@ -12,7 +12,7 @@ Request bodies are checked here, so that every bad field is named in the error's
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -22,9 +22,9 @@ from det_hub.store import NotFound as StoreNotFound
 from det_hub.store import StoreConflict
 
 if TYPE_CHECKING:
-    from det_hub.service.master import Principal
-    from det_hub.store import Store
-    from det_hub.store.models import Checkpoint, Model, ModelVersion
+    from det_hub.service.auth import Principal, UserManager
+    from det_hub.service.checkpoints import CheckpointManager
+    from det_hub.store import MetricRow, Model, ModelVersion, Store
 
 _UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 #: Printable, without a slash (a name is one segment of the API's paths) or a space at an end.
@@ -86,16 +86,15 @@ class ModelRegistry:
 
     Args:
         store: The master's store.
-        username: The name of the user with an id (the master's cached lookup).
-        training: What a checkpoint was trained from (``Master.checkpoint_training``),
-            shown with each version's checkpoint.
+        users: The users, whose names are shown with what they own.
+        checkpoints: The checkpoints, and what each was trained from (shown with each
+            version's checkpoint).
     """
 
-    def __init__(self, store: Store, username: Callable[[int], Awaitable[str]],
-                 training: Callable[[Checkpoint], Awaitable[dict[str, Any]]]) -> None:
+    def __init__(self, store: Store, users: UserManager, checkpoints: CheckpointManager) -> None:
         self.store = store
-        self.username = username
-        self.training = training
+        self.users = users
+        self.checkpoints = checkpoints
 
     # -- models -----------------------------------------------------------------------------
 
@@ -186,9 +185,10 @@ class ModelRegistry:
         return model
 
     async def model_json(self, models: Iterable[Model]) -> list[dict[str, Any]]:
+        """Models as the API shows them, with their owners' names and version counts."""
         models = list(models)
         counts = await self.store.count_model_versions([m.id for m in models])
-        return [model_json(m, await self.username(m.owner_id), counts.get(m.id, 0))
+        return [model_json(m, await self.users.username(m.owner_id), counts.get(m.id, 0))
                 for m in models]
 
     # -- versions ---------------------------------------------------------------------------
@@ -218,7 +218,7 @@ class ModelRegistry:
         if experiment is None:  # deleted since the checkpoint was read
             raise NotFound(f"checkpoint {uuid} not found")
         if not who.may_change(experiment.owner_id):
-            owner = await self.username(experiment.owner_id)
+            owner = await self.users.username(experiment.owner_id)
             raise Forbidden(f"checkpoint {uuid} is of experiment {experiment.id}, owned by "
                             f"{owner}: only its owner, a user with the manage scope or an "
                             "admin can register it")
@@ -289,26 +289,29 @@ class ModelRegistry:
 
     async def version_json(self, model: Model,
                            versions: Iterable[ModelVersion]) -> list[dict[str, Any]]:
+        """Model versions as the API shows them, each with its checkpoint and what that was
+        trained from."""
         out = []
         for v in versions:
             checkpoint = await self.store.get_checkpoint(v.checkpoint_uuid)
             out.append(model_version_json(
-                v, model.name, await self.username(v.owner_id),
+                v, model.name, await self.users.username(v.owner_id),
                 None if checkpoint is None
-                else checkpoint_json(checkpoint, training=await self.training(checkpoint))))
+                else checkpoint_json(checkpoint,
+                                     training=await self.checkpoints.training(checkpoint))))
         return out
 
-    # -- what the registry keeps -------------------------------------------------------------
+    # -- what trials used --------------------------------------------------------------------
 
-    async def registered_message(self, uuid: str) -> str | None:
-        """Why a checkpoint cannot be deleted, naming the versions that keep it; None when
-        no version names it."""
-        versions = (await self.store.registered_versions([uuid])).get(uuid)
-        if not versions:
-            return None
-        named = ", ".join(f"model {m!r} version {v}" for m, v in versions)
-        return (f"checkpoint {uuid} is registered as {named}; delete "
-                f"{'that version' if len(versions) == 1 else 'those versions'} first")
+    async def version_metrics(self, who: Principal, name: str, version: int,
+                                    group: str | None = None) -> list[MetricRow]:
+        """The metrics (of one group, or all) of every trial that reported using this model
+        version, as :meth:`checkpoint_metrics` orders them.
 
+        Raises:
+            NotFound: No such model or version.
+        """
+        _, found = await self.get_version(name, version)
+        return await self.store.model_version_metrics(found.id, group=group)
 
 __all__ = ["ModelRegistry"]

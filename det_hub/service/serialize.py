@@ -82,7 +82,7 @@ def trial_source_json(link: TrialSourceInfo, model_name: str | None = None,
 
 
 def checkpoint_json(c: Checkpoint, training: dict[str, Any] | None = None) -> dict[str, Any]:
-    """A checkpoint; ``training`` (see ``Master.checkpoint_training``) where one is asked
+    """A checkpoint; ``training`` (see ``CheckpointManager.training``) where one is asked
     for alone, as it costs a few queries."""
     body = {
         "uuid": c.uuid, "trial_id": c.trial_id, "experiment_id": c.experiment_id,

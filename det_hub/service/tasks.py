@@ -17,27 +17,45 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
-from det_hub.agents import ExitStatus
-from det_hub.service.cluster import QUEUED, RUNNING, STARTING, Allocation, Cluster, Job, LaunchSpec
-from det_hub.states import TaskState, TaskType, check_task_transition
+from det_hub.agents.slots import slot_resources
+from det_hub.archive import ContextLimits
+from det_hub.config import (
+    CommandConfig,
+    ConfigError,
+    TaskConfig,
+    parse_command_config,
+    parse_task_config,
+)
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
+from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
+from det_hub.service.cluster import Allocation, Cluster, Job
+from det_hub.service.context import read_context
+from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady
+from det_hub.service.serialize import task_json
+from det_hub.states import AllocationState, TaskState, TaskType, check_task_transition
+from det_hub.storage import remote_tensorboard, tensorboard_dir
 from det_hub.store import Store, utcnow
 
 if TYPE_CHECKING:
-    from det_hub.store.models import Task
+    from det_hub.service.auth import Principal, UserManager
+    from det_hub.service.launch import Launcher
+    from det_hub.store import LogRow, Task
 
 log = logging.getLogger("det_hub.tasks")
 
 S = TaskState
 
 #: Cluster allocation states and the task states they mean.
-_RUN_STATES = {QUEUED: S.QUEUED, STARTING: S.STARTING, RUNNING: S.RUNNING}
+_RUN_STATES = {AllocationState.QUEUED: S.QUEUED, AllocationState.STARTING: S.STARTING,
+               AllocationState.RUNNING: S.RUNNING}
 
 
 def task_job_id(task: Task) -> str:
@@ -72,30 +90,29 @@ async def kernels_busy(task: Task, base_url: str) -> bool:
 class TaskManager:
     """The live (not yet TERMINATED) tasks and what happens to them. Made by the master."""
 
-    def __init__(
-        self,
-        store: Store,
-        cluster: Cluster,
-        launch_spec: Callable[[Task], Awaitable[LaunchSpec]],
-        username: Callable[[int], Awaitable[str]],
-        base_url: str = "/",
-    ) -> None:
+    def __init__(self, store: Store, cluster: Cluster, users: UserManager, launcher: Launcher,
+                 bus: EventBus, *, base_url: str = "/",
+                 context_limits: ContextLimits | None = None) -> None:
         self.store = store
         self.base_url = base_url
         self.cluster = cluster
-        self._launch_spec = launch_spec
-        self._username = username
+        self.users = users
+        self.launcher = launcher
+        self.context_limits = context_limits or ContextLimits()
         self.live: dict[int, Task] = {}
         #: Tasks their owner (or an admin) killed, so that their end says so.
         self._killed: set[int] = set()
         self.lock = asyncio.Lock()
         self._watcher: asyncio.Task[None] | None = None
+        bus.subscribe(AllocationStateChanged, self._on_allocation_state)
+        bus.subscribe(AllocationExited, self._on_allocation_exit)
 
     async def job(self, task: Task) -> Job:
+        """The task's job in the queue."""
         position = task.queue_position
         return Job(
-            id=task_job_id(task), pool=task.resource_pool, owner=await self._username(
-                task.owner_id),
+            id=task_job_id(task), pool=task.resource_pool,
+            owner=await self.users.username(task.owner_id),
             name=task.description, priority=task.priority,
             weight=float((task.config.get("resources") or {}).get("weight", 1.0)),
             position=position if position is not None else task.created_at.timestamp(),
@@ -107,6 +124,7 @@ class TaskManager:
         self._watcher = asyncio.get_running_loop().create_task(self._watch_activity())
 
     async def stop(self) -> None:
+        """Stop watching tasks' activity."""
         if self._watcher is not None:
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -122,8 +140,9 @@ class TaskManager:
         while True:
             now = time.monotonic()
             for task in list(self.live.values()):
-                alloc = self.cluster.for_task(task.id)
-                if alloc is None or alloc.spec.idle_timeout is None or alloc.state != RUNNING \
+                alloc = self.cluster.allocations.of_task(task.id)
+                if alloc is None or alloc.spec.idle_timeout is None \
+                        or alloc.state != AllocationState.RUNNING \
                         or not TaskType(task.type).proxied:
                     continue
                 if not task.proxy_address:
@@ -141,7 +160,7 @@ class TaskManager:
                 del next_check[task_id]
             await asyncio.sleep(0.5)
 
-    async def create(self, *, type: TaskType, owner_id: int, config: dict[str, Any],
+    async def _queue(self, *, type: TaskType, owner_id: int, config: dict[str, Any],
                      context: bytes | None, description: str, resource_pool: str, priority: int,
                      details: dict[str, Any] | None = None, secret: str | None = None) -> Task:
         """Store a task and queue it."""
@@ -152,7 +171,7 @@ class TaskManager:
         async with self.lock:
             self.live[task.id] = task
             self.cluster.set_job(await self.job(task))
-            await self.cluster.request(await self._launch_spec(task))
+            await self.cluster.request(await self.launcher.task_spec(task))
         return task
 
     async def recover(self, open_allocations: dict[int, Any]) -> None:
@@ -169,10 +188,10 @@ class TaskManager:
             row = open_allocations.pop(task.id, None)
             adopted = None
             if row is not None:
-                adopted = await self.cluster.adopt(row, await self._launch_spec(task))
+                adopted = await self.cluster.adopt(row, await self.launcher.task_spec(task))
                 if adopted is None:
                     await self.store.update_allocation(
-                        row.id, state="TERMINATED", ended_at=utcnow(),
+                        row.id, state=AllocationState.TERMINATED, ended_at=utcnow(),
                         exit_reason="lost when the master restarted")
             if adopted is not None:
                 log.info("adopted allocation %s of task %d", adopted.id, task.id)
@@ -182,15 +201,15 @@ class TaskManager:
                     await self.cluster.kill(adopted)
                 continue
             if task.state == S.QUEUED.value:
-                await self.cluster.request(await self._launch_spec(task))
+                await self.cluster.request(await self.launcher.task_spec(task))
                 continue
             await self._end(task, None, f"lost when the master restarted while it was "
                                         f"{task.state}; its process was not found again")
         for row in open_allocations.values():  # of tasks that had ended already
-            await self.store.update_allocation(row.id, state="TERMINATED", ended_at=utcnow(),
-                                               exit_reason="its task had ended")
+            await self.store.update_allocation(row.id, state=AllocationState.TERMINATED,
+                                               ended_at=utcnow(), exit_reason="its task had ended")
 
-    async def kill(self, task_id: int) -> Task:
+    async def _kill(self, task_id: int) -> Task:
         """Stop a task: one still queued ends at once; a started one is signalled (SIGTERM,
         then SIGKILL after the grace period) and ends when its process exits."""
         async with self.lock:
@@ -198,7 +217,7 @@ class TaskManager:
             if task is None or task.state == S.TERMINATING.value:
                 return task or await self._stored(task_id)
             self._killed.add(task_id)
-            alloc = self.cluster.for_task(task_id)
+            alloc = self.cluster.allocations.of_task(task_id)
             if alloc is None or await self.cluster.dequeue(alloc):
                 await self._end(task, None, "killed before it started")
             else:
@@ -206,7 +225,7 @@ class TaskManager:
                 await self.cluster.kill(alloc)
             return task
 
-    async def ready(self, alloc: Allocation, port: int) -> Task:
+    async def _mark_ready(self, alloc: Allocation, port: int) -> Task:
         """A proxied task's server answers on ``port`` of its agent's address: the proxy may
         send traffic there from now on.
 
@@ -226,7 +245,7 @@ class TaskManager:
 
     def touch(self, task_id: int) -> None:
         """The task was used (through the proxy): its idle time starts again."""
-        alloc = self.cluster.for_task(task_id)
+        alloc = self.cluster.allocations.of_task(task_id)
         if alloc is not None:
             alloc.last_activity = time.monotonic()
 
@@ -240,8 +259,186 @@ class TaskManager:
             raise KeyError(task_id)
         return task
 
+    # --- what users ask ----------------------------------------------------------------
+
+    async def create(self, who: Principal, kind: TaskType, config_text: str,
+                          context_b64: str | None = None,
+                          experiment_ids: Sequence[int] = ()) -> Task:
+        """Queue a task: its config (see :mod:`det_hub.config.command`), an optional context
+        archive, and for a TensorBoard the experiments whose metrics it shows.
+
+        Raises:
+            BadRequest: The config is invalid, asks for what this cluster cannot give, or a
+                TensorBoard names no experiment or one without TensorBoard files; each detail
+                names its config path.
+        """
+        if who.user is None:
+            raise Forbidden(f"training code cannot start a {kind.word}")
+        if kind.proxied and not config_text.strip():
+            config_text = "{}"  # every setting has a default
+        try:
+            config = (parse_command_config(config_text) if kind is TaskType.COMMAND
+                      else parse_task_config(config_text))
+        except ConfigError as e:
+            raise BadRequest(f"the {kind.word} config is invalid", [
+                {"path": p.path, "message": p.message} for p in e.problems]) from None
+        problems = self.launcher.placement_problems(config.resources.resource_pool,
+                                            config.resources.slots, "resources.slots")
+        problems += self.launcher.path_problems(config.to_dict(), who.user.username)
+        context = await read_context(context_b64, self.context_limits)
+        if problems:
+            raise BadRequest(f"the {kind.word} config cannot run on this master", problems)
+        details: dict[str, Any] | None = None
+        secret: str | None = None
+        if kind is TaskType.TENSORBOARD:
+            details = {"experiment_ids": await self._tensorboard_experiments(experiment_ids)}
+        if kind is TaskType.SHELL:
+            from det_hub.exec.shell import generate_keypair
+
+            secret, public_key = generate_keypair()
+            details = {"public_key": public_key}
+        elif kind.proxied:
+            secret = secrets.token_urlsafe(32)
+        return await self._queue(
+            type=kind, owner_id=who.user.id, config=config.to_dict(), context=context,
+            description=config.description or _task_description(kind, config, details),
+            resource_pool=config.resources.resource_pool or DEFAULT_RESOURCE_POOL,
+            priority=config.resources.priority or DEFAULT_PRIORITY, details=details, secret=secret)
+
+    async def _tensorboard_experiments(self, experiment_ids: Sequence[int]) -> list[int]:
+        """The experiments a TensorBoard shows, checked: they exist and keep their
+        TensorBoard files where the TensorBoard can read them."""
+        if not experiment_ids:
+            raise BadRequest("experiment_ids: give at least one experiment")
+        ids = list(dict.fromkeys(int(i) for i in experiment_ids))
+        problems = []
+        for exp_id in ids:
+            row = await self.store.get_experiment(exp_id)
+            if row is None:
+                problems.append({"path": "experiment_ids",
+                                 "message": f"experiment {exp_id} not found"})
+            elif (tensorboard_dir(row.id, row.config.get("checkpoint_storage")) is None
+                  and not remote_tensorboard(row.config.get("checkpoint_storage"))):
+                problems.append({"path": "experiment_ids", "message": (
+                    f"experiment {exp_id} keeps its checkpoints where no TensorBoard files "
+                    "are written (only shared_fs, directory and s3 storage have them)")})
+        if problems:
+            raise BadRequest("the TensorBoard cannot show these experiments", problems)
+        return ids
+
+    async def of_type(self, who: Principal, kind: TaskType) -> list[Task]:
+        """Every task of this type, oldest first (the 1000 newest)."""
+        return await self.store.list_tasks(type=kind.value, limit=1000)
+
+    async def get(self, who: Principal, kind: TaskType, task_id: int) -> Task:
+        """One task of this type.
+
+        Raises:
+            NotFound: No task of this type has this id.
+        """
+        task = await self.find(task_id)
+        if task is None or task.type != kind.value:
+            raise NotFound(f"{kind.word} {task_id} not found")
+        return task
+
+    async def kill(self, who: Principal, kind: TaskType, task_id: int) -> Task:
+        """Kill a task (its owner or an admin); one that has ended is left as it is."""
+        await self.owned(who, task_id, kind)
+        if task_id not in self.live:
+            return await self.get(who, kind, task_id)
+        return await self._kill(task_id)
+
+    async def owned(self, who: Principal, task_id: int,
+                          kind: TaskType | None = None) -> Task:
+        """A task the caller may change (see :meth:`may_change`).
+
+        Raises:
+            NotFound: No task (of this type) has this id.
+            Forbidden: Neither its owner nor an admin."""
+        task = await self.find(task_id)
+        if task is None or (kind is not None and task.type != kind.value):
+            raise NotFound(f"{(kind or TaskType.COMMAND).word} {task_id} not found")
+        if not self.may_change(who, task):
+            raise Forbidden(f"only the owner of {TaskType(task.type).word} {task_id} or an "
+                            "admin can change it")
+        return task
+
+    @staticmethod
+    def may_change(who: Principal, task: Task) -> bool:
+        """Whether the caller owns the task or is an admin: who may kill it, use what it
+        serves, and see its secret."""
+        return who.may_change(task.owner_id)
+
+    async def to_json(self, who: Principal, rows: Iterable[Task]) -> list[dict[str, Any]]:
+        """Tasks as the API shows them; what lets one use a proxied task (its URL with access
+        token, a shell's private key) only to its owner and admins."""
+        rows = list(rows)
+        shown = [task_json(t, await self.users.username(t.owner_id),
+                           with_secret=self.may_change(who, t)) for t in rows]
+        for task, body in zip(rows, shown, strict=True):
+            if TaskType(task.type).reserves_only and self.may_change(who, task):
+                body["placement"] = self.placement(task.id)
+        return shown
+
+    def placement(self, task_id: int) -> dict[str, Any] | None:
+        """Where a running task's slots are, and what a container on them gets (for a hub
+        server's spawner): the agent, its Docker host, the slots' GPUs or CPU cores and the
+        environment that goes with them. None while it waits for slots, or after it ended."""
+        alloc = self.cluster.allocations.of_task(task_id)
+        if alloc is None or alloc.state != AllocationState.RUNNING or not alloc.nodes:
+            return None
+        node = alloc.nodes[0]
+        agent = self.cluster.agents[node.agent_id]
+        slots = [s for s in agent.slots if s.id in node.slot_ids]
+        return {"agent_id": agent.agent_id, "agent_type": agent.kind,
+                "address": agent.address, "slot_ids": list(node.slot_ids),
+                "docker": agent.connection() if agent.uses_containers else None,
+                **slot_resources(slots)}
+
+    def ended(self, task_id: int) -> bool:
+        """Whether a task has ended and its last log line is stored."""
+        return task_id not in self.live and self.cluster.allocations.of_task(task_id) is None
+
+    async def ready(self, who: Principal, task_id: int, port: Any) -> Task:
+        """A proxied task's server says it answers on ``port`` (its allocation's token only).
+
+        Raises:
+            Forbidden: Not this task's allocation.
+            BadRequest: Not a port number.
+            Conflict: The task has ended.
+        """
+        if who.allocation is None or who.allocation.spec.task_id != task_id:
+            raise Forbidden(f"only task {task_id}'s own allocation can say it is ready")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise BadRequest("port: must be a TCP port number (1-65535)")
+        try:
+            return await self._mark_ready(who.allocation, port)
+        except KeyError:
+            raise Conflict(f"task {task_id} has ended") from None
+
+    async def proxy_target(self, task_id: int) -> tuple[Task, str]:
+        """A running proxied task and the ``host:port`` its server answers on.
+
+        Raises:
+            NotFound: No proxied task has this id.
+            NotReady: The task is not serving yet, or has ended.
+        """
+        task = await self.find(task_id)
+        if task is None or not TaskType(task.type).proxied:
+            raise NotFound(f"no notebook, shell or TensorBoard has id {task_id}")
+        alloc = self.cluster.allocations.of_task(task_id)
+        if task_id not in self.live or alloc is None or alloc.state != AllocationState.RUNNING \
+                or alloc.killed or not task.proxy_address:
+            raise NotReady(task)
+        return task, task.proxy_address
+
+    async def logs(self, task_id: int, *, after_id: int = 0, limit: int) -> list[LogRow]:
+        """A task's log lines after line ``after_id``, oldest first, at most ``limit``."""
+        return await self.store.get_task_logs(task_id, after_id=after_id, limit=limit)
+
     # --- cluster events -----------------------------------------------------------------
-    async def on_run_state(self, alloc: Allocation, state: str) -> None:
+    async def _on_allocation_state(self, event: AllocationStateChanged) -> None:
+        alloc, state = event.alloc, event.state
         async with self.lock:
             task = self.live.get(alloc.spec.task_id or -1)
             target = _RUN_STATES.get(state)
@@ -249,7 +446,8 @@ class TaskManager:
                 return
             await self._set_state(task, target)
 
-    async def on_allocation_exit(self, alloc: Allocation, status: ExitStatus) -> None:
+    async def _on_allocation_exit(self, event: AllocationExited) -> None:
+        alloc, status = event.alloc, event.status
         async with self.lock:
             task = self.live.get(alloc.spec.task_id or -1)
             if task is None:
@@ -286,5 +484,19 @@ class TaskManager:
         for name in ("state", *fields):
             setattr(task, name, getattr(row, name))
 
+
+
+def _task_description(kind: TaskType, config: TaskConfig,
+                      details: dict[str, Any] | None) -> str:
+    """A task's default description: ``Command (its command line)``, shortened;
+    ``TensorBoard (experiments 3, 4)``; ``Notebook``, ``Shell``."""
+    if isinstance(config, CommandConfig):
+        line = " ".join(config.argv())
+        return f"Command ({line if len(line) <= 60 else line[:57] + '...'})"
+    if kind is TaskType.TENSORBOARD and details:
+        ids = details["experiment_ids"]
+        return f"TensorBoard (experiment{'s' if len(ids) > 1 else ''} " \
+               f"{', '.join(str(i) for i in ids)})"
+    return kind.word.capitalize()
 
 __all__ = ["TaskManager", "task_job_id", "task_job_number"]

@@ -31,6 +31,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from traitlets import Float, Integer, Unicode
 from traitlets.config import LoggingConfigurable
 
+from det_hub.defaults import DEFAULT_SLOTS
 from det_hub.service.errors import BadRequest, Forbidden, NotFound
 from det_hub.service.serialize import iso
 from det_hub.states import ExperimentState
@@ -38,8 +39,7 @@ from det_hub.store import NotFound as StoreNotFound
 
 if TYPE_CHECKING:
     from det_hub.service.master import Principal
-    from det_hub.store import Store
-    from det_hub.store.models import Experiment, Trial, Webhook
+    from det_hub.store import Experiment, Store, Trial, Webhook
 
 log = logging.getLogger("det_hub.webhooks")
 
@@ -249,7 +249,7 @@ def experiment_event_data(row: Experiment, owner: str) -> dict[str, Any]:
     duration = int((end - row.created_at).total_seconds()) if end and row.created_at else None
     return {"experiment": {
         "id": row.id, "state": row.state, "name": row.name,
-        "slots_per_trial": int(resources.get("slots_per_trial", 1)),
+        "slots_per_trial": int(resources.get("slots_per_trial", DEFAULT_SLOTS)),
         "duration": duration, "resource_pool": row.resource_pool,
         "workspace": UNCATEGORIZED, "project": UNCATEGORIZED,
         "owner": owner, "created_at": iso(row.created_at), "ended_at": iso(end),
@@ -382,6 +382,10 @@ class WebhookManager(LoggingConfigurable):
         return await self.store.list_webhooks()
 
     async def get(self, who: Principal, webhook_id: int) -> Webhook:
+        """One webhook (admins).
+
+        Raises:
+            NotFound: No such webhook."""
         self._admin(who, "see")
         hook = await self.store.get_webhook(webhook_id)
         if hook is None:

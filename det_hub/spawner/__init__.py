@@ -39,6 +39,8 @@ from dockerspawner import DockerSpawner
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
+from det_hub.env_names import MASTER_ENV
 from det_hub.ports import free_port
 
 #: One engine client per Docker host, shared by the spawners placed there.
@@ -62,10 +64,13 @@ class DetSpawner(DockerSpawner):
         config=True,
         help="""The det_hub master's URL (default: DET_HUB_MASTER of c.Spawner.environment,
         which det_hub.hub.configure sets).""")
-    slots = Integer(1, config=True, help="Slots a server holds when no profile says otherwise.")
-    resource_pool = Unicode("default", config=True, help="The resource pool servers take "
-                            "their slots from when no profile says otherwise.")
-    priority = Integer(42, config=True, help="The servers' priority in the job queue (1-99).")
+    slots = Integer(DEFAULT_SLOTS, config=True,
+                    help="Slots a server holds when no profile says otherwise.")
+    resource_pool = Unicode(DEFAULT_RESOURCE_POOL, config=True,
+                            help="The resource pool servers take their slots from when no "
+                            "profile says otherwise.")
+    priority = Integer(DEFAULT_PRIORITY, config=True,
+                       help="The servers' priority in the job queue (1-99).")
     profiles = List(
         Dict(), config=True,
         help="""Choices on the spawn page: dicts with display_name, slots, resource_pool and
@@ -97,7 +102,7 @@ class DetSpawner(DockerSpawner):
 
     @default("master_url")
     def _default_master_url(self) -> str:
-        return str((self.environment or {}).get("DET_HUB_MASTER", "")).rstrip("/")
+        return str((self.environment or {}).get(MASTER_ENV, "")).rstrip("/")
 
     # --- the spawn page -------------------------------------------------------------------
     @default("options_form")
@@ -175,7 +180,7 @@ class DetSpawner(DockerSpawner):
                 raise SpawnError(f"the server's slots were not given: {task.get('exit_reason')}")
             if time.monotonic() > deadline:
                 raise SpawnError(
-                    f"no {task.get('slots', 1)} free slot(s) in resource pool "
+                    f"no {task.get('slots', DEFAULT_SLOTS)} free slot(s) in resource pool "
                     f"{task.get('resource_pool')!r} within {self.queue_timeout:g} s; "
                     "try again later, or ask for fewer")
             self._queue_news = await self._queue_place(task)
@@ -188,7 +193,7 @@ class DetSpawner(DockerSpawner):
         except SpawnError:
             return "Waiting for free slots"
         place = job.get("queue_position")
-        return (f"Waiting for {task.get('slots', 1)} slot(s) in resource pool "
+        return (f"Waiting for {task.get('slots', DEFAULT_SLOTS)} slot(s) in resource pool "
                 f"{task.get('resource_pool')}: place {place} in the queue" if place
                 else "Waiting for free slots")
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, func, or_, select
 
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
+
 from ._common import Queries, contains_text, plain
 from .columns import utcnow
 from .models import Experiment, ExperimentContext
@@ -35,8 +37,8 @@ class ExperimentQueries(Queries):
         state: str,
         searcher_metric: str,
         smaller_is_better: bool,
-        resource_pool: str = "default",
-        priority: int = 42,
+        resource_pool: str = DEFAULT_RESOURCE_POOL,
+        priority: int = DEFAULT_PRIORITY,
         weight: float = 1.0,
         description: str = "",
         seed: int = 0,

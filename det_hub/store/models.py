@@ -24,6 +24,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
+
 from .columns import UTCDateTime, big_id_type, json_type, utcnow
 
 
@@ -89,8 +91,8 @@ class Experiment(Base):
     original_config: Mapped[str] = mapped_column(Text)
     searcher_metric: Mapped[str] = mapped_column(String(255))
     smaller_is_better: Mapped[bool] = mapped_column(Boolean)
-    resource_pool: Mapped[str] = mapped_column(String(255), default="default")
-    priority: Mapped[int] = mapped_column(Integer, default=42)
+    resource_pool: Mapped[str] = mapped_column(String(255), default=DEFAULT_RESOURCE_POOL)
+    priority: Mapped[int] = mapped_column(Integer, default=DEFAULT_PRIORITY)
     #: Share of a fair-share pool, from ``resources.weight``; `det-hub job update` changes it.
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     #: Place in the job queue among jobs of equal priority, smaller first. ``None`` means the
@@ -154,8 +156,8 @@ class Task(Base):
     state: Mapped[str] = mapped_column(String(32), index=True)
     description: Mapped[str] = mapped_column(Text, default="")
     config: Mapped[dict[str, Any]] = mapped_column(json_type())
-    resource_pool: Mapped[str] = mapped_column(String(255), default="default")
-    priority: Mapped[int] = mapped_column(Integer, default=42)
+    resource_pool: Mapped[str] = mapped_column(String(255), default=DEFAULT_RESOURCE_POOL)
+    priority: Mapped[int] = mapped_column(Integer, default=DEFAULT_PRIORITY)
     #: Place in the job queue, as ``experiments.queue_position``; ``None`` means creation time.
     queue_position: Mapped[float | None] = mapped_column(Float, default=None)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

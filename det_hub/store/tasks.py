@@ -12,6 +12,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, select
 
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
+
 from ._common import Queries, plain
 from .columns import utcnow
 from .models import Allocation, Task, TaskContext
@@ -106,8 +108,8 @@ class TaskQueries(Queries):
         config: dict[str, Any],
         context: bytes | None = None,
         description: str = "",
-        resource_pool: str = "default",
-        priority: int = 42,
+        resource_pool: str = DEFAULT_RESOURCE_POOL,
+        priority: int = DEFAULT_PRIORITY,
         details: dict[str, Any] | None = None,
         secret: str | None = None,
     ) -> Task:

@@ -269,6 +269,7 @@ describe('DetHubClient.followLogs', () => {
   const line = (id: number, message: string): ILogLine => ({
     id,
     trial_id: 7,
+    allocation_id: '7.0',
     timestamp: '',
     rank: 0,
     stdtype: 'stdout',

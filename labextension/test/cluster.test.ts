@@ -17,7 +17,10 @@ function job(fields: Partial<IJob>): IJob {
     state: 'SCHEDULED',
     slots_requested: 1,
     slots_allocated: 1,
+    allocations: 1,
     preemptible: true,
+    submitted: '2026-11-22T10:00:00Z',
+    queued_at: '2026-11-22T10:00:00Z',
     experiment_id: 1,
     task_id: null,
     ...fields

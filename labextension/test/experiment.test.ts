@@ -114,7 +114,15 @@ describe('ExperimentModel', () => {
       model_name: 'mnist',
       version: 2,
       checkpoint_uuid: 'abc',
-      owner: 'alice'
+      checkpoint: null,
+      name: '',
+      comment: '',
+      notes: '',
+      labels: [],
+      metadata: {},
+      owner: 'alice',
+      creation_time: '2026-11-22T10:00:00Z',
+      last_updated_time: '2026-11-22T10:00:00Z'
     };
     model.noteRegistered(version);
     expect(model.registered('abc')).toEqual([version]);

@@ -19,6 +19,9 @@ export function experiment(fields: Partial<IExperiment> = {}): IExperiment {
     num_trials: 1,
     resource_pool: 'default',
     priority: 42,
+    weight: 1,
+    job_id: 'exp-1',
+    seed: 1234,
     labels: [],
     forked_from: null,
     ...fields
@@ -29,6 +32,7 @@ export function trial(fields: Partial<ITrial> = {}): ITrial {
   return {
     id: 7,
     experiment_id: 1,
+    request_id: '0f3c',
     state: 'ACTIVE',
     run_state: 'RUNNING',
     hparams: { lr: 0.1 },
@@ -40,6 +44,7 @@ export function trial(fields: Partial<ITrial> = {}): ITrial {
     progress: 0.5,
     latest_checkpoint: null,
     best_validation: null,
+    latest_validation: null,
     searcher_metric_value: null,
     ...fields
   };

@@ -6,7 +6,19 @@ import { FakeServer, json } from './fakeServer';
 const UUID = '0c7e5d9a-1111-4222-8333-444455556666';
 
 function model(name: string, versions = 1): IModel {
-  return { id: 1, name, description: '', owner: 'alice', archived: false, num_versions: versions };
+  return {
+    id: 1,
+    name,
+    description: '',
+    labels: [],
+    notes: '',
+    metadata: {},
+    owner: 'alice',
+    creation_time: '2026-11-22T10:00:00Z',
+    last_updated_time: '2026-11-22T10:00:00Z',
+    archived: false,
+    num_versions: versions
+  };
 }
 
 function version(name: string, number: number): unknown {

@@ -612,14 +612,17 @@ def test_master_and_up_pass_argv_through(monkeypatch: pytest.MonkeyPatch) -> Non
         seen.append(("main", argv))
         return 0
 
-    def fake_main_up(argv: list[str]) -> int:
-        seen.append(("main_up", argv))
+    def fake_up(argv: list[str]) -> int:
+        seen.append(("up", argv))
         return 3
 
     app = types.ModuleType("det_hub.service.app")
     app.main = fake_main  # type: ignore[attr-defined]
-    app.main_up = fake_main_up  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "det_hub.service.app", app)
+    # `det-hub up` is the hub package's, which the master does not import.
+    up = types.ModuleType("det_hub.hub.up")
+    up.main = fake_up  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "det_hub.hub.up", up)
 
     assert main(["master", "--data-dir", "/d", "--db", "sqlite:///x", "--port", "8081", "--help"]) == 0
     assert main(["-m", "http://x", "up", "--host", "0.0.0.0"]) == 3
@@ -627,7 +630,7 @@ def test_master_and_up_pass_argv_through(monkeypatch: pytest.MonkeyPatch) -> Non
 
     assert seen == [
         ("main", ["--data-dir", "/d", "--db", "sqlite:///x", "--port", "8081", "--help"]),
-        ("main_up", ["--host", "0.0.0.0"]),
+        ("up", ["--host", "0.0.0.0"]),
         ("main", []),
     ]
 

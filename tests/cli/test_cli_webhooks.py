@@ -26,7 +26,7 @@ async def served(sqlite_url: str, tmp_path: Path) -> AsyncIterator[tuple[str, st
     master = Master(store, LocalAgent(work_root=tmp_path / "work", use_gpus=False),
                     master_url="http://127.0.0.1:9", data_dir=tmp_path)
     await master.start()
-    token = await master.ensure_admin_token(tmp_path / "admin-token")
+    token = await master.users.ensure_admin_token(tmp_path / "admin-token")
     sock, port = bind_unused_port()
     server = HTTPServer(make_app(master))
     server.add_sockets([sock])

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from det_hub.service.openapi import dereference
 from det_hub.testing import MasterProcess, reap_tasks
 
 from .conftest import REPO, STEPS, steps_config
@@ -78,9 +79,10 @@ def test_agents_and_resource_pools(master: MasterProcess) -> None:
     assert jobs(master) == [] and jobs(master, resource_pool="default") == []
     r = master.api("GET", "/jobs", params={"resource_pool": "gpu"})
     assert r.status_code == 404 and "gpu" in r.json()["error"]
-    doc = master.get("/openapi.json")["paths"]
-    assert doc["/api/v1/jobs/{job_id}"]["patch"]["requestBody"]["content"][
-        "application/json"]["schema"]["properties"].keys() == {"priority", "weight", "ahead_of"}
+    document = master.get("/openapi.json")
+    doc = document["paths"]
+    assert dereference(document, doc["/api/v1/jobs/{job_id}"]["patch"]["requestBody"]["content"][
+        "application/json"]["schema"])["properties"].keys() == {"priority", "weight", "ahead_of"}
     assert set(doc["/api/v1/agents/{agent_id}/disable"]) == {"post"}
 
 

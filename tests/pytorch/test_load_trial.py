@@ -281,6 +281,16 @@ def test_a_checkpoint_without_load_data(
         pytorch.load_trial_from_checkpoint_path(directory, trial_class=RegressionTrial)
     assert any("records no hyperparameters" in r.getMessage() for r in caplog.records)
 
+    # Hyperparameters and config known elsewhere (the master keeps every trial's, and the
+    # notebook's load_checkpoint passes them) build it as trained.
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="det_hub.pytorch"):
+        loaded = pytorch.load_trial_from_checkpoint_path(
+            directory, RegressionTrial, hparams=HPARAMS, exp_conf=EXP_CONF)
+    assert not any("records no hyperparameters" in r.getMessage() for r in caplog.records)
+    assert loaded.context.get_hparams() == HPARAMS and loaded.context.get_trial_seed() == 5
+    _assert_same_state(trained, loaded)
+
     # Determined's older layout: hparams and experiment_config in metadata.json, the class as
     # the config's entrypoint.
     metadata_file = directory / "metadata.json"
@@ -291,6 +301,14 @@ def test_a_checkpoint_without_load_data(
     loaded = pytorch.load_trial_from_checkpoint_path(directory)
     assert type(loaded) is RegressionTrial
     _assert_same_state(trained, loaded)
+
+
+def test_given_hyperparameters_win_over_recorded_ones(tmp_path: Path) -> None:
+    _, uuid = _train(tmp_path, batches=2)
+    wider = {**HPARAMS, "dropout": 0.0}
+    loaded = pytorch.load_trial_from_checkpoint_path(tmp_path / uuid, hparams=wider, exp_conf={})
+    assert loaded.context.get_hparams() == wider
+    assert loaded.context.get_experiment_config() == {} and loaded.context.get_trial_seed() == 0
 
 
 def test_missing_checkpoint_files(tmp_path: Path) -> None:

@@ -260,7 +260,7 @@ async def api(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Api]:
                     master_url="http://127.0.0.1:9", data_dir=tmp_path, kill_grace_seconds=2,
                     poll_interval=0.05)
     await master.start()
-    token = await master.ensure_admin_token(tmp_path / "admin-token")
+    token = await master.users.ensure_admin_token(tmp_path / "admin-token")
     sock, port = bind_unused_port()
     server = HTTPServer(make_app(master), max_body_size=200 << 20)
     server.add_sockets([sock])
@@ -319,13 +319,13 @@ async def test_the_check_runs_off_the_event_loop(api: Api,
 
 
 async def test_the_master_keeps_the_limits_it_is_given(api: Api) -> None:
-    api.master.context_limits = ContextLimits(max_bytes=1000)
+    api.master.experiments.context_limits = ContextLimits(max_bytes=1000)
     data = archive(file("train.py", b"print(1)\n"), file("big.bin", bytes(1200)))
     r = await api.call("POST", "/experiments", {
         "config": EXPERIMENT, "context": base64.b64encode(data).decode(), "activate": False})
     assert r.code == 413, r.body
     assert "larger than 1000 bytes unpacked (at member 'big.bin')" in json.loads(r.body)["error"]
-    api.master.context_limits = ContextLimits()
+    api.master.experiments.context_limits = ContextLimits()
     r = await api.call("POST", "/experiments", {
         "config": EXPERIMENT, "context": base64.b64encode(data).decode(), "activate": False})
     assert r.code == 201, r.body

@@ -21,7 +21,7 @@ async def master(store: Store, tmp_path: Path) -> AsyncIterator[Master]:
                kill_grace_seconds=2, poll_interval=0.05)
     await m.start()
     yield m
-    for run in list(m.runs.values()):
+    for run in list(m.experiments.runs.values()):
         await run.kill()
     await m.stop()
 
@@ -29,7 +29,7 @@ async def master(store: Store, tmp_path: Path) -> AsyncIterator[Master]:
 @pytest.fixture
 async def admin(master: Master, tmp_path: Path) -> Principal:
     """The master's admin, signed in with the admin token."""
-    token = await master.ensure_admin_token(tmp_path / "admin-token")
-    who = await master.authenticate(token)
+    token = await master.users.ensure_admin_token(tmp_path / "admin-token")
+    who = await master.users.authenticate(token)
     assert who is not None and who.is_admin
     return who

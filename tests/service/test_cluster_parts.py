@@ -8,7 +8,7 @@ import yaml
 from det_hub.config import parse_experiment_config
 from det_hub.config.resources import parse_size
 from det_hub.service.cluster import can_ever_fit, position_before, rendezvous_port
-from det_hub.service.master import _container_spec
+from det_hub.service.launch import container_spec
 from det_hub.storage import CONTAINER_SHARED_FS, storage_in_container
 
 
@@ -70,7 +70,7 @@ def test_the_container_spec_follows_the_experiment_config() -> None:
           shm_size: 2G
           devices: ["/dev/fuse", {host_path: /dev/x, container_path: /dev/y, mode: r}]
     """))
-    spec = _container_spec(config)
+    spec = container_spec(config)
     assert dict(spec.images) == {"cpu": "my/cpu:1", "cuda": "my/cuda:1"}
     assert spec.shm_size == 2 << 30
     assert [m["container_path"] for m in spec.bind_mounts] == ["/mnt/data"]

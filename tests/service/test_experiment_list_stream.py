@@ -53,28 +53,28 @@ def experiment_with(eid: int, **fields: Any) -> Any:
 
 async def test_a_snapshot_then_every_change_of_a_listed_experiment(
         master: Master, admin: Principal) -> None:
-    first = await master.create_experiment(admin, CONFIG, None, activate=False)
+    first = await master.experiments.create(admin, CONFIG, None, activate=False)
     events = experiment_list_events(master, ExperimentFilter(archived=False),
                                     heartbeat=1, poll=0.05, min_interval=0)
     try:
         [(name, snapshot)] = await next_batch(events)
         assert name == "snapshot" and snapshot["total"] == 1
         [listed] = snapshot["experiments"]
-        assert listed == (await master.experiment_json([first]))[0]
+        assert listed == (await master.experiments.to_json([first]))[0]
         assert (listed["state"], listed["best_searcher_metric"]) == ("PAUSED", None)
 
         # Created.
-        second = await master.create_experiment(admin, CONFIG, None, activate=False)
+        second = await master.experiments.create(admin, CONFIG, None, activate=False)
         seen = await until(events, experiment_with(second.id, state="PAUSED"))
         assert all(e[1]["id"] == second.id for e in seen)
         # Its job's priority.
-        await master.update_job(admin, f"exp-{second.id}", priority=7)
+        await master.jobs.update(admin, f"exp-{second.id}", priority=7)
         await until(events, experiment_with(second.id, priority=7))
         # Its state, to the end.
-        await master.kill(admin, second.id)
+        await master.experiments.kill(admin, second.id)
         await until(events, experiment_with(second.id, state="CANCELED"))
         # Archived: no longer in an unarchived list.
-        await master.set_archived(admin, second.id, True)
+        await master.experiments.set_archived(admin, second.id, True)
         assert await until(events, lambda e: e[0] == "removed") == [
             ("removed", {"id": second.id})]
 
@@ -95,10 +95,10 @@ async def test_a_snapshot_then_every_change_of_a_listed_experiment(
 
 
 async def test_the_filters_of_the_list_apply(master: Master, admin: Principal) -> None:
-    _, token = await master.create_user(admin, "bob", admin=False)
-    bob = await master.authenticate(token)
+    _, token = await master.users.create(admin, "bob", admin=False)
+    bob = await master.users.authenticate(token)
     assert bob is not None and bob.user is not None
-    mine = await master.create_experiment(bob, CONFIG, None, activate=False)
+    mine = await master.experiments.create(bob, CONFIG, None, activate=False)
     events = experiment_list_events(
         master, ExperimentFilter(owner_id=bob.user.id, states=frozenset({"PAUSED"})),
         poll=0.05, min_interval=0)
@@ -106,8 +106,8 @@ async def test_the_filters_of_the_list_apply(master: Master, admin: Principal) -
         [(_, snapshot)] = await next_batch(events)
         assert [e["id"] for e in snapshot["experiments"]] == [mine.id]
         # The admin's experiment is not bob's; bob's leaves the list once not PAUSED.
-        await master.create_experiment(admin, CONFIG, None, activate=False)
-        await master.kill(bob, mine.id)
+        await master.experiments.create(admin, CONFIG, None, activate=False)
+        await master.experiments.kill(bob, mine.id)
         seen = await until(events, lambda e: e[0] == "removed")
         assert seen == [("removed", {"id": mine.id})]
     finally:

@@ -17,9 +17,15 @@ import pytest
 from det_hub.agents import ExitStatus
 from det_hub.config import ExperimentConfig, parse_experiment_config
 from det_hub.searcher import Action, AsyncHalvingSearch
-from det_hub.service.cluster import QUEUED, RUNNING, TERMINATED, Allocation, LaunchSpec
-from det_hub.service.experiment import WAITING, ExperimentRun, LaunchRefused, RunHost
-from det_hub.states import CheckpointState, ExperimentState, TrialState
+from det_hub.service.cluster import Allocation, LaunchSpec
+from det_hub.service.experiment import (
+    WAITING,
+    ExperimentRun,
+    LaunchRefused,
+    RunHost,
+    validation_length,
+)
+from det_hub.states import AllocationState, CheckpointState, ExperimentState, TrialState
 from det_hub.store import Store
 from det_hub.store.models import Experiment, Trial
 
@@ -44,7 +50,8 @@ class FakeHost:
         self._launched = 0
 
     # --- the protocol -------------------------------------------------------------------
-    async def launch(self, experiment: Experiment, trial: Trial) -> None:
+    async def launch(self, experiment: Experiment, config: ExperimentConfig,
+                     trial: Trial) -> None:
         if self.refusal is not None:
             raise LaunchRefused(self.refusal)
         self._launched += 1
@@ -60,10 +67,10 @@ class FakeHost:
     async def dequeue(self, alloc: Allocation) -> bool:
         trial_id = _trial_id(alloc)
         self.calls.append(("dequeue", trial_id))
-        if alloc.state != QUEUED:
+        if alloc.state != AllocationState.QUEUED:
             return False
         del self.open[trial_id]
-        alloc.state = TERMINATED
+        alloc.state = AllocationState.TERMINATED
         return True
 
     async def preempt(self, alloc: Allocation) -> None:
@@ -84,15 +91,15 @@ class FakeHost:
 
     async def start(self, run: ExperimentRun, trial: Trial) -> None:
         """The trial's queued allocation gets slots and runs."""
-        self.open[trial.id].state = RUNNING
-        await run.on_run_state(trial.id, RUNNING)
+        self.open[trial.id].state = AllocationState.RUNNING
+        await run.on_run_state(trial.id, AllocationState.RUNNING)
 
     async def exit(self, run: ExperimentRun, trial: Trial, exit_code: int | None = 0, *,
                    timed_out: bool = False) -> None:
         """The trial's allocation ends with ``exit_code`` (None: killed by a signal);
         ``timed_out``: killed for not stopping within the preemption timeout."""
         alloc = self.open.pop(trial.id)
-        alloc.state = TERMINATED
+        alloc.state = AllocationState.TERMINATED
         if timed_out:
             alloc.killed = alloc.timed_out = True
         status = ExitStatus(exit_code, signal="SIGKILL" if exit_code is None else None)
@@ -192,7 +199,7 @@ async def test_a_single_trial_completes(store: Store, host: FakeHost) -> None:
     assert host.calls == [("launch", trial.id)]
 
     await host.start(run, trial)
-    assert trial.run_state == RUNNING
+    assert trial.run_state == AllocationState.RUNNING
     assert run.operation(trial) == {"operation": {"length": 10, "validate_at": []},
                                     "completed": False}
     await run.on_progress(trial, 0.5)
@@ -605,5 +612,5 @@ async def test_searcher_lengths_follow_the_parsed_config(
         store: Store, host: FakeHost, searcher: dict[str, Any], steps: int,
         metrics: dict[str, Any], length: int | None) -> None:
     run = await new_run(store, host, config(searcher, records_per_epoch=100))
-    assert run.validation_length(steps, metrics) == length
+    assert validation_length(run.length_unit, steps, metrics) == length
     assert run.max_length == run.config.searcher.max_units

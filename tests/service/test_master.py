@@ -36,14 +36,14 @@ def config(**extra: object) -> str:
 
 
 async def finished(master: Master, eid: int, timeout: float = 30) -> str:
-    run = master.runs.get(eid)
+    run = master.experiments.runs.get(eid)
     if run is not None:
         await asyncio.wait_for(run.done.wait(), timeout)
-    return (await master.get_experiment(eid)).state
+    return (await master.experiments.get(eid)).state
 
 
 async def test_a_script_runs_and_its_output_is_kept(master: Master, admin: Principal) -> None:
-    row = await master.create_experiment(admin, config(), context("print('hello')\n"))
+    row = await master.experiments.create(admin, config(), context("print('hello')\n"))
     assert await finished(master, row.id) == "COMPLETED"
     [trial] = await master.store.list_trials(row.id)
     assert trial.state == "COMPLETED" and trial.restarts == 0
@@ -53,7 +53,7 @@ async def test_a_script_runs_and_its_output_is_kept(master: Master, admin: Princ
 
 async def test_failures_restart_then_error_with_the_reason(
         master: Master, admin: Principal) -> None:
-    row = await master.create_experiment(
+    row = await master.experiments.create(
         admin, config(max_restarts=2), context("import sys; print('try'); sys.exit(5)\n"))
     assert await finished(master, row.id) == "ERROR"
     [trial] = await master.store.list_trials(row.id)
@@ -64,19 +64,19 @@ async def test_failures_restart_then_error_with_the_reason(
 
 
 async def test_kill_cancels_and_owner_rules_hold(master: Master, admin: Principal) -> None:
-    row = await master.create_experiment(admin, config(), context("import time\n"
+    row = await master.experiments.create(admin, config(), context("import time\n"
                                                                   "time.sleep(60)\n"))
-    bob, _ = await master.create_user(admin, "bob", admin=False)
+    bob, _ = await master.users.create(admin, "bob", admin=False)
     with pytest.raises(Forbidden):
-        await master.kill(Principal(user=bob), row.id)
-    assert (await master.pause(admin, row.id)).state == "PAUSED"
-    assert (await master.activate(admin, row.id)).state == "ACTIVE"
-    await master.kill(admin, row.id)
+        await master.experiments.kill(Principal(user=bob), row.id)
+    assert (await master.experiments.pause(admin, row.id)).state == "PAUSED"
+    assert (await master.experiments.activate(admin, row.id)).state == "ACTIVE"
+    await master.experiments.kill(admin, row.id)
     with pytest.raises(Conflict, match="only a PAUSED experiment can be activated"):
-        await master.activate(admin, row.id)
+        await master.experiments.activate(admin, row.id)
     assert await finished(master, row.id) == "CANCELED"
     with pytest.raises(Conflict, match="only an ACTIVE experiment can be paused"):
-        await master.pause(admin, row.id)
+        await master.experiments.pause(admin, row.id)
 
 
 @pytest.mark.parametrize(("text", "path"), [
@@ -88,26 +88,26 @@ async def test_kill_cancels_and_owner_rules_hold(master: Master, admin: Principa
 async def test_configs_this_master_cannot_run_are_refused(
         master: Master, admin: Principal, text: str, path: str) -> None:
     with pytest.raises(BadRequest) as err:
-        await master.create_experiment(admin, text, None)
+        await master.experiments.create(admin, text, None)
     assert path in [d["path"] for d in err.value.details]
     assert (await master.store.list_experiments())[1] == 0
 
 
 async def test_pausing_a_queued_trial_costs_no_restart(master: Master, admin: Principal) -> None:
     sleeper = context("import time\ntime.sleep(60)\n")
-    running = [await master.create_experiment(admin, config(), sleeper)
+    running = [await master.experiments.create(admin, config(), sleeper)
                for _ in master.cluster.agents["local"].slots]
-    queued = await master.create_experiment(admin, config(), context("print('ran')\n"))
-    [trial] = master.runs[queued.id].trials.values()
+    queued = await master.experiments.create(admin, config(), context("print('ran')\n"))
+    [trial] = master.experiments.runs[queued.id].trials.values()
     assert trial.run_state == "QUEUED"
-    await master.pause(admin, queued.id)
+    await master.experiments.pause(admin, queued.id)
     assert trial.state == "PAUSED" and trial.run_state is None
-    assert master.cluster.jobs_view() and all(
-        j["experiment_id"] != queued.id for j in master.cluster.jobs_view())
-    await master.activate(admin, queued.id)
+    assert master.jobs.queue() and all(
+        j["experiment_id"] != queued.id for j in master.jobs.queue())
+    await master.experiments.activate(admin, queued.id)
     assert trial.run_state == "QUEUED"
     for row in running:
-        await master.kill(admin, row.id)
+        await master.experiments.kill(admin, row.id)
     assert await finished(master, queued.id) == "COMPLETED"
     [done] = await master.store.list_trials(queued.id)
     assert done.restarts == 0
@@ -125,24 +125,24 @@ FIXABLE = context(
 async def test_continue_reruns_a_failed_trial_in_place_with_the_changed_config(
         master: Master, admin: Principal) -> None:
     text = config(max_restarts=0, hyperparameters={"fail": 1})
-    row = await master.create_experiment(admin, text, FIXABLE)
+    row = await master.experiments.create(admin, text, FIXABLE)
     assert await finished(master, row.id) == "ERROR"
     [before] = await master.store.list_trials(row.id)
-    first_end = (await master.get_experiment(row.id)).ended_at
+    first_end = (await master.experiments.get(row.id)).ended_at
 
-    bob, _ = await master.create_user(admin, "bob", admin=False)
+    bob, _ = await master.users.create(admin, "bob", admin=False)
     with pytest.raises(Forbidden):
-        await master.continue_experiment(Principal(user=bob), row.id, {})
+        await master.experiments.continue_experiment(Principal(user=bob), row.id, {})
     with pytest.raises(BadRequest) as err:
-        await master.continue_experiment(admin, row.id, {"max_restarts": "many"})
+        await master.experiments.continue_experiment(admin, row.id, {"max_restarts": "many"})
     assert [d["path"] for d in err.value.details] == ["max_restarts"]
-    assert (await master.get_experiment(row.id)).state == "ERROR"  # nothing changed
+    assert (await master.experiments.get(row.id)).state == "ERROR"  # nothing changed
 
-    continued = await master.continue_experiment(
+    continued = await master.experiments.continue_experiment(
         admin, row.id, {"name": "fixed", "environment": {"environment_variables": ["FIX=1"]}})
     assert continued.state == "ACTIVE" and continued.ended_at is None
     assert await finished(master, row.id) == "COMPLETED"
-    exp = await master.get_experiment(row.id)
+    exp = await master.experiments.get(row.id)
     [trial] = await master.store.list_trials(row.id)
     assert trial.id == before.id and trial.state == "COMPLETED" and trial.restarts == 0
     assert exp.name == "fixed" and exp.original_config == text  # as first submitted
@@ -150,17 +150,17 @@ async def test_continue_reruns_a_failed_trial_in_place_with_the_changed_config(
     messages = [line.message for line in await master.store.get_logs(trial.id)]
     assert messages[0] == "fail" and messages[-1] == "ok"
     assert any(m.startswith("the experiment was continued") for m in messages)
-    await master.set_archived(admin, row.id, True)
+    await master.experiments.set_archived(admin, row.id, True)
     with pytest.raises(Conflict, match="archived; unarchive it first"):
-        await master.continue_experiment(admin, row.id, {})
+        await master.experiments.continue_experiment(admin, row.id, {})
 
 
 async def test_continue_changes_a_single_trials_hyperparameters(
         master: Master, admin: Principal) -> None:
-    row = await master.create_experiment(admin, config(max_restarts=0,
+    row = await master.experiments.create(admin, config(max_restarts=0,
                                                        hyperparameters={"fail": 1}), FIXABLE)
     assert await finished(master, row.id) == "ERROR"
-    await master.continue_experiment(admin, row.id, {"hyperparameters": {"fail": 0}})
+    await master.experiments.continue_experiment(admin, row.id, {"hyperparameters": {"fail": 0}})
     assert await finished(master, row.id) == "COMPLETED"
     [trial] = await master.store.list_trials(row.id)
     assert trial.hparams == {"fail": 0}
@@ -171,58 +171,59 @@ async def test_continue_reruns_only_the_failed_trials_of_a_search(
     text = config(max_restarts=0, searcher={
         "name": "grid", "metric": "loss", "max_length": {"batches": 1}},
         hyperparameters={"fail": {"type": "categorical", "vals": [0, 1]}})
-    row = await master.create_experiment(admin, text, FIXABLE)
+    row = await master.experiments.create(admin, text, FIXABLE)
     assert await finished(master, row.id) == "COMPLETED"
     trials = {t.hparams["fail"]: t for t in await master.store.list_trials(row.id)}
     assert (trials[0].state, trials[1].state) == ("COMPLETED", "ERROR")
 
     with pytest.raises(BadRequest) as err:
-        await master.continue_experiment(admin, row.id, {"hyperparameters": {"fail": 0}})
+        await master.experiments.continue_experiment(admin, row.id,
+                                                    {"hyperparameters": {"fail": 0}})
     assert [d["path"] for d in err.value.details] == ["hyperparameters"]
-    await master.continue_experiment(
+    await master.experiments.continue_experiment(
         admin, row.id, {"environment": {"environment_variables": ["FIX=1"]}})
     assert await finished(master, row.id) == "COMPLETED"
     after = {t.hparams["fail"]: t for t in await master.store.list_trials(row.id)}
     assert len(after) == 2 and all(t.state == "COMPLETED" for t in after.values())
     assert after[0].ended_at == trials[0].ended_at  # the completed trial did not run again
     with pytest.raises(Conflict, match="nothing to continue"):
-        await master.continue_experiment(admin, row.id, {})
+        await master.experiments.continue_experiment(admin, row.id, {})
 
 
 async def test_an_asha_search_and_an_unfinished_experiment_cannot_be_continued(
         master: Master, admin: Principal) -> None:
     sleeper = context("import time\ntime.sleep(60)\n")
-    row = await master.create_experiment(admin, config(searcher={
+    row = await master.experiments.create(admin, config(searcher={
         "name": "adaptive_asha", "metric": "loss", "max_length": {"batches": 16},
         "max_trials": 2, "max_concurrent_trials": 1}), sleeper)
     with pytest.raises(Conflict, match="only a finished experiment"):
-        await master.continue_experiment(admin, row.id, {})
-    await master.kill(admin, row.id)
+        await master.experiments.continue_experiment(admin, row.id, {})
+    await master.experiments.kill(admin, row.id)
     assert await finished(master, row.id) == "CANCELED"
     with pytest.raises(Conflict, match="adaptive_asha search cannot be continued"):
-        await master.continue_experiment(admin, row.id, {"name": "renamed"})
-    refused = await master.get_experiment(row.id)
+        await master.experiments.continue_experiment(admin, row.id, {"name": "renamed"})
+    refused = await master.experiments.get(row.id)
     assert (refused.state, refused.name, refused.config["name"]) == ("CANCELED", "t", "t")
-    assert row.id not in master.runs
+    assert row.id not in master.experiments.runs
 
 
 async def test_a_fork_records_its_parent_and_reuses_its_context(
         master: Master, admin: Principal) -> None:
-    parent = await master.create_experiment(admin, config(), context("print('from parent')\n"))
+    parent = await master.experiments.create(admin, config(), context("print('from parent')\n"))
     assert await finished(master, parent.id) == "COMPLETED"
-    child = await master.create_experiment(admin, config(name="child"), None,
+    child = await master.experiments.create(admin, config(name="child"), None,
                                            parent_id=parent.id)
     assert await finished(master, child.id) == "COMPLETED"
     assert child.parent_id == parent.id
     [trial] = await master.store.list_trials(child.id)
     assert [line.message for line in await master.store.get_logs(trial.id)] == ["from parent"]
     with pytest.raises(BadRequest, match="parent_id: experiment 999 not found"):
-        await master.create_experiment(admin, config(), None, parent_id=999)
+        await master.experiments.create(admin, config(), None, parent_id=999)
 
 
 async def test_a_trial_whose_warm_start_checkpoint_is_gone_fails_with_the_reason(
         master: Master, admin: Principal) -> None:
-    source = await master.create_experiment(admin, config(), context("print('x')\n"))
+    source = await master.experiments.create(admin, config(), context("print('x')\n"))
     assert await finished(master, source.id) == "COMPLETED"
     [trial] = await master.store.list_trials(source.id)
     uuid = "5b0d6c1e-aaaa-bbbb-cccc-000000000009"
@@ -233,9 +234,9 @@ async def test_a_trial_whose_warm_start_checkpoint_is_gone_fails_with_the_reason
                  "host_path": str(master.data_dir / "checkpoints" / "admin")})
     warm = config(searcher={"name": "random", "metric": "loss", "max_trials": 2,
                             "max_length": {"batches": 1}, "source_checkpoint_uuid": uuid})
-    row = await master.create_experiment(admin, warm, context("print('x')\n"), activate=False)
+    row = await master.experiments.create(admin, warm, context("print('x')\n"), activate=False)
     await master.store.update_checkpoint(uuid, state="DELETED")  # e.g. collected meanwhile
-    await master.activate(admin, row.id)
+    await master.experiments.activate(admin, row.id)
     assert await finished(master, row.id) == "ERROR"
     trials = await master.store.list_trials(row.id)
     assert len(trials) == 2 and all(t.state == "ERROR" for t in trials)
@@ -248,11 +249,11 @@ async def test_a_search_without_a_searcher_length_is_as_far_as_its_trials(
         master: Master, admin: Principal) -> None:
     """The length of each trial is Trainer.fit's: the experiment's progress follows the
     progress its trials report, and ends at 1."""
-    row = await master.create_experiment(admin, config(searcher={
+    row = await master.experiments.create(admin, config(searcher={
         "name": "single", "metric": "loss"}), context("import time\ntime.sleep(3)\n"))
-    assert (await master.get_experiment(row.id)).progress == 0.0
+    assert (await master.experiments.get(row.id)).progress == 0.0
     [trial] = await master.store.list_trials(row.id)
-    await master.report_progress(admin, trial.id, 0.5)  # as its Trainer would
-    assert (await master.get_experiment(row.id)).progress == 0.5
+    await master.trials.report_progress(admin, trial.id, 0.5)  # as its Trainer would
+    assert (await master.experiments.get(row.id)).progress == 0.5
     assert await finished(master, row.id) == "COMPLETED"
-    assert (await master.get_experiment(row.id)).progress == 1.0
+    assert (await master.experiments.get(row.id)).progress == 1.0

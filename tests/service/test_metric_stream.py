@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from det_hub.client import Client
-from det_hub.service.events import MetricEvents, experiment_events, metric_events
+from det_hub.service.events import MetricEvents, experiment_events
 from det_hub.service.handlers.streams import sse_frame
 from det_hub.store import Store
 from det_hub.testing import MasterProcess
@@ -33,7 +33,8 @@ def stored_ids(master: MasterProcess, eid: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_replay_then_live_rows_arrive_once_and_the_stream_ends(master: MasterProcess, steps_experiment: Any) -> None:
+def test_replay_then_live_rows_arrive_once_and_the_stream_ends(
+        master: MasterProcess, steps_experiment: Any) -> None:
     eid = master.create_ok(steps_experiment(length=80, sleep=0.05))
     client = Client(master.url, master.token)
     # Join while the trial runs, once some rows are stored: they come from the replay, the
@@ -141,16 +142,30 @@ async def test_a_full_queue_marks_the_subscriber_overflowed() -> None:
     assert hub.subscribers(1) == hub.subscribers(2) == 0
 
 
+class _Experiments:
+    def __init__(self, store: Store, experiment: Any) -> None:
+        self.store, self.experiment = store, experiment
+
+    async def get(self, experiment_id: int) -> Any:
+        return self.experiment
+
+    async def trials(self, experiment_id: int) -> list[Any]:
+        return await self.store.list_trials(experiment_id)
+
+
+class _Trials:
+    def __init__(self, store: Store) -> None:
+        self.metrics_after = store.experiment_metrics_after
+
+
 class _Master:
     """The parts of the master that :func:`experiment_events` reads."""
 
     def __init__(self, store: Store, experiment: Any) -> None:
-        self.store, self.experiment = store, experiment
-        self.runs: dict[int, Any] = {}
+        self.experiments = _Experiments(store, experiment)
+        self.trials = _Trials(store)
+        self.metric_events = MetricEvents()
         self.stopping = False
-
-    async def get_experiment(self, experiment_id: int) -> Any:
-        return self.experiment
 
 
 async def test_a_slow_client_is_told_to_reconnect_from_its_last_row(tmp_path: Path) -> None:
@@ -163,7 +178,7 @@ async def test_a_slow_client_is_told_to_reconnect_from_its_last_row(tmp_path: Pa
         trial = await store.create_trial(experiment_id=exp.id, request_id="r", hparams={},
                                          seed=1, state="ACTIVE")
         master: Any = _Master(store, exp)
-        hub = metric_events(master)
+        hub = master.metric_events
         hub.max_queue = 5
         stored = await store.insert_metrics(trial.id, "training",
                                             [{"steps_completed": s, "metrics": {}}

@@ -221,9 +221,9 @@ async def test_registering_a_checkpoint_needs_the_right_to_its_experiment(
         f"checkpoint {uuids[5]} is of experiment {exp.id}, owned by alice: only its owner, "
         "a user with the manage scope or an admin can register it")
     assert await store.list_model_versions(bobs.id) == []
-    assert await registry.registered_message(uuids[5]) is None
+    assert await master.checkpoints.registered_message(uuids[5]) is None
     # Still alice's to delete.
-    assert (await master.delete_checkpoint(alice, uuids[5])).state == "DELETED"
+    assert (await master.checkpoints.delete(alice, uuids[5])).state == "DELETED"
 
     # Alice may register it in her model; an admin, and bob once the hub lets him manage
     # anyone's work, in bob's.
@@ -251,26 +251,26 @@ async def test_delete_checkpoint_rules(master: Master, store: Store, alice: Prin
     await master.registry.register_version(alice, "keeper", {"checkpoint_uuid": uuids[5]})
 
     with pytest.raises(Forbidden, match=f"only the owner of experiment {exp.id}"):
-        await master.delete_checkpoint(bob, uuids[10])
+        await master.checkpoints.delete(bob, uuids[10])
     with pytest.raises(Conflict) as registered:
-        await master.delete_checkpoint(alice, uuids[5])
+        await master.checkpoints.delete(alice, uuids[5])
     assert str(registered.value) == (f"checkpoint {uuids[5]} is registered as model 'keeper' "
                                      "version 1; delete that version first")
     missing = str(uuidlib.uuid4())
     with pytest.raises(NotFound, match=f"checkpoint {missing} not found"):
-        await master.delete_checkpoint(alice, missing)
+        await master.checkpoints.delete(alice, missing)
     assert on_disk(tmp_path) == set(uuids.values())
 
-    deleted = await master.delete_checkpoint(alice, uuids[10])
+    deleted = await master.checkpoints.delete(alice, uuids[10])
     assert deleted.state == "DELETED"
     assert on_disk(tmp_path) == {uuids[5], uuids[15]}
     with pytest.raises(Conflict, match="is DELETED; only a COMPLETED checkpoint"):
-        await master.delete_checkpoint(alice, uuids[10])
+        await master.checkpoints.delete(alice, uuids[10])
     # An admin may delete anyone's, the latest of a finished trial too.
-    assert (await master.delete_checkpoint(admin, uuids[15])).state == "DELETED"
+    assert (await master.checkpoints.delete(admin, uuids[15])).state == "DELETED"
     # Once its version is gone, the registered one may go too.
     await master.registry.delete_version(alice, "keeper", 1)
-    assert (await master.delete_checkpoint(alice, uuids[5])).state == "DELETED"
+    assert (await master.checkpoints.delete(alice, uuids[5])).state == "DELETED"
     assert on_disk(tmp_path) == set()
 
 
@@ -280,11 +280,11 @@ async def test_the_latest_checkpoint_of_a_trial_that_can_still_run_is_kept(
     trial, uuids = await trial_with_checkpoints(store, exp, tmp_path, {5: None, 10: None},
                                                 state="PAUSED")
     with pytest.raises(Conflict) as latest:
-        await master.delete_checkpoint(alice, uuids[10])
+        await master.checkpoints.delete(alice, uuids[10])
     assert str(latest.value) == (f"checkpoint {uuids[10]} is the latest of trial {trial.id}, "
                                  "which is PAUSED and would resume from it; delete it once "
                                  "the trial has ended")
-    assert (await master.delete_checkpoint(alice, uuids[5])).state == "DELETED"
+    assert (await master.checkpoints.delete(alice, uuids[5])).state == "DELETED"
     assert on_disk(tmp_path) == {uuids[10]}
 
 
@@ -303,8 +303,8 @@ async def test_gc_dry_run_changes_nothing_then_gc_deletes_and_keeps_the_policy(
     policy = {"save_experiment_best": 0, "save_trial_best": 1, "save_trial_latest": 0}
 
     with pytest.raises(Forbidden):
-        await master.collect_checkpoints(bob, exp.id, {**policy, "dry_run": True})
-    dry = await master.collect_checkpoints(alice, exp.id, {**policy, "dry_run": True})
+        await master.checkpoints.collect(bob, exp.id, {**policy, "dry_run": True})
+    dry = await master.checkpoints.collect(alice, exp.id, {**policy, "dry_run": True})
     # Only the best survives the policy; 5 is registered, so only 15 and 20 would go.
     assert dry["dry_run"] is True and dry["policy"] == policy
     assert dry["uuids"] == sorted([uuids[15], uuids[20]])
@@ -315,7 +315,7 @@ async def test_gc_dry_run_changes_nothing_then_gc_deletes_and_keeps_the_policy(
     row = await store.get_experiment(exp.id)
     assert row is not None and row.config["checkpoint_storage"]["save_trial_latest"] == 1
 
-    done = await master.collect_checkpoints(alice, exp.id, policy)
+    done = await master.checkpoints.collect(alice, exp.id, policy)
     assert done["dry_run"] is False and done["uuids"] == dry["uuids"]
     assert on_disk(tmp_path) == {uuids[5], uuids[10]}
     states = {s: (await store.get_checkpoint(u)).state  # type: ignore[union-attr]
@@ -326,7 +326,7 @@ async def test_gc_dry_run_changes_nothing_then_gc_deletes_and_keeps_the_policy(
     stored = row.config["checkpoint_storage"]
     assert {k: stored[k] for k in policy} == policy and stored["type"] == "shared_fs"
     # Run again, nothing more goes.
-    again = await master.collect_checkpoints(alice, exp.id, {})
+    again = await master.checkpoints.collect(alice, exp.id, {})
     assert again["uuids"] == [] and again["policy"] == policy
 
 
@@ -337,7 +337,7 @@ async def test_gc_keeps_what_a_running_trial_resumes_from(
                                               state="ACTIVE")
     _, ended = await trial_with_checkpoints(store, exp, tmp_path, {5: None, 10: None})
     nothing = {"save_experiment_best": 0, "save_trial_best": 0, "save_trial_latest": 0}
-    result = await master.collect_checkpoints(alice, exp.id, nothing)
+    result = await master.checkpoints.collect(alice, exp.id, nothing)
     assert sorted(result["uuids"]) == sorted([running[5], ended[5], ended[10]])
     assert on_disk(tmp_path) == {running[10]}
 
@@ -346,13 +346,13 @@ async def test_gc_policy_errors_name_the_setting(master: Master, store: Store,
                                                  alice: Principal, tmp_path: Path) -> None:
     exp = await finished_experiment(store, alice, tmp_path)
     with pytest.raises(BadRequest) as bad:
-        await master.collect_checkpoints(alice, exp.id, {
+        await master.checkpoints.collect(alice, exp.id, {
             "save_trial_best": -1, "save_trial_latest": "2", "dry_run": "yes",
             "keep": 3})
     assert [d["path"] for d in bad.value.details] == [
         "keep", "save_trial_best", "save_trial_latest", "dry_run"]
     with pytest.raises(NotFound, match="experiment 999 not found"):
-        await master.collect_checkpoints(alice, 999, {})
+        await master.checkpoints.collect(alice, 999, {})
 
 
 async def test_gc_at_trial_end_skips_registered_checkpoints(

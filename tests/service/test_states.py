@@ -5,13 +5,16 @@ from __future__ import annotations
 import pytest
 
 from det_hub.states import (
+    ALLOCATION_TRANSITIONS,
     EXPERIMENT_TRANSITIONS,
     TASK_TRANSITIONS,
     TRIAL_TRANSITIONS,
+    AllocationState,
     ExperimentState,
     IllegalTransition,
     TaskState,
     TrialState,
+    check_allocation_transition,
     check_experiment_transition,
     check_task_transition,
     check_trial_transition,
@@ -96,3 +99,23 @@ def test_legal_task_moves_pass() -> None:
                             (TaskState.QUEUED, TaskState.TERMINATED),
                             (TaskState.RUNNING, TaskState.RUNNING)):
         check_task_transition(current, target)
+
+
+def test_allocations_run_forwards_only_and_end_in_terminated() -> None:
+    """An allocation goes QUEUED -> STARTING -> RUNNING -> TERMINATED, may end from any state
+    short of that, and never moves back: a new attempt is a new allocation."""
+    order = list(AllocationState)
+    assert [s.value for s in order] == ["QUEUED", "STARTING", "RUNNING", "TERMINATED"]
+    for state, moves in ALLOCATION_TRANSITIONS.items():
+        assert all(order.index(m) > order.index(state) for m in moves), state
+        if state is AllocationState.TERMINATED:
+            assert moves == frozenset()
+        else:
+            assert AllocationState.TERMINATED in moves, state
+    for current, target in ((AllocationState.QUEUED, AllocationState.STARTING),
+                            (AllocationState.STARTING, AllocationState.RUNNING),
+                            (AllocationState.RUNNING, AllocationState.RUNNING)):
+        check_allocation_transition(current, target)
+    with pytest.raises(IllegalTransition) as err:
+        check_allocation_transition(AllocationState.QUEUED, AllocationState.RUNNING)
+    assert str(err.value) == "allocation cannot go from QUEUED to RUNNING"

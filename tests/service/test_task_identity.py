@@ -22,8 +22,8 @@ NOBODY = task_account("nobody")
 
 
 async def user(master: Master, admin: Principal, name: str) -> Principal:
-    _, token = await master.create_user(admin, name, admin=False)
-    who = await master.authenticate(token)
+    _, token = await master.users.create(admin, name, admin=False)
+    who = await master.users.authenticate(token)
     assert who is not None
     return who
 
@@ -69,7 +69,7 @@ def test_path_problems_name_the_config_path(tmp_path: Path) -> None:
 async def test_each_user_gets_a_checkpoint_directory_of_their_own(
         master: Master, admin: Principal) -> None:
     alice = await user(master, admin, "alice")
-    row = await master.create_experiment(alice, config(), context("print('x')\n"))
+    row = await master.experiments.create(alice, config(), context("print('x')\n"))
     own = owner_checkpoint_dir(master.data_dir, "alice")
     assert row.config["checkpoint_storage"]["host_path"] == str(own)
     assert own.is_dir() and (own.stat().st_mode & 0o777) == 0o700
@@ -94,7 +94,7 @@ async def test_configs_reaching_into_the_data_dir_are_refused_and_create_nothing
                                    "container_path": "/run/token"}]},
     }[storage_or_mount]
     with pytest.raises(BadRequest) as refused:
-        await master.create_experiment(bob, config(**extra), context("print('x')\n"))
+        await master.experiments.create(bob, config(**extra), context("print('x')\n"))
     [problem] = refused.value.details
     assert re.fullmatch(r"(checkpoint_storage|bind_mounts\[0\])\.host_path", problem["path"])
     assert "tasks may not mount it" in problem["message"]
@@ -104,7 +104,7 @@ async def test_configs_reaching_into_the_data_dir_are_refused_and_create_nothing
 async def test_a_warm_start_from_another_users_checkpoint_is_refused(
         master: Master, admin: Principal) -> None:
     alice, bob = await user(master, admin, "alice"), await user(master, admin, "bob")
-    source = await master.create_experiment(alice, config(), context("print('x')\n"))
+    source = await master.experiments.create(alice, config(), context("print('x')\n"))
     assert await finished(master, source.id) == "COMPLETED"
     [trial] = await master.store.list_trials(source.id)
     uuid = "5b0d6c1e-aaaa-bbbb-cccc-000000000011"
@@ -115,8 +115,8 @@ async def test_a_warm_start_from_another_users_checkpoint_is_refused(
     warm = config(searcher={"name": "single", "metric": "loss", "max_length": {"batches": 1},
                             "source_checkpoint_uuid": uuid})
     with pytest.raises(Forbidden, match="belongs to alice's experiment"):
-        await master.create_experiment(bob, warm, context("print('x')\n"))
-    mine = await master.create_experiment(alice, warm, context("print('x')\n"), activate=False)
+        await master.experiments.create(bob, warm, context("print('x')\n"))
+    mine = await master.experiments.create(alice, warm, context("print('x')\n"), activate=False)
     assert mine.config["checkpoint_storage"]["host_path"] == str(
         owner_checkpoint_dir(master.data_dir, "alice"))
 
@@ -124,31 +124,31 @@ async def test_a_warm_start_from_another_users_checkpoint_is_refused(
 async def test_tasks_run_as_their_owners_account(master: Master, admin: Principal) -> None:
     bob = await user(master, admin, "bob")
     assert bob.user is not None and admin.user is not None
-    assert await master.task_identity(bob.user.id) == (NOBODY, False)
-    await master.link_agent_user(admin, "bob", 23456, 23457, "bob", "bob")
-    assert await master.task_identity(bob.user.id) == ((23456, 23457), False)
-    assert (await master.task_identity(admin.user.id))[1] is True
+    assert await master.users.task_identity(bob.user.id) == (NOBODY, False)
+    await master.users.link_agent_user(admin, "bob", 23456, 23457, "bob", "bob")
+    assert await master.users.task_identity(bob.user.id) == ((23456, 23457), False)
+    assert (await master.users.task_identity(admin.user.id))[1] is True
 
 
 async def test_an_allocation_token_dies_with_its_allocation(
         master: Master, admin: Principal) -> None:
     script = "import os\nprint('token', os.environ['DET_HUB_ALLOCATION_TOKEN'])\n"
-    row = await master.create_experiment(admin, config(), context(script))
+    row = await master.experiments.create(admin, config(), context(script))
     assert await finished(master, row.id) == "COMPLETED"
     [trial] = await master.store.list_trials(row.id)
     [token] = [line.message.split()[1] for line in await master.store.get_logs(trial.id)
                if line.message.startswith("token ")]
-    assert await master.authenticate(token) is None
+    assert await master.users.authenticate(token) is None
 
 
 async def test_continuing_into_another_users_storage_is_refused(
         master: Master, admin: Principal) -> None:
     bob = await user(master, admin, "bob")
-    row = await master.create_experiment(bob, config(), context("print('x')\n"))
+    row = await master.experiments.create(bob, config(), context("print('x')\n"))
     assert await finished(master, row.id) == "COMPLETED"
     other = {"type": "shared_fs", "host_path": str(master.data_dir / "checkpoints" / "alice")}
     with pytest.raises(BadRequest) as refused:
-        await master.continue_experiment(bob, row.id, {"checkpoint_storage": other})
+        await master.experiments.continue_experiment(bob, row.id, {"checkpoint_storage": other})
     assert [p["path"] for p in refused.value.details] == ["checkpoint_storage.host_path"]
-    assert (await master.get_experiment(row.id)).config["checkpoint_storage"]["host_path"] == \
+    assert (await master.experiments.get(row.id)).config["checkpoint_storage"]["host_path"] == \
         str(owner_checkpoint_dir(master.data_dir, "bob"))

@@ -12,6 +12,7 @@ from urllib.parse import quote
 import pytest
 
 from det_hub.client import Client, MasterError
+from det_hub.service.openapi import dereference
 from det_hub.testing import MasterProcess
 
 pytestmark = pytest.mark.slow
@@ -278,10 +279,11 @@ def test_who_may_link_and_what_is_refused(master: MasterProcess, source: dict[in
 
 
 def test_the_openapi_document_lists_the_endpoints(master: MasterProcess) -> None:
-    paths = master.get("/openapi.json")["paths"]
+    document = master.get("/openapi.json")
+    paths = document["paths"]
     post = paths["/api/v1/trials/{trial_id}/source_info"]["post"]
-    assert set(post["requestBody"]["content"]["application/json"]["schema"]["properties"]) == {
-        "checkpoint_uuid", "model_name", "model_version"}
+    schema = dereference(document, post["requestBody"]["content"]["application/json"]["schema"])
+    assert set(schema["properties"]) == {"checkpoint_uuid", "model_name", "model_version"}
     assert "409" in post["responses"]
     assert set(paths["/api/v1/checkpoints/{uuid}/metrics"]) == {"get"}
     assert set(paths["/api/v1/models/{name}/versions/{version}/metrics"]) == {"get"}

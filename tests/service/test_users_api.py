@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from det_hub.service.openapi import dereference
 from det_hub.testing import MasterProcess
 
 pytestmark = pytest.mark.slow
@@ -78,8 +79,9 @@ def test_bad_links_are_refused_with_the_field_named(master: MasterProcess) -> No
 
 
 def test_the_openapi_document_describes_the_link(master: MasterProcess) -> None:
-    patch = master.get("/openapi.json")["paths"]["/api/v1/users/{username}"]["patch"]
-    schema = patch["requestBody"]["content"]["application/json"]["schema"]
+    document = master.get("/openapi.json")
+    patch = document["paths"]["/api/v1/users/{username}"]["patch"]
+    schema = dereference(document, patch["requestBody"]["content"]["application/json"]["schema"])
     link = schema["properties"]["agent_user_group"]
     assert link["nullable"] is True and set(link["properties"]) == set(LINK)
     assert patch["parameters"][0]["name"] == "username"

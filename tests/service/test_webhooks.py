@@ -30,6 +30,7 @@ from det_hub.agents.local import LocalAgent
 from det_hub.service.app import MasterApp, make_app
 from det_hub.service.errors import BadRequest
 from det_hub.service.master import Master
+from det_hub.service.openapi import dereference
 from det_hub.service.webhooks import (
     WebhookManager,
     default_payload,
@@ -215,7 +216,7 @@ class Api:
             "config": config, "context": base64.b64encode(buf.getvalue()).decode()},
             status=201)
         eid = made["experiment"]["id"]
-        run = self.master.runs.get(eid)
+        run = self.master.experiments.runs.get(eid)
         if run is not None:
             await asyncio.wait_for(run.done.wait(), 60)
         return dict((await self.ok("GET", f"/experiments/{eid}"))["experiment"])
@@ -231,14 +232,14 @@ async def api(sqlite_url: str, tmp_path: Path) -> AsyncIterator[Api]:
                     master_url=url, data_dir=tmp_path, kill_grace_seconds=2,
                     poll_interval=0.05, webhooks=hooks)
     await master.start()
-    token = await master.ensure_admin_token(tmp_path / "admin-token")
+    token = await master.users.ensure_admin_token(tmp_path / "admin-token")
     server = HTTPServer(make_app(master))
     server.add_sockets([sock])
     try:
         yield Api(url, token, master)
     finally:
         server.stop()
-        for run in list(master.runs.values()):
+        for run in list(master.experiments.runs.values()):
             await run.kill()
         await master.stop()
         await store.close()
@@ -366,10 +367,11 @@ async def test_only_admins_manage_webhooks_and_bad_input_names_the_field(
     r = await api.call("DELETE", f"/webhooks/{hook_id}")
     assert r.code == 404 and json.loads(r.body)["error"] == f"webhook {hook_id} not found"
 
-    paths = (await api.ok("GET", "/openapi.json"))["paths"]
+    document = await api.ok("GET", "/openapi.json")
+    paths = document["paths"]
     post = paths["/api/v1/webhooks"]["post"]
-    assert post["requestBody"]["content"]["application/json"]["schema"]["required"] == [
-        "url", "triggers"]
+    assert dereference(document, post["requestBody"]["content"]["application/json"]["schema"])[
+        "required"] == ["url", "triggers"]
     assert "post" in paths["/api/v1/trials/{trial_id}/alerts"]
 
 
@@ -476,7 +478,7 @@ async def test_a_delivery_waiting_to_retry_when_the_master_stops_is_made_after_i
         master = Master(store, LocalAgent(work_root=tmp_path / "work", use_gpus=False),
                         master_url="http://127.0.0.1:9", data_dir=tmp_path, webhooks=hooks)
         await master.start()
-        await master.ensure_admin_token(tmp_path / "admin-token")
+        await master.users.ensure_admin_token(tmp_path / "admin-token")
         hook = await store.create_webhook(url=url, webhook_type="DEFAULT", triggers=[
             ("EXPERIMENT_STATE_CHANGE", {"state": "COMPLETED"})])
         admin = await store.get_user("admin")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from det_hub.service import wire
 from det_hub.service.cluster import Allocation
 from det_hub.service.errors import Forbidden, NotFound
 from det_hub.service.handlers.base import APIHandler
@@ -12,7 +13,7 @@ ID = r"(?P<allocation_id>[0-9]+\.[0-9a-f]+)"
 class _AllocationHandler(APIHandler):
     allow_allocation = True
     def allocation(self, allocation_id: str) -> Allocation:
-        alloc = self.master.cluster.allocations.get(allocation_id)
+        alloc = self.master.jobs.allocation(allocation_id)
         mine = self.principal.allocation
         if mine is not None and mine.id != allocation_id:
             raise Forbidden("this token is not valid for that allocation")
@@ -25,7 +26,7 @@ class _AllocationHandler(APIHandler):
 
 class PreemptionHandler(_AllocationHandler):
     query = {"get": {"timeout_seconds": ("integer", "how long to wait, at most 60")}}
-    answers = {"get": "preempt"}
+    answers = {"get": wire.Preemption}
 
     async def get(self, allocation_id: str) -> None:
         """Wait until the allocation should stop, or the timeout passes."""
@@ -35,7 +36,7 @@ class PreemptionHandler(_AllocationHandler):
 
 
 class AckPreemptionHandler(_AllocationHandler):
-    answers = {"post": "(empty)"}
+    answers = {"post": wire.Empty}
 
     async def post(self, allocation_id: str) -> None:
         """Acknowledge the preemption signal."""

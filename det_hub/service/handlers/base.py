@@ -7,17 +7,22 @@ import json
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from pydantic import BaseModel
 from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError, RequestHandler
 
 from det_hub import nonfinite
+from det_hub.service import wire
 from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized, Unavailable
 from det_hub.service.serialize import iso
 from det_hub.states import ExperimentState
 
+#: What a method answers with, for the OpenAPI document (see :attr:`APIHandler.answers`).
+Answer = type[BaseModel] | tuple[str, Any] | wire.Lines | str
+
 if TYPE_CHECKING:
     from det_hub.service.master import Master, Principal
-    from det_hub.store.models import User
+    from det_hub.store import User
 
 
 def log_query(owner: str) -> dict[str, tuple[str, str]]:
@@ -46,10 +51,14 @@ class APIHandler(RequestHandler):
     allow_allocation = False
     #: Query parameters per method: {"get": {"name": ("integer", "what it is")}}.
     query: dict[str, dict[str, tuple[str, str]]] = {}
-    #: A JSON-schema sketch of the request body per method.
-    body: dict[str, dict[str, Any]] = {}
-    #: The object key of a successful answer per method, for the OpenAPI document.
-    answers: dict[str, str] = {}
+    #: The request body's model per method (:mod:`det_hub.service.wire`): what
+    #: :meth:`parsed_body` reads, and the body's schema in the OpenAPI document.
+    body: dict[str, type[wire.RequestModel]] = {}
+    #: A successful answer per method, for the OpenAPI document: its model, ``(key, model)``
+    #: for ``{key: model}`` (the model may be ``list[model]``; the key may name the route's
+    #: arguments, ``"{kind.key}"``), :class:`~det_hub.service.wire.Lines` for
+    #: newline-delimited JSON, or a description of an answer that is not JSON.
+    answers: dict[str, Answer] = {}
     #: Methods that answer 201 Created.
     created: frozenset[str] = frozenset()
     #: Further error statuses per method, for the OpenAPI document.
@@ -75,7 +84,7 @@ class APIHandler(RequestHandler):
         scheme, _, token = header.partition(" ")
         if scheme.lower() not in ("bearer", "token") or not token.strip():
             raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
-        principal = await self.master.authenticate(token.strip())
+        principal = await self.master.users.authenticate(token.strip())
         if principal is None:
             raise Unauthorized("the token is not valid")
         if principal.allocation is not None and not self.allow_allocation:
@@ -115,6 +124,15 @@ class APIHandler(RequestHandler):
             raise BadRequest("the request body must be a JSON object")
         return data
 
+    def parsed_body(self) -> Any:
+        """The request's JSON body read through this method's model (:attr:`body`), checked.
+
+        Raises:
+            BadRequest: Not a JSON object, or a field that is wrong: the error names the
+                first, and each problem is a ``{"path", "message"}`` detail.
+        """
+        return wire.parse(self.body[self.request.method.lower()], self.json_body())
+
     def send(self, obj: Any, status: int = 200) -> None:
         self.set_status(status)
         # NaN and infinite metrics go out as Determined's strings: always valid JSON.
@@ -144,7 +162,7 @@ class APIHandler(RequestHandler):
         owner = self.get_query_argument("owner", None)
         if not owner:
             return states, None
-        user = await self.master.store.get_user(owner)
+        user = await self.master.users.get(owner)
         return states, user.id if user is not None else NO_OWNER
 
     def bool_arg(self, name: str) -> bool | None:

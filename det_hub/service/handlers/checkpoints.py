@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from det_hub.service import wire
 from det_hub.service.errors import Forbidden
 from det_hub.service.handlers.base import APIHandler
 from det_hub.service.serialize import checkpoint_json, metric_json
@@ -15,46 +16,43 @@ SOURCE_METRICS_QUERY = {"get": {
 class CheckpointsHandler(APIHandler):
     allow_allocation = True
     created = frozenset({"post"})
-    body = {"post": {"type": "object", "required": ["uuid", "trial_id"], "properties": {
-        "uuid": {"type": "string"}, "trial_id": {"type": "integer"},
-        "steps_completed": {"type": "integer"}, "resources": {"type": "object"},
-        "metadata": {"type": "object"}, "state": {"enum": ["ACTIVE", "COMPLETED"]}}}}
-    answers = {"post": "checkpoint"}
+    body = {"post": wire.CheckpointReport}
+    answers = {"post": ("checkpoint", wire.Checkpoint)}
 
     async def post(self) -> None:
         """Record a checkpoint the training code has written (training code)."""
-        ckpt = await self.master.report_checkpoint(self.principal, self.json_body())
+        ckpt = await self.master.checkpoints.report(self.principal, self.parsed_body().given())
         self.send({"checkpoint": checkpoint_json(ckpt)}, status=201)
 
 
 class CheckpointHandler(APIHandler):
     allow_allocation = True
-    answers = {"get": "checkpoint", "delete": "checkpoint"}
+    answers = {"get": ("checkpoint", wire.Checkpoint), "delete": ("checkpoint", wire.Checkpoint)}
     extra_responses = {"delete": {"409": (
         "a model version names it, or it is the latest checkpoint of a trial that can still "
         "run, or it is not COMPLETED")}}
 
     async def get(self, uuid: str) -> None:
         """One checkpoint, with ``training``: what it was trained from."""
-        ckpt = await self.master.get_checkpoint(self.principal, uuid)
+        ckpt = await self.master.checkpoints.get(self.principal, uuid)
         self.send({"checkpoint": checkpoint_json(
-            ckpt, training=await self.master.checkpoint_training(ckpt))})
+            ckpt, training=await self.master.checkpoints.training(ckpt))})
 
     async def delete(self, uuid: str) -> None:
         """Delete a checkpoint's files; it stays listed as DELETED (owner or admin)."""
         if self.principal.allocation is not None:
             raise Forbidden("training code cannot delete checkpoints through this endpoint")
         self.send({"checkpoint": checkpoint_json(
-            await self.master.delete_checkpoint(self.principal, uuid.lower()))})
+            await self.master.checkpoints.delete(self.principal, uuid.lower()))})
 
 
 class CheckpointMetricsHandler(APIHandler):
     query = SOURCE_METRICS_QUERY
-    answers = {"get": "metrics"}
+    answers = {"get": ("metrics", list[wire.MetricRow])}
 
     async def get(self, uuid: str) -> None:
         """The metrics of the trials that reported using the checkpoint."""
-        rows = await self.master.checkpoint_metrics(
+        rows = await self.master.checkpoints.metrics(
             self.principal, uuid.lower(), self.get_query_argument("group", None) or None)
         self.send({"metrics": [metric_json(r) for r in rows]})
 

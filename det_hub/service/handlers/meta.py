@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from det_hub import __version__
+from det_hub.service import wire
 from det_hub.service.handlers.base import APIHandler
 from det_hub.service.serialize import user_json
 
 
 class HealthHandler(APIHandler):
     public = True
-    answers = {"get": "status"}
+    answers = {"get": wire.Health}
 
     async def get(self) -> None:
         """Whether the master is up."""
@@ -18,7 +19,7 @@ class HealthHandler(APIHandler):
 
 class OpenAPIHandler(APIHandler):
     public = True
-    answers = {"get": "openapi"}
+    answers = {"get": "this OpenAPI document"}
 
     async def get(self) -> None:
         """This API's OpenAPI 3 document."""
@@ -29,7 +30,7 @@ class OpenAPIHandler(APIHandler):
 
 
 class MeHandler(APIHandler):
-    answers = {"get": "user"}
+    answers = {"get": ("user", wire.User)}
 
     async def get(self) -> None:
         """The calling user."""

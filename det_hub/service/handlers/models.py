@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from det_hub.service import wire
 from det_hub.service.handlers.base import APIHandler
 from det_hub.service.handlers.checkpoints import SOURCE_METRICS_QUERY
 from det_hub.service.serialize import metric_json
@@ -11,22 +12,13 @@ from det_hub.service.serialize import metric_json
 NAME = r"(?P<name>[^/]+)"
 VERSION = r"(?P<version>\d+)"
 
-_TEXT = {"type": "string"}
-_LABELS = {"type": "array", "items": {"type": "string"}}
-_METADATA = {"type": "object"}
-_CHANGES = {
-    "add_metadata": {"type": "object", "description": "keys to set in the metadata"},
-    "remove_metadata": {"type": "array", "items": {"type": "string"},
-                        "description": "keys to take out of the metadata"},
-}
-_MODEL = {"name": _TEXT, "description": _TEXT, "labels": _LABELS, "notes": _TEXT,
-          "metadata": _METADATA}
-_VERSION = {"name": _TEXT, "comment": _TEXT, "notes": _TEXT, "labels": _LABELS,
-            "metadata": _METADATA}
 _ARCHIVED = {"409": "the model is archived"}
 
 
 class _RegistryHandler(APIHandler):
+    """The registry checks the bodies itself, naming every bad field (its models in
+    :mod:`det_hub.service.wire` describe them)."""
+
     async def send_model(self, model: Any, status: int = 200) -> None:
         [body] = await self.master.registry.model_json([model])
         self.send({"model": body}, status=status)
@@ -46,8 +38,8 @@ class ModelsHandler(_RegistryHandler):
         "limit": ("integer", "at most this many (default 100, at most 1000)"),
         "offset": ("integer", "skip this many"),
     }}
-    body = {"post": {"type": "object", "required": ["name"], "properties": _MODEL}}
-    answers = {"get": "models", "post": "model"}
+    body = {"post": wire.ModelCreate}
+    answers = {"get": wire.ModelPage, "post": ("model", wire.Model)}
 
     async def get(self) -> None:
         """List models by name."""
@@ -67,8 +59,9 @@ class ModelsHandler(_RegistryHandler):
 
 
 class ModelHandler(_RegistryHandler):
-    body = {"patch": {"type": "object", "properties": {**_MODEL, **_CHANGES}}}
-    answers = {"get": "model", "patch": "model", "delete": "model"}
+    body = {"patch": wire.ModelChanges}
+    answers = {"get": ("model", wire.Model), "patch": ("model", wire.Model),
+               "delete": ("model", wire.Model)}
     extra_responses = {"patch": {"409": "the model is archived, or the new name is taken"}}
 
     async def get(self, name: str) -> None:
@@ -86,7 +79,7 @@ class ModelHandler(_RegistryHandler):
 
 
 class ModelActionHandler(_RegistryHandler):
-    answers = {"post": "model"}
+    answers = {"post": ("model", wire.Model)}
 
     def initialize(self, action: str) -> None:
         self.action = action
@@ -99,10 +92,8 @@ class ModelActionHandler(_RegistryHandler):
 
 class ModelVersionsHandler(_RegistryHandler):
     created = frozenset({"post"})
-    body = {"post": {"type": "object", "required": ["checkpoint_uuid"], "properties": {
-        "checkpoint_uuid": {"type": "string", "description": "a COMPLETED checkpoint"},
-        **_VERSION}}}
-    answers = {"get": "model_versions", "post": "model_version"}
+    body = {"post": wire.VersionCreate}
+    answers = {"get": wire.ModelVersions, "post": ("model_version", wire.ModelVersion)}
     extra_responses = {"post": {"409": "the model is archived, or the checkpoint is not "
                                        "COMPLETED"}}
 
@@ -121,8 +112,10 @@ class ModelVersionsHandler(_RegistryHandler):
 
 
 class ModelVersionHandler(_RegistryHandler):
-    body = {"patch": {"type": "object", "properties": {**_VERSION, **_CHANGES}}}
-    answers = {"get": "model_version", "patch": "model_version", "delete": "model_version"}
+    body = {"patch": wire.VersionChanges}
+    answers = {"get": ("model_version", wire.ModelVersion),
+               "patch": ("model_version", wire.ModelVersion),
+               "delete": ("model_version", wire.ModelVersion)}
     extra_responses = {"patch": _ARCHIVED, "delete": _ARCHIVED}
 
     async def get(self, name: str, version: str) -> None:
@@ -142,11 +135,11 @@ class ModelVersionHandler(_RegistryHandler):
 
 class ModelVersionMetricsHandler(_RegistryHandler):
     query = SOURCE_METRICS_QUERY
-    answers = {"get": "metrics"}
+    answers = {"get": ("metrics", list[wire.MetricRow])}
 
     async def get(self, name: str, version: str) -> None:
         """The metrics of the trials that reported using the version."""
-        rows = await self.master.model_version_metrics(
+        rows = await self.master.registry.version_metrics(
             self.principal, name, int(version), self.get_query_argument("group", None) or None)
         self.send({"metrics": [metric_json(r) for r in rows]})
 

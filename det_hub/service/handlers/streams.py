@@ -90,7 +90,7 @@ class ExperimentMetricStreamHandler(EventStreamHandler):
     async def get(self, experiment_id: str) -> None:
         """Stream the metrics of the experiment's trials as Server-Sent Events until it ends."""
         eid = int(experiment_id)
-        await self.master.get_experiment(eid)
+        await self.master.experiments.get(eid)
         after = self._after_id()
         heartbeat = self.heartbeat_arg()
         await self.send_events(experiment_events(self.master, eid, after, heartbeat=heartbeat,

@@ -2,38 +2,18 @@
 
 from __future__ import annotations
 
+from det_hub.service import wire
 from det_hub.service.handlers.base import APIHandler
-from det_hub.service.webhooks import (
-    ALERT_LEVELS,
-    MODES,
-    TRIGGER_TYPES,
-    WEBHOOK_TYPES,
-    webhook_json,
-)
+from det_hub.service.webhooks import webhook_json
 
 ID = r"(?P<webhook_id>\d+)"
-
-_TRIGGER = {"type": "object", "required": ["trigger_type"], "properties": {
-    "trigger_type": {"enum": list(TRIGGER_TYPES)},
-    "condition": {"type": "object", "description": 'EXPERIMENT_STATE_CHANGE: {"state": '
-                  '"COMPLETED"} (any experiment state); CUSTOM: {} or {"level": "error"}'}}}
-_WEBHOOK = {"type": "object", "required": ["url", "triggers"], "properties": {
-    "url": {"type": "string", "format": "uri", "description": "http:// or https://"},
-    "webhook_type": {"enum": list(WEBHOOK_TYPES), "default": "DEFAULT"},
-    "name": {"type": "string"},
-    "mode": {"enum": list(MODES), "default": "WORKSPACE",
-             "description": "WORKSPACE: every experiment's events; SPECIFIC: only those of "
-                            "experiments whose config names it (integrations.webhooks)"},
-    "triggers": {"type": "array", "minItems": 1, "items": _TRIGGER}}}
-_ALERT = {"type": "object", "required": ["title"], "properties": {
-    "title": {"type": "string"}, "description": {"type": "string"},
-    "level": {"enum": list(ALERT_LEVELS), "default": "info"}}}
 
 
 class WebhooksHandler(APIHandler):
     created = frozenset({"post"})
-    body = {"post": _WEBHOOK}
-    answers = {"get": "webhooks", "post": "webhook"}
+    # The webhooks check the bodies themselves, naming every bad field.
+    body = {"post": wire.WebhookCreate}
+    answers = {"get": ("webhooks", list[wire.Webhook]), "post": ("webhook", wire.Webhook)}
 
     async def get(self) -> None:
         """List the webhooks (admins only)."""
@@ -47,7 +27,7 @@ class WebhooksHandler(APIHandler):
 
 
 class WebhookHandler(APIHandler):
-    answers = {"get": "webhook", "delete": "webhook"}
+    answers = {"get": ("webhook", wire.Webhook), "delete": ("webhook", wire.Webhook)}
 
     async def get(self, webhook_id: str) -> None:
         """One webhook (admins only)."""
@@ -61,7 +41,7 @@ class WebhookHandler(APIHandler):
 
 
 class WebhookTestHandler(APIHandler):
-    answers = {"post": "delivered, error"}
+    answers = {"post": wire.WebhookTest}
 
     async def post(self, webhook_id: str) -> None:
         """Send the webhook a test event now, once, and say whether it was answered 2xx."""
@@ -69,7 +49,7 @@ class WebhookTestHandler(APIHandler):
 
 
 class SigningKeyHandler(APIHandler):
-    answers = {"get": "signing_key"}
+    answers = {"get": ("signing_key", str)}
 
     async def get(self) -> None:
         """The key deliveries are signed with (admins only), for receivers to check them."""
@@ -78,13 +58,13 @@ class SigningKeyHandler(APIHandler):
 
 class TrialAlertsHandler(APIHandler):
     allow_allocation = True
-    body = {"post": _ALERT}
-    answers = {"post": "alert"}
+    body = {"post": wire.CustomAlert}
+    answers = {"post": ("alert", wire.Alert)}
 
     async def post(self, trial_id: str) -> None:
         """Send a custom alert to the CUSTOM webhooks (training code, the owner or an admin)."""
-        trial = await self.master.get_trial(self.principal, int(trial_id))
-        experiment = await self.master.get_experiment(trial.experiment_id)
+        trial = await self.master.experiments.get_trial(self.principal, int(trial_id))
+        experiment = await self.master.experiments.get(trial.experiment_id)
         alert = await self.master.webhooks.alert(self.principal, trial, experiment,
                                                  self.json_body())
         self.send({"alert": {"title": alert.title, "description": alert.description,

@@ -1,6 +1,9 @@
 /**
  * The shapes of the det_hub master's REST API (docs/rest-api.md), as the panel reads them.
- * Only the fields the panel uses are typed; the master may send more.
+ * Each interface mirrors an answer model of det_hub/service/wire, field for field:
+ * tests/service/test_wire_schema.py checks that they have the same fields, optional where the
+ * master may leave one out. A field marked optional that the master always sends is one older
+ * masters do not.
  */
 
 /**
@@ -41,10 +44,21 @@ export function isTerminal(state: string): boolean {
   return TERMINAL_STATES.has(state);
 }
 
+/** The Unix account a user's tasks run as; the names may be unknown. */
+export interface IAgentUserGroup {
+  agent_uid: number;
+  agent_gid: number;
+  agent_user: string | null;
+  agent_group: string | null;
+}
+
 export interface IUser {
   id: number;
   username: string;
   admin: boolean;
+  active: boolean;
+  created_at: string;
+  agent_user_group: IAgentUserGroup | null;
 }
 
 /** `<base_url>det-hub/config`, from the server extension. */
@@ -73,7 +87,9 @@ export interface IExperiment {
   num_trials: number;
   resource_pool: string;
   priority: number;
+  weight: number;
   job_id?: string;
+  seed: number;
   labels: string[];
   forked_from: number | null;
 }
@@ -86,8 +102,10 @@ export interface IValidation {
 export interface ITrial {
   id: number;
   experiment_id: number;
+  request_id: string;
   state: RunState;
-  run_state: 'QUEUED' | 'STARTING' | 'RUNNING' | null;
+  /** Where an active trial's process is; WAITING: checkpointed at its ASHA rung. */
+  run_state: 'QUEUED' | 'STARTING' | 'RUNNING' | 'WAITING' | null;
   hparams: Record<string, unknown>;
   seed: number;
   restarts: number;
@@ -97,7 +115,18 @@ export interface ITrial {
   progress: number | null;
   latest_checkpoint: string | null;
   best_validation: IValidation | null;
+  latest_validation: IValidation | null;
   searcher_metric_value: number | null;
+}
+
+/** What a checkpoint was trained from (a checkpoint read alone). */
+export interface ICheckpointTraining {
+  experiment_config: Record<string, unknown>;
+  searcher_metric: string;
+  hparams: Record<string, unknown>;
+  trial_seed: number | null;
+  validation_metrics: Record<string, number | null> | null;
+  model_definition: string;
 }
 
 export interface ICheckpoint {
@@ -112,6 +141,7 @@ export interface ICheckpoint {
   metadata: Record<string, unknown>;
   size: number | null;
   storage: Record<string, unknown>;
+  training?: ICheckpointTraining;
 }
 
 /** One metric report of a trial (`/trials/{id}/metrics`, and the metric stream's rows). */
@@ -140,16 +170,22 @@ export interface IAgent {
   enabled: boolean;
   address: string;
   connected: boolean;
+  isolation_warning: string | null;
   slots: ISlot[];
 }
 
 export interface IResourcePool {
   name: string;
   description: string;
+  type: string | null;
+  agents: number;
   slots_total: number;
   slots_used: number;
   slot_type: string | null;
   scheduler: string;
+  preemption: boolean;
+  fitting_policy: string | null;
+  preemption_timeout: number;
   default: boolean;
 }
 
@@ -165,7 +201,10 @@ export interface IJob {
   state: 'QUEUED' | 'SCHEDULED' | 'SCHEDULED_PARTIALLY';
   slots_requested: number;
   slots_allocated: number;
+  allocations: number;
   preemptible: boolean;
+  submitted: string;
+  queued_at: string | null;
   experiment_id: number | null;
   task_id: number | null;
 }
@@ -174,10 +213,19 @@ export interface IJob {
 export interface ILogLine {
   id: number;
   trial_id: number;
+  allocation_id: string | null;
   timestamp: string;
   rank: number | null;
   stdtype: string;
   message: string;
+}
+
+/** A trial in the `state` events of the metric stream. */
+export interface IStreamTrial {
+  id: number;
+  state: RunState;
+  steps_completed: number;
+  progress: number | null;
 }
 
 /** `event: state` of the metric stream. */
@@ -185,7 +233,7 @@ export interface IStreamState {
   experiment_id: number;
   state: RunState;
   progress: number | null;
-  trials: { id: number; state: RunState; steps_completed: number; progress: number | null }[];
+  trials: IStreamTrial[];
 }
 
 /** An event of an experiment's metric stream, as the panel gets it. */
@@ -197,6 +245,13 @@ export type ExperimentListEvent =
   | { kind: 'snapshot'; experiments: IExperiment[]; total: number }
   | { kind: 'experiment'; experiment: IExperiment }
   | { kind: 'removed'; id: number };
+
+/** A trial's result at a rung; `metric` null for a trial that exited without one. */
+export interface IRungResult {
+  trial_id: number | null;
+  metric: number | null;
+  promoted: boolean;
+}
 
 /** One rung of an ASHA bracket (`/experiments/{id}/searcher`). */
 export interface IRung {
@@ -211,6 +266,8 @@ export interface IRung {
   promoted: number;
   /** The trials with a result here, best first. */
   trial_ids: number[];
+  /** Their results, in the same order. */
+  results: IRungResult[];
   /** Trials training towards this rung now. */
   training: number[];
 }
@@ -219,8 +276,20 @@ export interface IBracket {
   index: number;
   num_rungs: number;
   max_trials: number;
+  max_concurrent_trials: number;
   trials_created: number;
+  trials_invalid: number;
   rungs: IRung[];
+}
+
+/** The rung table of `adaptive_asha` and `async_halving`. */
+export interface IRungTable {
+  name: string;
+  divisor: number;
+  stop_once: boolean;
+  smaller_is_better: boolean;
+  max_length: number;
+  brackets: IBracket[];
 }
 
 /** The search at a glance (`GET /experiments/{id}/searcher`). */
@@ -233,13 +302,7 @@ export interface ISearcherView {
   shutdown: boolean;
   waiting_trials: number[];
   /** The rung table of `adaptive_asha` and `async_halving`; null for other searches. */
-  rungs: {
-    name: string;
-    divisor: number;
-    stop_once: boolean;
-    max_length: number;
-    brackets: IBracket[];
-  } | null;
+  rungs: IRungTable | null;
 }
 
 /** A model of the model registry. */
@@ -247,7 +310,12 @@ export interface IModel {
   id: number;
   name: string;
   description: string;
+  labels: string[];
+  notes: string;
+  metadata: Record<string, unknown>;
   owner: string;
+  creation_time: string;
+  last_updated_time: string;
   archived: boolean;
   num_versions: number;
 }
@@ -259,7 +327,16 @@ export interface IModelVersion {
   model_name: string;
   version: number;
   checkpoint_uuid: string;
+  /** Null once the checkpoint is gone. */
+  checkpoint: ICheckpoint | null;
+  name: string;
+  comment: string;
+  notes: string;
+  labels: string[];
+  metadata: Record<string, unknown>;
   owner: string;
+  creation_time: string;
+  last_updated_time: string;
 }
 
 /** The actions on an experiment, each a `POST /experiments/{id}/<action>`. */

@@ -1,0 +1,233 @@
+"""Checkpoints: what training code reports, what users read and delete, and the retention policy
+(checkpoint GC) applied when a trial ends and on demand.
+
+The deleting itself is :class:`~det_hub.service.checkpoint_gc.CheckpointGC`'s; this manager
+checks who asks and what may go: a checkpoint a model version names, or the latest of a trial
+that can still resume from it, stays.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from det_hub.service.bus import EventBus, TrialEnded
+from det_hub.service.checkpoint_gc import RETENTION_DEFAULTS, CheckpointGC, RetentionPolicy
+from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
+from det_hub.service.serialize import checkpoint_json
+from det_hub.states import CheckpointState, TrialState, shown_trial_state
+from det_hub.store import Store, StoreConflict
+
+if TYPE_CHECKING:
+    from det_hub.service.auth import Principal
+    from det_hub.service.experiments import ExperimentManager
+    from det_hub.store import Checkpoint, MetricRow
+
+#: A checkpoint's id, as training code names it: a lower-case UUID.
+CHECKPOINT_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+
+
+class CheckpointManager:
+    """Checkpoints and their deletion (see the module's docstring).
+
+    Args:
+        store: The master's store.
+        experiments: The checkpoints' experiments and trials, and who may change them.
+        gc: Deletes checkpoints' files.
+        bus: Tells of trials' ends, when the experiment's retention policy is applied.
+    """
+
+    def __init__(self, store: Store, experiments: ExperimentManager, gc: CheckpointGC,
+                 bus: EventBus) -> None:
+        self.store = store
+        self.experiments = experiments
+        self.gc = gc
+        bus.subscribe(TrialEnded, self._on_trial_end)
+
+    async def report(self, who: Principal, body: dict[str, Any]) -> Checkpoint:
+        """Record a checkpoint training code wrote (``COMPLETED``, or ``ACTIVE`` while it is
+        being written); a completed one becomes its trial's latest.
+
+        Raises:
+            BadRequest: A bad uuid, resources, metadata, state or steps.
+            Conflict: The uuid is taken."""
+        uuid = str(body.get("uuid", ""))
+        if not CHECKPOINT_UUID.match(uuid):
+            raise BadRequest("uuid: must be a lower-case UUID string")
+        trial = await self.experiments.get_trial(who, _int(body, "trial_id"), write=True)
+        resources = body.get("resources") or {}
+        if not isinstance(resources, dict) or not all(
+                isinstance(k, str) and isinstance(v, int) and v >= 0
+                for k, v in resources.items()):
+            raise BadRequest("resources: must map relative file paths to sizes in bytes")
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise BadRequest("metadata: must be an object")
+        state = body.get("state", CheckpointState.COMPLETED.value)
+        if state not in (CheckpointState.ACTIVE.value, CheckpointState.COMPLETED.value):
+            raise BadRequest("state: must be ACTIVE or COMPLETED")
+        steps = _int(body, "steps_completed", default=int(metadata.get("steps_completed", 0)))
+        exp = await self.experiments.get(trial.experiment_id)
+        try:
+            ckpt = await self.store.add_checkpoint(
+                uuid=uuid, trial_id=trial.id, experiment_id=trial.experiment_id,
+                allocation_id=who.allocation.id if who.allocation else None, state=state,
+                steps_completed=steps, resources=resources, metadata=metadata,
+                storage=exp.config.get("checkpoint_storage") or {})
+        except StoreConflict:
+            raise Conflict(f"checkpoint {uuid} already exists") from None
+        if state == CheckpointState.COMPLETED.value:
+            trial.latest_checkpoint = uuid
+            await self.store.update_trial(trial.id, latest_checkpoint=uuid)
+        return ckpt
+
+    async def get(self, who: Principal, uuid: str) -> Checkpoint:
+        """A checkpoint (training code: only its own experiment's).
+
+        Raises:
+            NotFound: No such checkpoint.
+            Forbidden: Training code asking for another experiment's."""
+        ckpt = await self.store.get_checkpoint(uuid)
+        if ckpt is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        if who.allocation is not None and ckpt.experiment_id != who.allocation.spec.experiment_id:
+            raise Forbidden("training code may read only its own experiment's checkpoints")
+        return ckpt
+
+    async def of_experiment(self, experiment_id: int) -> list[Checkpoint]:
+        """An experiment's checkpoints, newest first.
+
+        Raises:
+            NotFound: No such experiment.
+        """
+        await self.experiments.get(experiment_id)
+        return await self.store.list_checkpoints(experiment_id=experiment_id)
+
+    async def training(self, ckpt: Checkpoint) -> dict[str, Any]:
+        """What a checkpoint was trained from, so that a model version built on it can be
+        reproduced: the experiment's config and searcher metric, the trial's hparams and
+        seed, the validation metrics reported at the checkpoint's step (None when none
+        were), and where the model definition (the experiment's context) is fetched."""
+        exp = await self.experiments.get(ckpt.experiment_id)
+        trial = await self.store.get_trial(ckpt.trial_id)
+        validation = await self.store.metrics_at(ckpt.trial_id, "validation",
+                                                 ckpt.steps_completed)
+        return {
+            "experiment_config": exp.config,
+            "searcher_metric": exp.searcher_metric,
+            "hparams": trial.hparams if trial is not None else {},
+            "trial_seed": trial.seed if trial is not None else None,
+            "validation_metrics": validation.metrics if validation is not None else None,
+            "model_definition": f"/api/v1/experiments/{exp.id}/context",
+        }
+
+    async def delete(self, who: Principal, uuid: str) -> Checkpoint:
+        """Delete a checkpoint's files and mark it DELETED (its experiment's owner or an
+        admin).
+
+        Raises:
+            NotFound: No such checkpoint.
+            Forbidden: The caller may not change its experiment.
+            Conflict: A model version names it; it is the latest checkpoint of a trial that
+                can still run (and resume from it); or it is not COMPLETED.
+        """
+        ckpt = await self.get(who, uuid)
+        exp = await self.experiments.get(ckpt.experiment_id)
+        if not who.may_change(exp.owner_id):
+            raise Forbidden(f"only the owner of experiment {exp.id} or an admin can delete "
+                            "its checkpoints")
+        registered = await self.registered_message(uuid)
+        if registered:
+            raise Conflict(registered)
+        if ckpt.state != CheckpointState.COMPLETED.value:
+            raise Conflict(f"checkpoint {uuid} is {ckpt.state}; only a COMPLETED checkpoint "
+                           "can be deleted")
+        trial = await self.experiments.get_trial(who, ckpt.trial_id)
+        if trial.latest_checkpoint == uuid and not TrialState(trial.state).terminal:
+            raise Conflict(f"checkpoint {uuid} is the latest of trial {trial.id}, which is "
+                           f"{shown_trial_state(trial.state, trial.run_state)} and would resume "
+                           "from it; delete it once the trial has ended")
+        if not await self.gc.delete([ckpt]):
+            # Registered or deleted since the checks above.
+            raise Conflict(await self.registered_message(uuid)
+                           or f"checkpoint {uuid} was deleted meanwhile")
+        return await self.get(who, uuid)
+
+    async def collect(self, who: Principal, experiment_id: int,
+                                  body: dict[str, Any]) -> dict[str, Any]:
+        """Set an experiment's retention policy and apply it now (``dry_run``: only say what
+        it would delete, and change nothing). Settings the body leaves out keep their value.
+
+        Returns:
+            ``{"dry_run", "policy", "uuids" (deleted, or to delete), "checkpoints" (those
+            checkpoints as they were), "registered" (let go by the policy but kept by a model
+            version)}``.
+
+        Raises:
+            BadRequest: An unknown setting, or a count that is not an integer >= 0.
+            Forbidden, NotFound: As for the experiment's other changes.
+        """
+        run = await self.experiments.owned(who, experiment_id)
+        row = run.row if run is not None else await self.experiments.get(experiment_id)
+        problems = [{"path": key, "message": "unknown field; one of dry_run, "
+                     + ", ".join(RETENTION_DEFAULTS)}
+                    for key in sorted(set(body) - {"dry_run", *RETENTION_DEFAULTS})]
+        for key in RETENTION_DEFAULTS:
+            value = body.get(key, 0)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                problems.append({"path": key, "message": "must be an integer >= 0"})
+        dry_run = body.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            problems.append({"path": "dry_run", "message": "must be true or false"})
+        if problems:
+            raise BadRequest("invalid checkpoint GC policy", problems)
+        storage_cfg = dict(row.config.get("checkpoint_storage") or {})
+        current = RetentionPolicy.of(storage_cfg).as_dict()
+        policy = RetentionPolicy(**{k: int(body.get(k, v)) for k, v in current.items()})
+        if not dry_run and policy.as_dict() != current:
+            config = {**row.config, "checkpoint_storage": {**storage_cfg, **policy.as_dict()}}
+            updated = await self.store.update_experiment(experiment_id, config=config)
+            if run is not None:
+                # Trials that end from now on are collected by the new policy.
+                run.row.config = updated.config
+            row = updated
+        trials = (list(run.trials.values()) if run is not None
+                  else await self.store.list_trials(experiment_id))
+        result = await self.gc.collect(row, trials, policy, dry_run=dry_run)
+        return {"dry_run": dry_run, "policy": policy.as_dict(),
+                "uuids": [c.uuid for c in result.doomed] if dry_run else result.deleted,
+                "checkpoints": [checkpoint_json(c) for c in result.doomed
+                                if dry_run or c.uuid in result.deleted],
+                "registered": result.registered}
+
+    async def metrics(self, who: Principal, uuid: str,
+                                 group: str | None = None) -> list[MetricRow]:
+        """The metrics (of one group, or all) of every trial that reported using this
+        checkpoint, directly or through a model version: trial by trial, each ascending.
+
+        Raises:
+            NotFound: No such checkpoint.
+        """
+        ckpt = await self.get(who, uuid)
+        return await self.store.checkpoint_metrics(ckpt.uuid, group=group)
+
+    async def registered_message(self, uuid: str) -> str | None:
+        """Why a checkpoint cannot be deleted, naming the versions that keep it; None when
+        no version names it."""
+        versions = (await self.store.registered_versions([uuid])).get(uuid)
+        if not versions:
+            return None
+        named = ", ".join(f"model {m!r} version {v}" for m, v in versions)
+        return (f"checkpoint {uuid} is registered as {named}; delete "
+                f"{'that version' if len(versions) == 1 else 'those versions'} first")
+
+    async def _on_trial_end(self, event: TrialEnded) -> None:
+        """Apply the experiment's checkpoint GC policy once a trial has ended."""
+        await self.gc.collect(event.run.row, event.run.trials.values())
+
+
+def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{key}: must be an integer")
+    return value

@@ -1,0 +1,194 @@
+"""Watching what runs: agents' heartbeats, allocations' exits and logs, and their deadlines.
+
+:class:`AllocationMonitor` is the :class:`~det_hub.service.cluster.Cluster`'s other half. Each
+round of the cluster's loop it asks the agents whether they are there (giving up on one that
+stays silent past ``agent_timeout``), ships each running task's new log lines into the store,
+notices exits (a multi-node allocation ends once every node has, and a failed node stops the
+others), and kills what outstays its preemption deadline or its idle timeout. An allocation
+that has ended is handed back to the cluster (:meth:`Cluster.finish`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import signal
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from det_hub.agents import AgentUnreachable, ExitStatus, TaskHandle
+from det_hub.states import AllocationState
+
+if TYPE_CHECKING:
+    from det_hub.service.cluster import Allocation, Cluster, Node
+    from det_hub.store import Store
+
+log = logging.getLogger("det_hub.cluster")
+
+#: A distributed launcher's prefix on each worker's log lines.
+_RANK_PREFIX = re.compile(r"^\[rank=(\d+)\] ?(.*)$", re.DOTALL)
+
+
+class AllocationMonitor:
+    """Heartbeats, exits, logs and deadlines of a cluster's allocations.
+
+    Args:
+        cluster: The allocations and agents watched.
+        wake: Set to make the cluster's loop run a round at once (an agent came back).
+        agent_timeout: How long an agent may not answer before its tasks are given up.
+        heartbeat_interval: How often agents are asked whether they are there.
+    """
+
+    def __init__(self, cluster: Cluster, wake: asyncio.Event, *, agent_timeout: float,
+                 heartbeat_interval: float) -> None:
+        self.cluster = cluster
+        self._wake = wake
+        self.agent_timeout = agent_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self._last_heartbeat = 0.0
+
+    async def heartbeat(self) -> None:
+        """Ask idle and unanswering agents whether they are there, every heartbeat interval."""
+        now = time.monotonic()
+        unreachable = self.cluster.unreachable
+        since = now - self._last_heartbeat
+        if since < self.heartbeat_interval and not unreachable:
+            return
+        if unreachable and since < min(1.0, self.heartbeat_interval):
+            return
+        self._last_heartbeat = now
+        for agent_id, agent in self.cluster.agents.items():
+            try:
+                await asyncio.to_thread(agent.check)
+            except AgentUnreachable as e:
+                if agent_id not in self.cluster.unreachable:
+                    log.warning("agent %s does not answer: %s", agent_id, e)
+                    self.cluster.unreachable[agent_id] = now
+                continue
+            if self.cluster.unreachable.pop(agent_id, None) is not None:
+                log.info("agent %s answers again", agent_id)
+                self._wake.set()
+            for handle in self.cluster.orphans.pop(agent_id, []):
+                # Its allocation was given up for lost and has run again elsewhere.
+                try:
+                    agent.kill(handle, force=True)
+                    await asyncio.to_thread(agent.reap, handle)
+                except AgentUnreachable:
+                    self.cluster.orphans.setdefault(agent_id, []).append(handle)
+
+    def _lost(self, agent_id: str) -> bool:
+        since = self.cluster.unreachable.get(agent_id)
+        return since is not None and time.monotonic() - since >= self.agent_timeout
+
+    async def watch(self) -> None:
+        for alloc in list(self.cluster.allocations):
+            if alloc.state != AllocationState.RUNNING:
+                continue
+            for node in alloc.nodes:
+                if node.status is None:
+                    await self._watch_node(alloc, node)
+            if alloc.id not in self.cluster.allocations:
+                continue
+            lost = [n.agent_id for n in alloc.nodes if n.status is None
+                    and self._lost(n.agent_id)]
+            if lost and alloc.lost_reason is None:
+                alloc.lost_reason = (f"agent {', '.join(lost)} stopped answering for "
+                                     f"{self.agent_timeout:g} s; the {alloc.spec.what}'s task "
+                                     "there is given up for lost")
+                await allocation_system_log(self.cluster.store, alloc, alloc.lost_reason)
+                for node in alloc.nodes:
+                    if node.agent_id in lost:
+                        if node.handle is not None:
+                            # Stopped and removed once its agent answers again (_heartbeat).
+                            self.cluster.orphans.setdefault(node.agent_id, []).append(node.handle)
+                            node.handle = None
+                        node.status = ExitStatus(None, reason=alloc.lost_reason)
+            statuses = [n.status for n in alloc.nodes]
+            failed = [s for s in statuses if s is not None and not s.success]
+            if failed and None in statuses and not alloc.killed:
+                # One node failed: the others cannot go on without it.
+                alloc.killed = True
+                self.cluster.terminate(alloc)
+            if None not in statuses:
+                await self.cluster.finish(
+                    alloc, failed[0] if failed else statuses[0] or ExitStatus(0))
+
+    async def _watch_node(self, alloc: Allocation, node: Node) -> None:
+        agent = self.cluster.agents[node.agent_id]
+        try:
+            if node.attach_pending:
+                node.handle = await asyncio.to_thread(
+                    agent.attach, alloc.id, node.log_offset, node.pid)
+                node.attach_pending = False
+                if node.handle is None:
+                    node.status = ExitStatus(None, reason=f"the task on agent {node.agent_id} "
+                                                          "was gone when the agent answered again")
+                    return
+            handle = node.handle
+            if handle is None:
+                return
+            await self._ship_logs(alloc, handle)
+            status = await asyncio.to_thread(handle.exit_status)
+            if status is None and not await asyncio.to_thread(handle.alive):
+                # Gone without an exit status: killed outright, or SIGKILL.
+                status = await asyncio.to_thread(handle.exit_status) or ExitStatus(
+                    None, signal.Signals.SIGKILL.name if alloc.killed else None,
+                    reason="the task's process disappeared")
+            if status is not None:
+                await self._ship_logs(alloc, handle)
+                node.status = status
+        except AgentUnreachable:
+            self.cluster.unreachable.setdefault(node.agent_id, time.monotonic())
+
+    async def enforce_timeouts(self) -> None:
+        """Kill running allocations past their preemption deadline or their idle timeout."""
+        now = time.monotonic()
+        for alloc in list(self.cluster.allocations):
+            if alloc.state != AllocationState.RUNNING or alloc.killed:
+                continue
+            if alloc.preempt_deadline is not None and alloc.preempt_deadline <= now:
+                alloc.timed_out = True
+                await allocation_system_log(
+                    self.cluster.store, alloc, "the trial did not stop within the preemption "
+                    "timeout; it is killed and resumes from its latest checkpoint")
+            elif alloc.spec.idle_timeout is not None \
+                    and now - alloc.last_activity >= alloc.spec.idle_timeout:
+                alloc.idle_timed_out = True
+                await allocation_system_log(
+                    self.cluster.store, alloc, f"{alloc.spec.idle_means} for "
+                    f"{alloc.spec.idle_timeout:g} s (its idle_timeout); the task is killed to "
+                    "free its slots")
+            else:
+                continue
+            await self.cluster.kill(alloc)
+
+    async def _ship_logs(self, alloc: Allocation, handle: TaskHandle) -> None:
+        lines = await asyncio.to_thread(handle.read_logs)
+        if not lines:
+            return
+        alloc.last_activity = time.monotonic()
+        rows = []
+        for line in lines:
+            # Distributed launchers prefix each worker's lines with its rank.
+            ranked = _RANK_PREFIX.match(line.message)
+            rows.append({
+                **alloc.spec.log_key, "allocation_id": alloc.id,
+                "timestamp": datetime.fromtimestamp(line.timestamp or time.time(), timezone.utc),
+                "rank": int(ranked.group(1)) if ranked else None, "stdtype": line.stdtype,
+                "message": ranked.group(2) if ranked else line.message,
+            })
+        await self.cluster.store.add_logs(rows)
+        chief = alloc.nodes[0].handle
+        await self.cluster.store.update_allocation(
+            alloc.id, log_offset=chief.log_offset if chief else 0,
+            placements=[n.record() for n in alloc.nodes])
+
+
+async def allocation_system_log(store: Store, alloc: Allocation, message: str) -> None:
+    """Store a line of the master's own in an allocation's trial or task log."""
+    await store.add_logs([{
+        **alloc.spec.log_key, "allocation_id": alloc.id,
+        "timestamp": datetime.now(timezone.utc), "rank": None, "stdtype": "system",
+        "message": message}])

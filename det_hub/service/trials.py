@@ -1,0 +1,275 @@
+"""Trials as training code reports on them (metrics, progress, searcher operations, what they
+used) and as users read them (metrics, logs).
+
+Who may see or report for a trial is :meth:`ExperimentManager.get_trial`'s to decide; a report
+goes to the trial's live :class:`~det_hub.service.experiment.ExperimentRun`, which acts on it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from det_hub import nonfinite
+from det_hub.service.checkpoints import CHECKPOINT_UUID
+from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
+from det_hub.service.events import MetricEvents
+from det_hub.service.experiment import (
+    EARLY_EXIT_REASONS,
+    validation_fields,
+    validation_length,
+)
+from det_hub.service.serialize import trial_source_json
+from det_hub.states import TrialState
+from det_hub.store import NotFound as StoreNotFound
+from det_hub.store import Store, StoreConflict
+
+if TYPE_CHECKING:
+    from det_hub.service.auth import Principal
+    from det_hub.service.cluster import Cluster
+    from det_hub.service.experiments import ExperimentManager
+    from det_hub.service.registry import ModelRegistry
+    from det_hub.store import LogRow, MetricRow
+
+
+class TrialManager:
+    """Trials' reports and reads (see the module's docstring).
+
+    Args:
+        store: The master's store.
+        cluster: Whether a trial's allocation is still open.
+        experiments: The trials' experiments and their live runs.
+        registry: The model versions a trial may report it used.
+        metric_events: Told of every batch of metric rows once it is stored.
+    """
+
+    def __init__(self, store: Store, cluster: Cluster, experiments: ExperimentManager,
+                 registry: ModelRegistry, metric_events: MetricEvents) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.experiments = experiments
+        self.registry = registry
+        self.metric_events = metric_events
+
+    async def metrics(self, who: Principal, trial_id: int, *, group: str | None = None,
+                      max_points: int | None = None, after: int | None = None,
+                      metric: str | None = None) -> list[MetricRow]:
+        """A trial's metric rows, ascending, as :meth:`Store.get_metrics` reads them
+        (optionally one group, downsampled, after a step).
+
+        Raises:
+            NotFound: No such trial.
+            Forbidden: Training code asking for another trial's.
+        """
+        await self.experiments.get_trial(who, trial_id)
+        return await self.store.get_metrics(trial_id, group=group, max_points=max_points,
+                                            after=after, metric=metric)
+
+    async def metrics_after(self, experiment_id: int, after_id: int,
+                            limit: int) -> list[MetricRow]:
+        """The metric rows of an experiment's trials stored after row ``after_id``, by id
+        (what a stream of its metrics resumes from)."""
+        return await self.store.experiment_metrics_after(experiment_id, after_id, limit)
+
+    async def logs(self, trial_id: int, *, after_id: int = 0, limit: int) -> list[LogRow]:
+        """A trial's log lines after line ``after_id``, oldest first, at most ``limit``."""
+        return await self.store.get_logs(trial_id, after_id=after_id, limit=limit)
+
+    async def ended(self, who: Principal, trial_id: int) -> bool:
+        """Whether a trial has ended and its last log line is stored.
+
+        Raises:
+            NotFound: No such trial.
+        """
+        trial = await self.experiments.get_trial(who, trial_id)
+        open_allocation = self.cluster.allocations.of_trial(trial_id)
+        return TrialState(trial.state).terminal and open_allocation is None
+
+    async def report_metrics(self, who: Principal, trial_id: int, group: str,
+                             rows: list[dict[str, Any]], *,
+                             key: str | None = None) -> tuple[int, bool]:
+        """Store a batch of a trial's metric rows and act on them (progress, best validation,
+        searcher events). ``key``, unique within the trial, makes the report idempotent: a
+        batch whose key was stored before changes nothing.
+
+        Returns:
+            The number of rows the batch stored, and whether it was a repeat.
+        """
+        trial = await self.experiments.get_trial(who, trial_id, write=True)
+        if TrialState(trial.state).terminal:
+            raise Conflict(f"trial {trial_id} is {trial.state}; it takes no more metrics")
+        clean = [_metric_row(i, r) for i, r in enumerate(rows)]
+        if not clean:
+            return 0, False
+        stored = await self.store.insert_metrics(trial_id, group, clean, key=key)
+        if isinstance(stored, int):
+            return stored, True
+        self.metric_events.publish(trial.experiment_id, stored)
+        count = len(stored)
+        last = max(clean, key=lambda r: r["steps_completed"])
+        fields: dict[str, Any] = {}
+        if last["steps_completed"] > (trial.steps_completed or 0):
+            fields["steps_completed"] = last["steps_completed"]
+        if group == "validation":
+            row = await self.experiments.get(trial.experiment_id)
+            fields.update(validation_fields(clean, row.searcher_metric, row.smaller_is_better,
+                                            trial.searcher_metric_value))
+        run = self.experiments.runs.get(trial.experiment_id)
+        if fields:
+            for k, v in fields.items():
+                setattr(trial, k, v)
+            await self.store.update_trial(trial_id, **fields)
+            if run is not None and "steps_completed" in fields:
+                await run._update_progress()
+        if group == "validation" and run is not None:
+            # Every validation with the searcher metric is a searcher event, as in Determined
+            # 0.38: ASHA can stop a trial at any rung it passes, not only at operation ends.
+            for r in sorted(clean, key=lambda r: r["steps_completed"]):
+                value = r["metrics"].get(run.row.searcher_metric)
+                length = validation_length(run.length_unit, r["steps_completed"], r["metrics"])
+                if length is not None and isinstance(value, (int, float)) \
+                        and not isinstance(value, bool):
+                    await run.on_validation(trial, length, float(value))
+        return count, False
+
+    async def report_progress(self, who: Principal, trial_id: int, progress: float) -> None:
+        """Training code's progress through its trial, 0 to 1.
+
+        Raises:
+            BadRequest: Out of range.
+            Conflict: The experiment has finished."""
+        trial = await self.experiments.get_trial(who, trial_id, write=True)
+        if not (0.0 <= progress <= 1.0):
+            raise BadRequest(f"progress must be between 0 and 1, not {progress}")
+        await self.experiments.run_for(trial).on_progress(trial, progress)
+
+    async def report_early_exit(self, who: Principal, trial_id: int, reason: str) -> None:
+        """Training code says its trial stops early (Determined's ``EarlyExitReason``).
+
+        Raises:
+            BadRequest: An unknown reason."""
+        trial = await self.experiments.get_trial(who, trial_id, write=True)
+        if reason not in EARLY_EXIT_REASONS:
+            raise BadRequest(f"reason must be one of {', '.join(EARLY_EXIT_REASONS)}")
+        await self.experiments.run_for(trial).on_early_exit(trial, reason)
+
+    async def best_validation(self, who: Principal, trial_id: int) -> float | None:
+        """The best searcher-metric value among the trial's experiment's trials."""
+        trial = await self.experiments.get_trial(who, trial_id)
+        run = self.experiments.runs.get(trial.experiment_id)
+        exp = run.row if run else await self.experiments.get(trial.experiment_id)
+        trials = run.trials.values() if run else await self.store.list_trials(exp.id)
+        values = [t.searcher_metric_value for t in trials if t.searcher_metric_value is not None]
+        if not values:
+            return None
+        return min(values) if exp.smaller_is_better else max(values)
+
+    async def searcher_operation(self, who: Principal, trial_id: int) -> dict[str, Any]:
+        """The trial's current searcher operation (how far to train), or that the searcher is
+        done with it."""
+        trial = await self.experiments.get_trial(who, trial_id)
+        run = self.experiments.runs.get(trial.experiment_id)
+        if run is None:
+            return {"operation": None, "completed": True}
+        return run.operation(trial)
+
+    async def complete_operation(self, who: Principal, trial_id: int, length: int,
+                                 metric: float) -> None:
+        """Training code finished the searcher operation of ``length`` with this metric: a
+        searcher event, as a validation is."""
+        trial = await self.experiments.get_trial(who, trial_id, write=True)
+        await self.experiments.run_for(trial).on_validation(trial, length, metric)
+
+    async def report_source(self, who: Principal, trial_id: int,
+                                  body: dict[str, Any]) -> dict[str, Any]:
+        """Link a trial to the checkpoint it used, or to a model version and its checkpoint
+        (``core_context.experimental.report_task_using_checkpoint`` and
+        ``report_task_using_model_version``), so that the metrics the trial reports are found
+        from them. Reporting a link again changes nothing.
+
+        Args:
+            body: ``{"checkpoint_uuid", "model_name" (optional), "model_version"
+                (optional, given with model_name)}``.
+
+        Returns:
+            The link, as :func:`~det_hub.service.serialize.trial_source_json` shows it.
+
+        Raises:
+            Forbidden: Neither the trial's own training code, nor its experiment's owner, a
+                user with the manage scope or an admin.
+            BadRequest: A bad body.
+            NotFound: No such trial, checkpoint, model or model version.
+            Conflict: The model version is another checkpoint.
+        """
+        trial = await self.experiments.get_trial(who, trial_id)
+        if who.allocation is None:
+            exp = await self.experiments.get(trial.experiment_id)
+            if not who.may_change(exp.owner_id):
+                raise Forbidden(f"only trial {trial_id}'s training code, its owner or an admin "
+                                "can report what it used")
+        uuid, name, number = _source_fields(body)
+        if await self.store.get_checkpoint(uuid) is None:
+            raise NotFound(f"checkpoint {uuid} not found")
+        version_id = None
+        if name is not None and number is not None:
+            _, version = await self.registry.get_version(name, number)
+            if version.checkpoint_uuid != uuid:
+                raise Conflict(f"model {name!r} version {number} is checkpoint "
+                               f"{version.checkpoint_uuid}, not {uuid}")
+            version_id = version.id
+        try:
+            link = await self.store.add_trial_source(
+                trial_id=trial.id, checkpoint_uuid=uuid, model_version_id=version_id)
+        except StoreNotFound:
+            # Deleted since it was read above.
+            raise NotFound(f"checkpoint {uuid} or model {name!r} version {number} was "
+                           "deleted meanwhile") from None
+        except StoreConflict as e:
+            raise Conflict(str(e)) from None
+        return trial_source_json(link, name, number)
+
+
+_SOURCE_FIELDS = ("checkpoint_uuid", "model_name", "model_version")
+
+
+def _source_fields(body: dict[str, Any]) -> tuple[str, str | None, int | None]:
+    """``(checkpoint uuid, model name, version number)`` of a trial source's body, checked;
+    the model's two are both None or both given."""
+    unknown = sorted(set(body) - set(_SOURCE_FIELDS))
+    if unknown:
+        raise BadRequest(f"{unknown[0]}: unknown field; the fields are "
+                         + ", ".join(_SOURCE_FIELDS))
+    uuid = body.get("checkpoint_uuid")
+    if not isinstance(uuid, str) or not CHECKPOINT_UUID.match(uuid.lower()):
+        raise BadRequest("checkpoint_uuid: must be the UUID string of a checkpoint")
+    name, number = body.get("model_name"), body.get("model_version")
+    if (name is None) != (number is None):
+        raise BadRequest("model_name and model_version: give both to name a model version, "
+                         "or neither to name only a checkpoint")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise BadRequest("model_name: must be the name of a model")
+    if number is not None and (isinstance(number, bool) or not isinstance(number, int)
+                               or number < 1):
+        raise BadRequest("model_version: must be a version number >= 1")
+    return uuid.lower(), name, number
+
+
+def _metric_row(index: int, row: Any) -> dict[str, Any]:
+    if not isinstance(row, dict):
+        raise BadRequest(f"metrics[{index}]: must be an object")
+    steps = row.get("steps_completed")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+        raise BadRequest(f"metrics[{index}].steps_completed: must be an integer >= 0")
+    metrics = row.get("metrics")
+    if not isinstance(metrics, dict):
+        raise BadRequest(f"metrics[{index}].metrics: must be an object")
+    # NaN and infinities arrive as Determined's strings; kept as floats from here on (the
+    # store and the REST API write them back as those strings).
+    out: dict[str, Any] = {"steps_completed": steps, "metrics": nonfinite.decode(metrics)}
+    if row.get("report_time"):
+        try:
+            out["report_time"] = datetime.fromisoformat(str(row["report_time"]).replace(
+                "Z", "+00:00"))
+        except ValueError:
+            raise BadRequest(f"metrics[{index}].report_time: not an ISO 8601 time") from None
+    return out
