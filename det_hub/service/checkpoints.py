@@ -8,9 +8,9 @@ that can still resume from it, stays.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
+from det_hub.service import wire
 from det_hub.service.bus import EventBus, TrialEnded
 from det_hub.service.checkpoint_gc import RETENTION_DEFAULTS, CheckpointGC, RetentionPolicy
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from det_hub.service.experiments import ExperimentManager
     from det_hub.store import Checkpoint, MetricRow
 
-#: A checkpoint's id, as training code names it: a lower-case UUID.
-CHECKPOINT_UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 
 
 class CheckpointManager:
@@ -44,29 +42,23 @@ class CheckpointManager:
         self.gc = gc
         bus.subscribe(TrialEnded, self._on_trial_end)
 
-    async def report(self, who: Principal, body: dict[str, Any]) -> Checkpoint:
+    async def report(self, who: Principal, report: wire.CheckpointReport) -> Checkpoint:
         """Record a checkpoint training code wrote (``COMPLETED``, or ``ACTIVE`` while it is
-        being written); a completed one becomes its trial's latest.
+        being written); a completed one becomes its trial's latest. Without
+        ``steps_completed`` its metadata's is taken, else 0.
 
         Raises:
-            BadRequest: A bad uuid, resources, metadata, state or steps.
+            BadRequest: The metadata's ``steps_completed`` is not a whole number >= 0.
             Conflict: The uuid is taken."""
-        uuid = str(body.get("uuid", ""))
-        if not CHECKPOINT_UUID.match(uuid):
-            raise BadRequest("uuid: must be a lower-case UUID string")
-        trial = await self.experiments.get_trial(who, _int(body, "trial_id"), write=True)
-        resources = body.get("resources") or {}
-        if not isinstance(resources, dict) or not all(
-                isinstance(k, str) and isinstance(v, int) and v >= 0
-                for k, v in resources.items()):
-            raise BadRequest("resources: must map relative file paths to sizes in bytes")
-        metadata = body.get("metadata") or {}
-        if not isinstance(metadata, dict):
-            raise BadRequest("metadata: must be an object")
-        state = body.get("state", CheckpointState.COMPLETED.value)
-        if state not in (CheckpointState.ACTIVE.value, CheckpointState.COMPLETED.value):
-            raise BadRequest("state: must be ACTIVE or COMPLETED")
-        steps = _int(body, "steps_completed", default=int(metadata.get("steps_completed", 0)))
+        uuid, state = report.uuid, report.state
+        trial = await self.experiments.get_trial(who, report.trial_id, write=True)
+        resources = report.resources or {}
+        metadata = report.metadata or {}
+        steps = report.steps_completed
+        if steps is None:
+            steps = metadata.get("steps_completed", 0)
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+                raise BadRequest("metadata.steps_completed: must be an integer >= 0")
         exp = await self.experiments.get(trial.experiment_id)
         try:
             ckpt = await self.store.add_checkpoint(
@@ -154,9 +146,10 @@ class CheckpointManager:
         return await self.get(who, uuid)
 
     async def collect(self, who: Principal, experiment_id: int,
-                                  body: dict[str, Any]) -> dict[str, Any]:
+                      changes: wire.CheckpointGCPolicy) -> dict[str, Any]:
         """Set an experiment's retention policy and apply it now (``dry_run``: only say what
-        it would delete, and change nothing). Settings the body leaves out keep their value.
+        it would delete, and change nothing). Settings ``changes`` leaves out keep their
+        value.
 
         Returns:
             ``{"dry_run", "policy", "uuids" (deleted, or to delete), "checkpoints" (those
@@ -164,26 +157,15 @@ class CheckpointManager:
             version)}``.
 
         Raises:
-            BadRequest: An unknown setting, or a count that is not an integer >= 0.
             Forbidden, NotFound: As for the experiment's other changes.
         """
         run = await self.experiments.owned(who, experiment_id)
         row = run.row if run is not None else await self.experiments.get(experiment_id)
-        problems = [{"path": key, "message": "unknown field; one of dry_run, "
-                     + ", ".join(RETENTION_DEFAULTS)}
-                    for key in sorted(set(body) - {"dry_run", *RETENTION_DEFAULTS})]
-        for key in RETENTION_DEFAULTS:
-            value = body.get(key, 0)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                problems.append({"path": key, "message": "must be an integer >= 0"})
-        dry_run = body.get("dry_run", False)
-        if not isinstance(dry_run, bool):
-            problems.append({"path": "dry_run", "message": "must be true or false"})
-        if problems:
-            raise BadRequest("invalid checkpoint GC policy", problems)
+        dry_run = changes.dry_run
+        given = {k: v for k, v in changes.given().items() if k in RETENTION_DEFAULTS}
         storage_cfg = dict(row.config.get("checkpoint_storage") or {})
         current = RetentionPolicy.of(storage_cfg).as_dict()
-        policy = RetentionPolicy(**{k: int(body.get(k, v)) for k, v in current.items()})
+        policy = RetentionPolicy(**{**current, **given})
         if not dry_run and policy.as_dict() != current:
             config = {**row.config, "checkpoint_storage": {**storage_cfg, **policy.as_dict()}}
             updated = await self.store.update_experiment(experiment_id, config=config)
@@ -224,10 +206,3 @@ class CheckpointManager:
     async def _on_trial_end(self, event: TrialEnded) -> None:
         """Apply the experiment's checkpoint GC policy once a trial has ended."""
         await self.gc.collect(event.run.row, event.run.trials.values())
-
-
-def _int(body: dict[str, Any], key: str, default: int | None = None) -> int:
-    value = body.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise BadRequest(f"{key}: must be an integer")
-    return value

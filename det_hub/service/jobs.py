@@ -7,11 +7,11 @@ agents. The queue itself is the :class:`~det_hub.service.cluster.Cluster`'s.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING, Any
 
 from det_hub.defaults import DEFAULT_RESOURCE_POOL
 from det_hub.scopes import CLUSTER_SCOPE
+from det_hub.service import wire
 from det_hub.service.cluster import Allocation, Cluster, Job
 from det_hub.service.errors import BadRequest, Forbidden, NotFound
 from det_hub.service.tasks import task_job_number
@@ -123,16 +123,18 @@ class JobQueue:
                    "task_id": task_job_number(job.id)}
         return row
 
-    async def update(self, who: Principal, job_id: str, *, priority: int | None = None,
-                         weight: float | None = None, ahead_of: str | None = None) -> Job:
-        """Change a queued or running job's priority, weight or place in the queue.
+    async def update(self, who: Principal, job_id: str, changes: wire.JobChanges) -> Job:
+        """Change a queued or running job's priority, weight or place in the queue (ranges
+        as ``wire.JobChanges`` checks them).
 
         Raises:
             NotFound: No such job in the queue (it may have finished).
             Forbidden: The caller neither owns the job nor is an admin.
-            BadRequest: A value out of range, or ``ahead_of`` names this job or one in
-                another pool.
+            BadRequest: ``ahead_of`` names this job, one not in the queue, or one in another
+                pool.
         """
+        priority, weight = changes.priority, changes.weight
+        ahead_of = changes.ahead_of.strip() if changes.ahead_of is not None else None
         job = self._queued(job_id)
         experiment_id = job_number(job.id, "exp-")
         task_id = task_job_number(job.id)
@@ -142,10 +144,6 @@ class JobQueue:
             await self.experiments.owned(who, experiment_id)
         elif task_id is not None:
             await self.tasks.owned(who, task_id)
-        if priority is not None and not 1 <= priority <= 99:
-            raise BadRequest("priority: must be between 1 and 99")
-        if weight is not None and not (math.isfinite(weight) and weight > 0):
-            raise BadRequest("weight: must be a number greater than 0")
         other = None
         if ahead_of is not None:
             try:

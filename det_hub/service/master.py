@@ -37,10 +37,10 @@ from det_hub.service.bus import EventBus
 from det_hub.service.checkpoint_gc import CheckpointGC
 from det_hub.service.checkpoints import CheckpointManager
 from det_hub.service.cluster import Allocation, Cluster, PoolSettings
-from det_hub.service.events import ExperimentChanges, MetricEvents
 from det_hub.service.experiments import ExperimentManager
 from det_hub.service.jobs import JobQueue
 from det_hub.service.launch import Launcher
+from det_hub.service.pubsub import ExperimentChanges, MetricEvents
 from det_hub.service.registry import ModelRegistry
 from det_hub.service.tasks import TaskManager
 from det_hub.service.trials import TrialManager

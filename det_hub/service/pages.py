@@ -35,6 +35,7 @@ from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authentica
 
 from det_hub import __version__
 from det_hub.scopes import MANAGE_SCOPE
+from det_hub.service import wire
 from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Unavailable
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
@@ -151,13 +152,12 @@ def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, 
     return [traces[k] for k in sorted(traces, key=order)]
 
 
-def job_changes(form: Mapping[str, str]) -> dict[str, Any]:
-    """The keyword arguments of :meth:`JobQueue.update` a job form asks for: ``priority``,
-    ``weight`` and ``ahead_of``, as text. The master checks the ranges.
+def job_changes(form: Mapping[str, str]) -> wire.JobChanges:
+    """What a job form asks to change (``priority``, ``weight`` and ``ahead_of``, as text), read
+    as the REST API reads it (:class:`wire.JobChanges`).
 
     Raises:
-        BadRequest: Nothing to change, a value that is not a number, or a priority given with
-            ``ahead_of`` (which takes the priority of the job it moves ahead of).
+        BadRequest: A value that is not a number, or what the REST API refuses.
     """
     changes: dict[str, Any] = {}
     priority = form.get("priority", "").strip()
@@ -171,18 +171,10 @@ def job_changes(form: Mapping[str, str]) -> dict[str, Any]:
             changes["weight"] = float(weight)
         except ValueError:
             raise BadRequest("weight: must be a number greater than 0") from None
-        if not math.isfinite(changes["weight"]):
-            raise BadRequest("weight: must be a number greater than 0")
     ahead_of = form.get("ahead_of", "").strip()
     if ahead_of:
-        if "priority" in changes:
-            raise BadRequest("priority: cannot be given with ahead_of, which gives the job the "
-                             "priority of the job it moves ahead of")
         changes["ahead_of"] = ahead_of
-    if not changes:
-        raise BadRequest("nothing to change: give a priority, a weight or a job to move "
-                         "ahead of")
-    return changes
+    return wire.parse(wire.JobChanges, changes)
 
 
 def json_script(value: Any) -> str:
@@ -496,7 +488,7 @@ class AdminJobUpdate(PageHandler):
     @authenticated
     async def post(self, job_id: str) -> None:
         form = {k: self.get_body_argument(k, "") for k in ("priority", "weight", "ahead_of")}
-        await self.master.jobs.update(self.principal, job_id, **job_changes(form))
+        await self.master.jobs.update(self.principal, job_id, job_changes(form))
         self.done(f"{self.master.base_url}admin#jobs")
 
 

@@ -399,18 +399,15 @@ class TaskManager:
         """Whether a task has ended and its last log line is stored."""
         return task_id not in self.live and self.cluster.allocations.of_task(task_id) is None
 
-    async def ready(self, who: Principal, task_id: int, port: Any) -> Task:
+    async def ready(self, who: Principal, task_id: int, port: int) -> Task:
         """A proxied task's server says it answers on ``port`` (its allocation's token only).
 
         Raises:
             Forbidden: Not this task's allocation.
-            BadRequest: Not a port number.
             Conflict: The task has ended.
         """
         if who.allocation is None or who.allocation.spec.task_id != task_id:
             raise Forbidden(f"only task {task_id}'s own allocation can say it is ready")
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise BadRequest("port: must be a TCP port number (1-65535)")
         try:
             return await self._mark_ready(who.allocation, port)
         except KeyError:

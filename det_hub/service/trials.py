@@ -11,14 +11,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from det_hub import nonfinite
-from det_hub.service.checkpoints import CHECKPOINT_UUID
+from det_hub.service import wire
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
-from det_hub.service.events import MetricEvents
 from det_hub.service.experiment import (
-    EARLY_EXIT_REASONS,
     validation_fields,
     validation_length,
 )
+from det_hub.service.pubsub import MetricEvents
 from det_hub.service.serialize import trial_source_json
 from det_hub.states import TrialState
 from det_hub.store import NotFound as StoreNotFound
@@ -85,12 +84,11 @@ class TrialManager:
         open_allocation = self.cluster.allocations.of_trial(trial_id)
         return TrialState(trial.state).terminal and open_allocation is None
 
-    async def report_metrics(self, who: Principal, trial_id: int, group: str,
-                             rows: list[dict[str, Any]], *,
-                             key: str | None = None) -> tuple[int, bool]:
-        """Store a batch of a trial's metric rows and act on them (progress, best validation,
-        searcher events). ``key``, unique within the trial, makes the report idempotent: a
-        batch whose key was stored before changes nothing.
+    async def report_metrics(self, who: Principal, trial_id: int,
+                             batch: wire.MetricBatch) -> tuple[int, bool]:
+        """Store a batch of a trial's metric rows of one group and act on them (progress, best
+        validation, searcher events). The batch's ``key``, unique within the trial, makes the
+        report idempotent: a batch whose key was stored before changes nothing.
 
         Returns:
             The number of rows the batch stored, and whether it was a repeat.
@@ -98,10 +96,11 @@ class TrialManager:
         trial = await self.experiments.get_trial(who, trial_id, write=True)
         if TrialState(trial.state).terminal:
             raise Conflict(f"trial {trial_id} is {trial.state}; it takes no more metrics")
-        clean = [_metric_row(i, r) for i, r in enumerate(rows)]
+        group = batch.group
+        clean = [_metric_row(i, r) for i, r in enumerate(batch.metrics)]
         if not clean:
             return 0, False
-        stored = await self.store.insert_metrics(trial_id, group, clean, key=key)
+        stored = await self.store.insert_metrics(trial_id, group, clean, key=batch.key)
         if isinstance(stored, int):
             return stored, True
         self.metric_events.publish(trial.experiment_id, stored)
@@ -133,24 +132,18 @@ class TrialManager:
         return count, False
 
     async def report_progress(self, who: Principal, trial_id: int, progress: float) -> None:
-        """Training code's progress through its trial, 0 to 1.
+        """Training code's progress through its trial, 0 to 1 (as ``wire.TrialProgress``
+        checks it).
 
         Raises:
-            BadRequest: Out of range.
             Conflict: The experiment has finished."""
         trial = await self.experiments.get_trial(who, trial_id, write=True)
-        if not (0.0 <= progress <= 1.0):
-            raise BadRequest(f"progress must be between 0 and 1, not {progress}")
         await self.experiments.run_for(trial).on_progress(trial, progress)
 
     async def report_early_exit(self, who: Principal, trial_id: int, reason: str) -> None:
-        """Training code says its trial stops early (Determined's ``EarlyExitReason``).
-
-        Raises:
-            BadRequest: An unknown reason."""
+        """Training code says its trial stops early, for one of Determined's
+        ``EarlyExitReason`` values (as ``wire.TrialEarlyExit`` checks it)."""
         trial = await self.experiments.get_trial(who, trial_id, write=True)
-        if reason not in EARLY_EXIT_REASONS:
-            raise BadRequest(f"reason must be one of {', '.join(EARLY_EXIT_REASONS)}")
         await self.experiments.run_for(trial).on_early_exit(trial, reason)
 
     async def best_validation(self, who: Principal, trial_id: int) -> float | None:
@@ -181,15 +174,14 @@ class TrialManager:
         await self.experiments.run_for(trial).on_validation(trial, length, metric)
 
     async def report_source(self, who: Principal, trial_id: int,
-                                  body: dict[str, Any]) -> dict[str, Any]:
+                            link: wire.TrialSourceLink) -> dict[str, Any]:
         """Link a trial to the checkpoint it used, or to a model version and its checkpoint
         (``core_context.experimental.report_task_using_checkpoint`` and
         ``report_task_using_model_version``), so that the metrics the trial reports are found
         from them. Reporting a link again changes nothing.
 
         Args:
-            body: ``{"checkpoint_uuid", "model_name" (optional), "model_version"
-                (optional, given with model_name)}``.
+            link: The checkpoint, and optionally the model version (name and number).
 
         Returns:
             The link, as :func:`~det_hub.service.serialize.trial_source_json` shows it.
@@ -197,7 +189,6 @@ class TrialManager:
         Raises:
             Forbidden: Neither the trial's own training code, nor its experiment's owner, a
                 user with the manage scope or an admin.
-            BadRequest: A bad body.
             NotFound: No such trial, checkpoint, model or model version.
             Conflict: The model version is another checkpoint.
         """
@@ -207,7 +198,7 @@ class TrialManager:
             if not who.may_change(exp.owner_id):
                 raise Forbidden(f"only trial {trial_id}'s training code, its owner or an admin "
                                 "can report what it used")
-        uuid, name, number = _source_fields(body)
+        uuid, name, number = link.checkpoint_uuid.lower(), link.model_name, link.model_version
         if await self.store.get_checkpoint(uuid) is None:
             raise NotFound(f"checkpoint {uuid} not found")
         version_id = None
@@ -218,7 +209,7 @@ class TrialManager:
                                f"{version.checkpoint_uuid}, not {uuid}")
             version_id = version.id
         try:
-            link = await self.store.add_trial_source(
+            stored = await self.store.add_trial_source(
                 trial_id=trial.id, checkpoint_uuid=uuid, model_version_id=version_id)
         except StoreNotFound:
             # Deleted since it was read above.
@@ -226,46 +217,15 @@ class TrialManager:
                            "deleted meanwhile") from None
         except StoreConflict as e:
             raise Conflict(str(e)) from None
-        return trial_source_json(link, name, number)
+        return trial_source_json(stored, name, number)
 
 
-_SOURCE_FIELDS = ("checkpoint_uuid", "model_name", "model_version")
-
-
-def _source_fields(body: dict[str, Any]) -> tuple[str, str | None, int | None]:
-    """``(checkpoint uuid, model name, version number)`` of a trial source's body, checked;
-    the model's two are both None or both given."""
-    unknown = sorted(set(body) - set(_SOURCE_FIELDS))
-    if unknown:
-        raise BadRequest(f"{unknown[0]}: unknown field; the fields are "
-                         + ", ".join(_SOURCE_FIELDS))
-    uuid = body.get("checkpoint_uuid")
-    if not isinstance(uuid, str) or not CHECKPOINT_UUID.match(uuid.lower()):
-        raise BadRequest("checkpoint_uuid: must be the UUID string of a checkpoint")
-    name, number = body.get("model_name"), body.get("model_version")
-    if (name is None) != (number is None):
-        raise BadRequest("model_name and model_version: give both to name a model version, "
-                         "or neither to name only a checkpoint")
-    if name is not None and (not isinstance(name, str) or not name):
-        raise BadRequest("model_name: must be the name of a model")
-    if number is not None and (isinstance(number, bool) or not isinstance(number, int)
-                               or number < 1):
-        raise BadRequest("model_version: must be a version number >= 1")
-    return uuid.lower(), name, number
-
-
-def _metric_row(index: int, row: Any) -> dict[str, Any]:
-    if not isinstance(row, dict):
-        raise BadRequest(f"metrics[{index}]: must be an object")
-    steps = row.get("steps_completed")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise BadRequest(f"metrics[{index}].steps_completed: must be an integer >= 0")
-    metrics = row.get("metrics")
-    if not isinstance(metrics, dict):
-        raise BadRequest(f"metrics[{index}].metrics: must be an object")
-    # NaN and infinities arrive as Determined's strings; kept as floats from here on (the
-    # store and the REST API write them back as those strings).
-    out: dict[str, Any] = {"steps_completed": steps, "metrics": nonfinite.decode(metrics)}
+def _metric_row(index: int, row: wire.ReportedMetrics) -> dict[str, Any]:
+    """A reported row as the store takes it: NaN and infinities, which arrive as Determined's
+    strings, as floats from here on (the store and the REST API write them back as those
+    strings), and the report time, when given, as a time."""
+    out: dict[str, Any] = {"steps_completed": row["steps_completed"],
+                           "metrics": nonfinite.decode(row["metrics"])}
     if row.get("report_time"):
         try:
             out["report_time"] = datetime.fromisoformat(str(row["report_time"]).replace(

@@ -17,13 +17,10 @@ import pytest
 import requests
 import yaml
 
-from det_hub.service.events import (
-    Event,
-    ExperimentChanges,
-    ExperimentFilter,
-    experiment_list_events,
-)
+from det_hub.service import wire
+from det_hub.service.events import Event, ExperimentFilter, experiment_list_events
 from det_hub.service.master import Master, Principal
+from det_hub.service.pubsub import ExperimentChanges
 from det_hub.testing import MasterProcess
 
 CONFIG = yaml.safe_dump({
@@ -68,7 +65,7 @@ async def test_a_snapshot_then_every_change_of_a_listed_experiment(
         seen = await until(events, experiment_with(second.id, state="PAUSED"))
         assert all(e[1]["id"] == second.id for e in seen)
         # Its job's priority.
-        await master.jobs.update(admin, f"exp-{second.id}", priority=7)
+        await master.jobs.update(admin, f"exp-{second.id}", wire.JobChanges(priority=7))
         await until(events, experiment_with(second.id, priority=7))
         # Its state, to the end.
         await master.experiments.kill(admin, second.id)

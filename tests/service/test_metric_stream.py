@@ -12,8 +12,9 @@ import pytest
 import requests
 
 from det_hub.client import Client
-from det_hub.service.events import MetricEvents, experiment_events
+from det_hub.service.events import experiment_events
 from det_hub.service.handlers.streams import sse_frame
+from det_hub.service.pubsub import MetricEvents
 from det_hub.store import Store
 from det_hub.testing import MasterProcess
 

@@ -59,10 +59,10 @@ def test_metric_series_makes_a_trace_per_trial_group_and_number() -> None:
     assert metric_series({}) == []
 
 
-def test_job_forms_become_update_job_arguments() -> None:
-    assert job_changes({"priority": " 12 "}) == {"priority": 12}
-    assert job_changes({"weight": "2.5", "priority": ""}) == {"weight": 2.5}
-    assert job_changes({"ahead_of": "exp-3"}) == {"ahead_of": "exp-3"}
+def test_job_forms_are_read_as_the_api_reads_job_changes() -> None:
+    assert job_changes({"priority": " 12 "}).given() == {"priority": 12}
+    assert job_changes({"weight": "2.5", "priority": ""}).given() == {"weight": 2.5}
+    assert job_changes({"ahead_of": "exp-3"}).given() == {"ahead_of": "exp-3"}
     for form, message in (({}, "nothing to change"), ({"priority": "1.5"}, "priority:"),
                           ({"weight": "heavy"}, "weight:"), ({"weight": "inf"}, "weight:"),
                           ({"priority": "3", "ahead_of": "exp-1"}, "priority: cannot")):

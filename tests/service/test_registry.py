@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from det_hub.hub import MANAGE_SCOPE
+from det_hub.scopes import MANAGE_SCOPE
+from det_hub.service import wire
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.master import Master, Principal
 from det_hub.store import Experiment, Store, Trial
@@ -85,6 +86,11 @@ def on_disk(tmp_path: Path) -> set[str]:
 
 # -- models ----------------------------------------------------------------------------------
 
+
+
+def gc_policy(body: dict[str, Any]) -> wire.CheckpointGCPolicy:
+    """A GC policy body, read as the REST API reads it."""
+    return wire.parse(wire.CheckpointGCPolicy, body)
 
 async def test_models_are_created_read_by_anyone_and_changed_by_owner_or_admin(
         master: Master, alice: Principal, bob: Principal, admin: Principal) -> None:
@@ -303,8 +309,9 @@ async def test_gc_dry_run_changes_nothing_then_gc_deletes_and_keeps_the_policy(
     policy = {"save_experiment_best": 0, "save_trial_best": 1, "save_trial_latest": 0}
 
     with pytest.raises(Forbidden):
-        await master.checkpoints.collect(bob, exp.id, {**policy, "dry_run": True})
-    dry = await master.checkpoints.collect(alice, exp.id, {**policy, "dry_run": True})
+        await master.checkpoints.collect(bob, exp.id, gc_policy({**policy, "dry_run": True}))
+    dry = await master.checkpoints.collect(alice, exp.id,
+                                           gc_policy({**policy, "dry_run": True}))
     # Only the best survives the policy; 5 is registered, so only 15 and 20 would go.
     assert dry["dry_run"] is True and dry["policy"] == policy
     assert dry["uuids"] == sorted([uuids[15], uuids[20]])
@@ -315,7 +322,7 @@ async def test_gc_dry_run_changes_nothing_then_gc_deletes_and_keeps_the_policy(
     row = await store.get_experiment(exp.id)
     assert row is not None and row.config["checkpoint_storage"]["save_trial_latest"] == 1
 
-    done = await master.checkpoints.collect(alice, exp.id, policy)
+    done = await master.checkpoints.collect(alice, exp.id, gc_policy(policy))
     assert done["dry_run"] is False and done["uuids"] == dry["uuids"]
     assert on_disk(tmp_path) == {uuids[5], uuids[10]}
     states = {s: (await store.get_checkpoint(u)).state  # type: ignore[union-attr]
@@ -326,7 +333,7 @@ async def test_gc_dry_run_changes_nothing_then_gc_deletes_and_keeps_the_policy(
     stored = row.config["checkpoint_storage"]
     assert {k: stored[k] for k in policy} == policy and stored["type"] == "shared_fs"
     # Run again, nothing more goes.
-    again = await master.checkpoints.collect(alice, exp.id, {})
+    again = await master.checkpoints.collect(alice, exp.id, gc_policy({}))
     assert again["uuids"] == [] and again["policy"] == policy
 
 
@@ -337,22 +344,21 @@ async def test_gc_keeps_what_a_running_trial_resumes_from(
                                               state="ACTIVE")
     _, ended = await trial_with_checkpoints(store, exp, tmp_path, {5: None, 10: None})
     nothing = {"save_experiment_best": 0, "save_trial_best": 0, "save_trial_latest": 0}
-    result = await master.checkpoints.collect(alice, exp.id, nothing)
+    result = await master.checkpoints.collect(alice, exp.id, gc_policy(nothing))
     assert sorted(result["uuids"]) == sorted([running[5], ended[5], ended[10]])
     assert on_disk(tmp_path) == {running[10]}
 
 
 async def test_gc_policy_errors_name_the_setting(master: Master, store: Store,
                                                  alice: Principal, tmp_path: Path) -> None:
-    exp = await finished_experiment(store, alice, tmp_path)
     with pytest.raises(BadRequest) as bad:
-        await master.checkpoints.collect(alice, exp.id, {
-            "save_trial_best": -1, "save_trial_latest": "2", "dry_run": "yes",
-            "keep": 3})
-    assert [d["path"] for d in bad.value.details] == [
-        "keep", "save_trial_best", "save_trial_latest", "dry_run"]
+        gc_policy({"save_trial_best": -1, "save_trial_latest": "2", "dry_run": "yes",
+                   "keep": 3})
+    assert bad.value.message == "invalid checkpoint GC policy"
+    assert sorted(d["path"] for d in bad.value.details) == [
+        "dry_run", "keep", "save_trial_best", "save_trial_latest"]
     with pytest.raises(NotFound, match="experiment 999 not found"):
-        await master.checkpoints.collect(alice, 999, {})
+        await master.checkpoints.collect(alice, 999, gc_policy({}))
 
 
 async def test_gc_at_trial_end_skips_registered_checkpoints(

@@ -21,7 +21,7 @@ class CheckpointsHandler(APIHandler):
 
     async def post(self) -> None:
         """Record a checkpoint the training code has written (training code)."""
-        ckpt = await self.master.checkpoints.report(self.principal, self.parsed_body().given())
+        ckpt = await self.master.checkpoints.report(self.principal, self.parsed_body())
         self.send({"checkpoint": checkpoint_json(ckpt)}, status=201)
 
 

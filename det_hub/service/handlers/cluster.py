@@ -73,10 +73,7 @@ class JobHandler(APIHandler):
 
     async def patch(self, job_id: str) -> None:
         """Change a job's priority, weight or place in the queue (its owner or an admin)."""
-        changes = {k: v for k, v in self.parsed_body().given().items() if v is not None}
-        if "ahead_of" in changes:
-            changes["ahead_of"] = changes["ahead_of"].strip()
-        job = await self.master.jobs.update(self.principal, job_id, **changes)
+        job = await self.master.jobs.update(self.principal, job_id, self.parsed_body())
         self.send({"job": self.master.jobs.view(job.id)})
 
 

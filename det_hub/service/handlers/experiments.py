@@ -111,7 +111,7 @@ class CheckpointGCHandler(APIHandler):
     async def post(self, experiment_id: str) -> None:
         """Set the experiment's checkpoint retention policy and run checkpoint GC now."""
         self.send(await self.master.checkpoints.collect(self.principal, int(experiment_id),
-                                                        self.parsed_body().given()))
+                                                        self.parsed_body()))
 
 
 class ExperimentTrialsHandler(APIHandler):

@@ -47,12 +47,9 @@ class TrialMetricsHandler(APIHandler):
 
     async def post(self, trial_id: str) -> None:
         """Report a batch of metrics (training code)."""
-        body: wire.MetricBatch = self.parsed_body()
         # The rows stay dicts, checked in one pass (bench/wire_validation.py times it).
-        rows: list[Any] = body.metrics
-        group, key = body.group, body.key
         count, repeat = await self.master.trials.report_metrics(
-            self.principal, int(trial_id), group, rows, key=key)
+            self.principal, int(trial_id), self.parsed_body())
         self.send({"count": count, "repeat": repeat})
 
 
@@ -66,7 +63,7 @@ class TrialSourceInfoHandler(APIHandler):
         """Link the trial to the checkpoint or model version it used (training code, the
         owner or an admin)."""
         link = await self.master.trials.report_source(
-            self.principal, int(trial_id), self.parsed_body().given())
+            self.principal, int(trial_id), self.parsed_body())
         self.send({"trial_source_info": link})
 
 

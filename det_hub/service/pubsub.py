@@ -1,0 +1,164 @@
+"""In-process publish/subscribe for the live streams: stored metric rows by experiment
+(:class:`MetricEvents`), and the ids of experiments that changed (:class:`ExperimentChanges`).
+
+Publishing never blocks and never grows memory without bound: each subscriber has a bounded
+queue (or set), and one that falls behind is marked overflowed and told nothing more, so that
+its stream (:mod:`det_hub.service.events`) tells the client to reconnect and catch up from the
+store. Nothing here reads the store or knows the master.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from det_hub.service.serialize import iso
+
+#: Rows a subscriber may fall behind by before it is told to reconnect.
+DEFAULT_QUEUE_ROWS = 10_000
+#: Distinct experiments that may change before a list subscriber reads them, past which it is
+#: told to reconnect (and take a fresh snapshot).
+DEFAULT_PENDING_EXPERIMENTS = 1_000
+
+
+def metric_json(row: Any) -> dict[str, Any]:
+    """A stored metric row (an ORM row or the mapping :meth:`Store.insert_metrics` answers) as
+    the stream sends it."""
+    get = row.get if isinstance(row, Mapping) else lambda k: getattr(row, k)
+    report_time = get("report_time")
+    return {
+        "id": get("id"), "trial_id": get("trial_id"), "group": get("group"),
+        "steps_completed": get("steps_completed"), "metrics": get("metrics"),
+        "report_time": report_time if isinstance(report_time, str) else iso(report_time),
+    }
+
+
+@dataclass(eq=False)
+class Subscription:
+    """One subscriber's bounded queue of metric rows (as :func:`metric_json` gives them)."""
+
+    experiment_id: int
+    queue: asyncio.Queue[dict[str, Any]]
+    #: Set when a row did not fit: rows were lost, so the subscriber must resume from the store.
+    overflowed: bool = False
+    #: Set on overflow, so a waiting subscriber wakes at once.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class MetricEvents:
+    """Subscribers of each experiment's metric rows.
+
+    Args:
+        max_queue: the most rows one subscriber may have waiting; past that it is marked
+            overflowed and gets nothing more, so a slow client cannot grow memory.
+    """
+
+    def __init__(self, max_queue: int = DEFAULT_QUEUE_ROWS) -> None:
+        self.max_queue = max_queue
+        self._subscribers: dict[int, set[Subscription]] = {}
+
+    def subscribe(self, experiment_id: int) -> Subscription:
+        """A new subscription to the rows of one experiment's trials."""
+        sub = Subscription(experiment_id, asyncio.Queue(self.max_queue))
+        self._subscribers.setdefault(experiment_id, set()).add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscription) -> None:
+        subs = self._subscribers.get(sub.experiment_id)
+        if subs is not None:
+            subs.discard(sub)
+            if not subs:
+                del self._subscribers[sub.experiment_id]
+
+    def subscribers(self, experiment_id: int) -> int:
+        """How many subscriptions the experiment has."""
+        return len(self._subscribers.get(experiment_id, ()))
+
+    def publish(self, experiment_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Hand committed rows to every subscriber of the experiment; never blocks."""
+        subs = self._subscribers.get(experiment_id)
+        if not subs or not rows:
+            return
+        events = [metric_json(r) for r in rows]
+        for sub in subs:
+            if sub.overflowed:
+                continue
+            for event in events:
+                try:
+                    sub.queue.put_nowait(event)
+                except asyncio.QueueFull:
+                    sub.overflowed = True
+                    sub.wake.set()
+                    break
+
+
+@dataclass(eq=False)
+class ChangeSubscription:
+    """One list subscriber's experiments changed since it last looked: a set, since only the
+    latest summary of each matters, bounded by ``max_pending``."""
+
+    max_pending: int
+    pending: set[int] = field(default_factory=set)
+    #: Set when an id did not fit: changes were lost, so the subscriber must start again.
+    overflowed: bool = False
+    #: Set on every change and on overflow, so a waiting subscriber wakes at once.
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def take(self) -> list[int]:
+        """The changed experiments' ids, ascending; the set is empty afterwards."""
+        ids = sorted(self.pending)
+        self.pending.clear()
+        self.wake.clear()
+        return ids
+
+
+class ExperimentChanges:
+    """Subscribers of experiment changes (the experiment list stream).
+
+    :meth:`publish` is one of the store's ``experiment_listeners``: it is called with an
+    experiment's id after every committed write that may change its summary.
+
+    Args:
+        max_pending: the most distinct experiments a subscriber may have unread; past that it
+            is marked overflowed and gets nothing more.
+    """
+
+    def __init__(self, max_pending: int = DEFAULT_PENDING_EXPERIMENTS) -> None:
+        self.max_pending = max_pending
+        self._subscribers: set[ChangeSubscription] = set()
+
+    def subscribe(self) -> ChangeSubscription:
+        sub = ChangeSubscription(self.max_pending)
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: ChangeSubscription) -> None:
+        self._subscribers.discard(sub)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self, experiment_id: int) -> None:
+        """Tell every subscriber that the experiment may have changed; never blocks."""
+        for sub in self._subscribers:
+            if sub.overflowed:
+                continue
+            if experiment_id not in sub.pending and len(sub.pending) >= sub.max_pending:
+                sub.overflowed = True
+            else:
+                sub.pending.add(experiment_id)
+            sub.wake.set()
+
+
+__all__ = [
+    "DEFAULT_PENDING_EXPERIMENTS",
+    "DEFAULT_QUEUE_ROWS",
+    "ChangeSubscription",
+    "ExperimentChanges",
+    "MetricEvents",
+    "Subscription",
+    "metric_json",
+]
