@@ -159,8 +159,8 @@ class CheckpointManager:
         Raises:
             Forbidden, NotFound: As for the experiment's other changes.
         """
-        run = await self.experiments.owned(who, experiment_id)
-        row = run.row if run is not None else await self.experiments.get(experiment_id)
+        await self.experiments.owned(who, experiment_id)
+        row = await self.experiments.get(experiment_id)
         dry_run = changes.dry_run
         given = {k: v for k, v in changes.given().items() if k in RETENTION_DEFAULTS}
         storage_cfg = dict(row.config.get("checkpoint_storage") or {})
@@ -168,13 +168,9 @@ class CheckpointManager:
         policy = RetentionPolicy(**{**current, **given})
         if not dry_run and policy.as_dict() != current:
             config = {**row.config, "checkpoint_storage": {**storage_cfg, **policy.as_dict()}}
-            updated = await self.store.update_experiment(experiment_id, config=config)
-            if run is not None:
-                # Trials that end from now on are collected by the new policy.
-                run.row.config = updated.config
-            row = updated
-        trials = (list(run.trials.values()) if run is not None
-                  else await self.store.list_trials(experiment_id))
+            # Trials that end from now on are collected by the new policy.
+            row = await self.experiments.update(experiment_id, config=config)
+        trials = await self.experiments.trials(experiment_id)
         result = await self.gc.collect(row, trials, policy, dry_run=dry_run)
         return {"dry_run": dry_run, "policy": policy.as_dict(),
                 "uuids": [c.uuid for c in result.doomed] if dry_run else result.deleted,

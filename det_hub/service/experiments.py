@@ -393,8 +393,9 @@ class ExperimentManager:
             Conflict: The experiment is not active."""
         run = await self.owned(who, experiment_id)
         if run is None or run.state != ExperimentState.ACTIVE:
-            raise Conflict(f"experiment {experiment_id} is {await self._state(experiment_id)}; "
-                           "only an ACTIVE experiment can be paused")
+            state = (await self.get(experiment_id)).state
+            raise Conflict(f"experiment {experiment_id} is {state}; only an ACTIVE experiment "
+                           "can be paused")
         await run.pause()
         return run.row
 
@@ -405,8 +406,9 @@ class ExperimentManager:
             Conflict: The experiment has finished."""
         run = await self.owned(who, experiment_id)
         if run is None or run.state not in (ExperimentState.PAUSED, ExperimentState.ACTIVE):
-            raise Conflict(f"experiment {experiment_id} is {await self._state(experiment_id)}; "
-                           "only a PAUSED experiment can be activated")
+            state = (await self.get(experiment_id)).state
+            raise Conflict(f"experiment {experiment_id} is {state}; only a PAUSED experiment "
+                           "can be activated")
         if run.state == ExperimentState.PAUSED:
             await run.activate()
         return run.row
@@ -429,6 +431,15 @@ class ExperimentManager:
             return run.row
         return await self.get(experiment_id)
 
+    async def update(self, experiment_id: int, **fields: Any) -> Experiment:
+        """Store changed fields of an experiment (as :meth:`Store.update_experiment` takes
+        them), keeping its live run's row in step."""
+        row = await self.store.update_experiment(experiment_id, **fields)
+        run = self.runs.get(experiment_id)
+        if run is not None:
+            run.row = row
+        return row
+
     async def set_archived(self, who: Principal, experiment_id: int, archived: bool) -> Experiment:
         """Archive (hide from the default lists) or unarchive an experiment.
 
@@ -439,18 +450,15 @@ class ExperimentManager:
         if archived and not ExperimentState(row.state).terminal:
             raise Conflict(f"experiment {experiment_id} is {row.state}; only a finished "
                            "experiment can be archived")
-        return await self.store.update_experiment(experiment_id, archived=archived)
-
-    async def _state(self, experiment_id: int) -> str:
-        return (await self.get(experiment_id)).state
+        return await self.update(experiment_id, archived=archived)
 
     async def searcher_view(self, experiment_id: int) -> dict[str, Any]:
         """The searcher of an experiment as users see it: the method's name, the metric,
         progress, how many trials it created, and the rung table of the ASHA methods with
         request ids replaced by trial ids."""
+        row = await self.get(experiment_id)
+        trials = await self.trials(experiment_id)
         run = self.runs.get(experiment_id)
-        row = run.row if run else await self.get(experiment_id)
-        trials = list(run.trials.values()) if run else await self.store.list_trials(row.id)
         searcher = row.config["searcher"]
         method = run.method if run is not None else restored_search_method(row)
         by_request = {t.request_id: t.id for t in trials}

@@ -162,12 +162,8 @@ class JobQueue:
         if other is not None:
             self.cluster.move_ahead_of(job, other)
         if experiment_id is not None:
-            row = await self.store.update_experiment(
-                experiment_id, priority=job.priority, weight=job.weight,
-                queue_position=job.position)
-            run = self.experiments.runs.get(experiment_id)
-            if run is not None:
-                run.row = row
+            await self.experiments.update(experiment_id, priority=job.priority,
+                                          weight=job.weight, queue_position=job.position)
         elif task_id is not None:
             # A task's weight lives in its config only: it is not a column of its own.
             task = self.tasks.live[task_id]

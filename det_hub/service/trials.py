@@ -149,9 +149,8 @@ class TrialManager:
     async def best_validation(self, who: Principal, trial_id: int) -> float | None:
         """The best searcher-metric value among the trial's experiment's trials."""
         trial = await self.experiments.get_trial(who, trial_id)
-        run = self.experiments.runs.get(trial.experiment_id)
-        exp = run.row if run else await self.experiments.get(trial.experiment_id)
-        trials = run.trials.values() if run else await self.store.list_trials(exp.id)
+        exp = await self.experiments.get(trial.experiment_id)
+        trials = await self.experiments.trials(exp.id)
         values = [t.searcher_metric_value for t in trials if t.searcher_metric_value is not None]
         if not values:
             return None
