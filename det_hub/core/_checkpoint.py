@@ -15,7 +15,7 @@ from typing import Any
 
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterError, MasterSession
-from det_hub.core._train import to_jsonable
+from det_hub.core._train import TrainContext, to_jsonable
 from det_hub.storage import (
     CheckpointIntegrityError,
     StorageManager,
@@ -111,11 +111,14 @@ class CheckpointContext:
         storage: StorageManager,
         session: MasterSession | None = None,
         trial_id: int | None = None,
+        train: TrainContext | None = None,
     ) -> None:
         self._dist = distributed
         self._storage = storage
         self._session = session
         self._trial_id = trial_id
+        #: Its queued metrics are sent before a checkpoint is reported (see _report).
+        self._train = train
 
     @property
     def storage(self) -> StorageManager:
@@ -509,6 +512,11 @@ class CheckpointContext:
                 sum(resources.values()),
             )
             return
+        if self._train is not None:
+            # The metrics reported before the checkpoint are stored before it is: a trial that
+            # dies right after checkpointing loses none of them, and a restart from this
+            # checkpoint finds every row up to it.
+            self._train.flush()
         body = {
             "uuid": storage_id,
             "trial_id": self._trial_id,

@@ -277,7 +277,7 @@ def init(
         distributed=dist,
         train=train,
         checkpoint=CheckpointContext(
-            distributed=dist, storage=storage, session=session, trial_id=trial_id
+            distributed=dist, storage=storage, session=session, trial_id=trial_id, train=train
         ),
         preempt=PreemptContext(
             distributed=dist, session=session, allocation_id=info.allocation_id, mode=preempt_mode

@@ -79,3 +79,17 @@ def test_local_checkpoints(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
         assert not path.exists()
         with pytest.raises(ValueError, match="not a plain uuid"):
             ctx.checkpoint.get_metadata("../etc")
+
+
+def test_metrics_reported_before_a_checkpoint_are_stored_before_it(
+        in_trial: FakeMaster, tmp_path: Path) -> None:
+    state = in_trial.state
+    # A long batch interval: without the flush the rows would still be queued.
+    with core.init(metric_batch_interval=60.0) as ctx:
+        for step in range(1, 10):
+            ctx.train.report_training_metrics(step, {"loss": 1.0 / step})
+        with ctx.checkpoint.store_path({"steps_completed": 9}) as (path, storage_id):
+            (path / "w.bin").write_bytes(b"w")
+        posts = [r["path"] for r in state.requests if r["method"] == "POST"]
+        assert posts.index("/checkpoints") > posts.index(f"/trials/{TRIAL_ID}/metrics")
+        assert [row["steps_completed"] for _, row in state.metric_rows] == list(range(1, 10))
