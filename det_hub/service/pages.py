@@ -37,6 +37,7 @@ from det_hub import __version__
 from det_hub.scopes import MANAGE_SCOPE
 from det_hub.service import wire
 from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Unavailable
+from det_hub.service.handlers.base import check_path_ids
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
 from det_hub.service.webhooks import webhook_json
@@ -243,6 +244,7 @@ class PageHandler(_PageBase):
             await prepared
         if self.master.stopping:
             raise Unavailable("the master is shutting down; try again shortly")
+        check_path_ids(self.path_kwargs)
         if self.request.method not in ("GET", "HEAD"):
             # The hub's cookie check already takes a POST without the token for one from
             # nobody; this says why.

@@ -219,10 +219,27 @@ class TrialManager:
         return trial_source_json(stored, name, number)
 
 
+#: How deep a metric's value may nest lists and objects: every row is read back, charted and
+#: streamed, which a value nested hundreds deep would break.
+MAX_METRIC_DEPTH = 32
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether ``value`` nests lists and objects more than ``depth`` levels deep."""
+    children = (value.values() if isinstance(value, dict)
+                else value if isinstance(value, list) else None)
+    if children is None:
+        return False
+    return depth == 0 or any(_deeper_than(v, depth - 1) for v in children)
+
+
 def _metric_row(index: int, row: wire.ReportedMetrics) -> dict[str, Any]:
     """A reported row as the store takes it: NaN and infinities, which arrive as Determined's
     strings, as floats from here on (the store and the REST API write them back as those
     strings), and the report time, when given, as a time."""
+    if _deeper_than(row["metrics"], MAX_METRIC_DEPTH):
+        raise BadRequest(f"metrics[{index}].metrics: nested deeper than {MAX_METRIC_DEPTH} "
+                         "levels")
     out: dict[str, Any] = {"steps_completed": row["steps_completed"],
                            "metrics": nonfinite.decode(row["metrics"])}
     if row.get("report_time"):

@@ -25,7 +25,7 @@ Layout:
 column types, :mod:`.engine` the URLs, engines and migrations, :mod:`.errors` the errors.
 """
 
-from .columns import utcnow
+from .columns import MAX_BIG_INTEGER, MAX_INTEGER, utcnow
 from .errors import NotFound, StoreConflict, StoreError
 from .models import (
     AgentSetting,
@@ -53,6 +53,8 @@ from .trials import TrialSummary
 from .users import hash_token
 
 __all__ = [
+    "MAX_BIG_INTEGER",
+    "MAX_INTEGER",
     "AgentSetting",
     "Allocation",
     "Checkpoint",

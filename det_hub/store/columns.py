@@ -50,6 +50,13 @@ class UTCDateTime(TypeDecorator[dt.datetime]):
         return value.astimezone(UTC)
 
 
+#: The largest value of an ``Integer`` column (ids of experiments, trials, tasks, users...) on
+#: PostgreSQL, and of a ``BigInteger`` one (steps, metric ids) on both databases: what the API
+#: takes for such a value, so that a larger one is a 400 rather than a database error.
+MAX_INTEGER = 2**31 - 1
+MAX_BIG_INTEGER = 2**63 - 1
+
+
 def json_type() -> TypeEngine[Any]:
     """JSON everywhere, stored as JSONB on PostgreSQL (smaller, and indexable should we need it)."""
     return JSON().with_variant(JSONB(), "postgresql")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ from det_hub.service import wire
 from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized, Unavailable
 from det_hub.service.serialize import iso
 from det_hub.states import ExperimentState
+from det_hub.store import MAX_BIG_INTEGER, MAX_INTEGER
 
 #: What a method answers with, for the OpenAPI document (see :attr:`APIHandler.answers`).
 Answer = type[BaseModel] | tuple[str, Any] | wire.Lines | str
@@ -35,8 +37,24 @@ def log_query(owner: str) -> dict[str, tuple[str, str]]:
     }
 
 
+#: A NUL character escaped in JSON text: ``\u0000`` after an even number of backslashes.
+_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+
 #: The owner id :meth:`APIHandler.experiment_filters` gives for a user who does not exist.
 NO_OWNER = -1
+
+
+def check_path_ids(path_kwargs: dict[str, str]) -> None:
+    """Refuse an id in a request's path past what an id column holds (routes match ids as
+    digits): it names nothing, and the database would refuse to look it up.
+
+    Raises:
+        BadRequest: Naming the id.
+    """
+    for name, value in path_kwargs.items():
+        if (name.endswith("_id") or name == "version") and value.isdigit() \
+                and int(value) > MAX_INTEGER:
+            raise BadRequest(f"{name}: must be at most {MAX_INTEGER}")
 
 
 class APIHandler(RequestHandler):
@@ -77,6 +95,7 @@ class APIHandler(RequestHandler):
     async def prepare(self) -> None:
         if self.master.stopping:
             raise Unavailable("the master is shutting down; try again shortly")
+        check_path_ids(self.path_kwargs)
         self.master.active_requests.add(id(self))
         if self.public:
             return
@@ -120,6 +139,12 @@ class APIHandler(RequestHandler):
             data = json.loads(self.request.body or b"{}")
         except ValueError as e:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise BadRequest("the request body is nested too deeply") from None
+        if _NUL.search(self.request.body):
+            # Neither database stores one in text or JSON.
+            raise BadRequest("the request body holds a NUL character (\\u0000), which the "
+                             "master does not store")
         if not isinstance(data, dict):
             raise BadRequest("the request body must be a JSON object")
         return data
@@ -138,7 +163,9 @@ class APIHandler(RequestHandler):
         # NaN and infinite metrics go out as Determined's strings: always valid JSON.
         self.finish(nonfinite.dumps(obj))
 
-    def int_arg(self, name: str, default: int, lo: int = 0, hi: int | None = None) -> int:
+    def int_arg(self, name: str, default: int, lo: int = 0, hi: int = MAX_BIG_INTEGER) -> int:
+        """A whole-number query argument from ``lo`` to ``hi`` (by default, what the database
+        can hold), ``default`` when it is not given."""
         raw = self.get_query_argument(name, None)
         if raw is None or raw == "":
             return default
@@ -146,9 +173,8 @@ class APIHandler(RequestHandler):
             value = int(raw)
         except ValueError:
             raise BadRequest(f"{name}: must be an integer") from None
-        if value < lo or (hi is not None and value > hi):
-            raise BadRequest(f"{name}: must be between {lo} and {hi}" if hi is not None
-                             else f"{name}: must be >= {lo}")
+        if not lo <= value <= hi:
+            raise BadRequest(f"{name}: must be between {lo} and {hi}")
         return value
 
     async def experiment_filters(self) -> tuple[list[str], int | None]:

@@ -24,6 +24,7 @@ from det_hub.service.wire._base import (
     Time,
     omittable,
 )
+from det_hub.store import MAX_BIG_INTEGER, MAX_INTEGER
 
 TRUE_OR_FALSE = Says("must be true or false")
 BASE64 = Says("must be base64 text or null")
@@ -41,7 +42,8 @@ class ExperimentCreate(RequestModel):
         description="the experiment config as YAML text")
     context: Annotated[str | None, BASE64] = Field(None, description="base64 of a .tar.gz")
     activate: Annotated[bool, TRUE_OR_FALSE] = True
-    parent_id: Annotated[int | None, Says("must be an experiment id")] = Field(
+    parent_id: Annotated[int | None, Field(ge=0, le=MAX_INTEGER),
+                         Says("must be an experiment id")] = Field(
         None, description="fork this experiment: recorded as forked_from, and its context is "
                           "used when none is sent")
 
@@ -68,9 +70,9 @@ class CheckpointGCPolicy(RequestModel):
         "unknown field; one of dry_run, save_experiment_best, save_trial_best, "
         "save_trial_latest")
 
-    save_experiment_best: Annotated[int, Field(ge=0), _COUNT] = omittable()
-    save_trial_best: Annotated[int, Field(ge=0), _COUNT] = omittable()
-    save_trial_latest: Annotated[int, Field(ge=0), _COUNT] = omittable()
+    save_experiment_best: Annotated[int, Field(ge=0, le=MAX_INTEGER), _COUNT] = omittable()
+    save_trial_best: Annotated[int, Field(ge=0, le=MAX_INTEGER), _COUNT] = omittable()
+    save_trial_latest: Annotated[int, Field(ge=0, le=MAX_INTEGER), _COUNT] = omittable()
     dry_run: Annotated[bool, TRUE_OR_FALSE] = Field(
         False, description="only answer what would be deleted; change nothing")
 
@@ -83,7 +85,7 @@ class ReportedMetrics(TypedDict):
     """One row of a metric batch. A dict, not a model: a batch holds up to hundreds of rows,
     and their values are not checked one by one (any JSON is a metric)."""
 
-    steps_completed: Annotated[int, Field(ge=0)]
+    steps_completed: Annotated[int, Field(ge=0, le=MAX_BIG_INTEGER)]
     metrics: dict[str, SkipValidation[MetricValue]]
     report_time: NotRequired[Time | None]
 
@@ -114,7 +116,7 @@ class TrialSourceLink(RequestModel):
     model_name: Annotated[str | None, Field(min_length=1),
                           Says("must be the name of a model")] = Field(
         None, description="with model_version: the model version it used")
-    model_version: Annotated[int | None, Field(ge=1),
+    model_version: Annotated[int | None, Field(ge=1, le=MAX_INTEGER),
                              Says("must be a version number >= 1")] = None
 
     @model_validator(mode="after")
@@ -141,7 +143,9 @@ class TrialEarlyExit(RequestModel):
 class CompletedOperation(RequestModel):
     """The searcher's operation is done, with the searcher metric."""
 
-    length: Annotated[int, Field(ge=0), Says("must be an integer >= 0")]
+    length: Annotated[int, Field(ge=0, le=MAX_BIG_INTEGER),
+                      Says(f"must be an integer from 0 to {MAX_BIG_INTEGER}", RANGE),
+                      Says("must be an integer >= 0")]
     searcher_metric: Annotated[Number, Says('must be a number, "NaN", "Infinity" or '
                                             '"-Infinity"')]
 
@@ -150,10 +154,10 @@ class CheckpointReport(RequestModel):
     """A checkpoint the training code has written."""
 
     uuid: Annotated[str, Field(pattern=UUID_PATTERN), Says("must be a lower-case UUID string")]
-    trial_id: int
-    steps_completed: int = omittable(
+    trial_id: Annotated[int, Field(ge=0, le=MAX_INTEGER)]
+    steps_completed: Annotated[int, Field(ge=0, le=MAX_BIG_INTEGER)] = omittable(
         description="default: metadata's steps_completed, else 0")
-    resources: Annotated[dict[str, Annotated[int, Field(ge=0)]] | None,
+    resources: Annotated[dict[str, Annotated[int, Field(ge=0, le=MAX_BIG_INTEGER)]] | None,
                          Says("must map relative file paths to sizes in bytes")] = None
     metadata: Annotated[dict[str, Any] | None, Says("must be an object")] = None
     state: Annotated[Literal["ACTIVE", "COMPLETED"], Says("must be ACTIVE or COMPLETED")] = (
@@ -278,7 +282,8 @@ class TaskCreate(RequestModel):
                     "description, idle_timeout; a command's also entrypoint (required for "
                     "commands; a notebook's or shell's may be left out)")
     context: Annotated[str | None, BASE64] = Field(None, description="base64 of a .tar.gz")
-    experiment_ids: Annotated[list[int] | None, Says("must be a list of experiment ids")] = (
+    experiment_ids: Annotated[list[Annotated[int, Field(ge=0, le=MAX_INTEGER)]] | None,
+                              Says("must be a list of experiment ids")] = (
         Field(None, description="a TensorBoard's experiments (tensorboards only)"))
 
 
