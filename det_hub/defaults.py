@@ -1,6 +1,7 @@
 """The defaults that several layers share, each written down once.
 
-A job's priority, resource pool and slots are defaulted in the config models, the store's
+A job's priority, resource pool and slots, and an experiment's checkpoint retention, are
+defaulted in the config models, the store's
 columns, the master's queue, the agents' and the spawner's settings alike, and the data
 directory by the master, ``det-hub up`` and the SDK; they all take the value from here, so
 that changing one changes every place that must agree. Values follow Determined's where it has
@@ -24,4 +25,11 @@ DEFAULT_SLOTS = 1
 #: master's admin token (``DET_HUB_DATA_DIR`` overrides it for the SDK and ``det-hub up``).
 DEFAULT_DATA_DIR = "~/.det_hub"
 
-__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_PRIORITY", "DEFAULT_RESOURCE_POOL", "DEFAULT_SLOTS"]
+#: How many checkpoints an experiment keeps when its ``checkpoint_storage`` says nothing
+#: (Determined's defaults): the best of the experiment, the best of each trial, and each
+#: trial's latest (which it resumes from).
+RETENTION_DEFAULTS: dict[str, int] = {
+    "save_experiment_best": 0, "save_trial_best": 1, "save_trial_latest": 1}
+
+__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_PRIORITY", "DEFAULT_RESOURCE_POOL", "DEFAULT_SLOTS",
+           "RETENTION_DEFAULTS"]

@@ -45,6 +45,7 @@ LAYERS: dict[str, str] = {
     "det_hub.defaults": "pure",
     "det_hub.env_names": "pure",
     "det_hub.scopes": "pure",
+    "det_hub.contract": "pure",
     "det_hub.archive": "I/O",
     "det_hub.ports": "I/O",
     "det_hub._relay": "I/O",
@@ -74,7 +75,7 @@ LAYERS: dict[str, str] = {
 #: the storage backends around it do not make impure).
 PURE = ("det_hub.config", "det_hub.searcher", "det_hub.scheduler", "det_hub.states",
         "det_hub.nonfinite", "det_hub.lttb", "det_hub.defaults", "det_hub.env_names",
-        "det_hub.scopes", "det_hub.storage.gc")
+        "det_hub.scopes", "det_hub.contract", "det_hub.storage.gc")
 
 #: Libraries that do I/O (databases, network, servers, processes, object storage, containers);
 #: pure code imports none of them.

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, Field
 
 from det_hub.config._errors import ConfigError, Problem, fail, not_one_of_message
 from det_hub.config._model import ConfigModel, absolute_path, not_empty, validate_section
+from det_hub.defaults import RETENTION_DEFAULTS
 
 # The characters boto3 accepts in a bucket name: S3 itself (3 to 63 lowercase letters, digits,
 # dots and hyphens) is stricter, and S3-compatible servers vary, so the server has the last word.
@@ -19,9 +20,9 @@ _BUCKET_RE = re.compile(r"[A-Za-z0-9._-]{1,255}")
 class _RetentionPolicy(ConfigModel):
     """How many checkpoints garbage collection keeps, common to every storage type."""
 
-    save_experiment_best: int = Field(default=0, ge=0)
-    save_trial_best: int = Field(default=1, ge=0)
-    save_trial_latest: int = Field(default=1, ge=0)
+    save_experiment_best: int = Field(default=RETENTION_DEFAULTS["save_experiment_best"], ge=0)
+    save_trial_best: int = Field(default=RETENTION_DEFAULTS["save_trial_best"], ge=0)
+    save_trial_latest: int = Field(default=RETENTION_DEFAULTS["save_trial_latest"], ge=0)
 
 
 class SharedFSConfig(_RetentionPolicy):

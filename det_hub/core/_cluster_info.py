@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from det_hub.contract import ClusterInfoDocument, TrialInfoDocument
 from det_hub.env_names import (
     ALLOCATION_ID_ENV,
     ALLOCATION_TOKEN_ENV,
@@ -44,7 +45,7 @@ class TrialInfo:
         return dict(data) if isinstance(data, dict) else {}
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> TrialInfo:
+    def from_dict(cls, raw: TrialInfoDocument) -> TrialInfo:
         return cls(
             trial_id=int(raw["trial_id"]),
             experiment_id=int(raw["experiment_id"]),
@@ -114,8 +115,10 @@ class ClusterInfo:
         return _visible_gpu_uuids()
 
     @classmethod
-    def from_dict(cls, raw: dict[str, Any], env: dict[str, str] | None = None) -> ClusterInfo:
-        """Build from the file's JSON object, with the process environment filling gaps."""
+    def from_dict(cls, raw: ClusterInfoDocument,
+                  env: dict[str, str] | None = None) -> ClusterInfo:
+        """Build from the file's JSON object (the master's :class:`ClusterInfoDocument`), with
+        the process environment filling gaps."""
         env = dict(os.environ) if env is None else env
         trial_raw = raw.get("trial")
         slot_ids = [int(s) for s in raw.get("slot_ids") or []]
@@ -151,7 +154,7 @@ class ClusterInfo:
         """
         text = Path(path).read_text(encoding="utf-8")
         try:
-            raw = json.loads(text)
+            raw: ClusterInfoDocument = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}: cluster-info file is not valid JSON: {exc}") from exc
         if not isinstance(raw, dict):

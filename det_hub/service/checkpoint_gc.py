@@ -22,6 +22,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from det_hub.defaults import RETENTION_DEFAULTS
 from det_hub.states import CheckpointState, TrialState
 from det_hub.storage import build_storage
 from det_hub.storage.gc import CheckpointRecord, checkpoints_to_delete
@@ -31,17 +32,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("det_hub.checkpoint_gc")
 
-#: The retention settings of ``checkpoint_storage`` and Determined's defaults for them.
-RETENTION_DEFAULTS = {"save_experiment_best": 0, "save_trial_best": 1, "save_trial_latest": 1}
-
-
 @dataclasses.dataclass(frozen=True)
 class RetentionPolicy:
-    """How many checkpoints an experiment keeps (``checkpoint_storage``'s retention settings)."""
+    """How many checkpoints an experiment keeps (``checkpoint_storage``'s retention settings,
+    defaults :data:`det_hub.defaults.RETENTION_DEFAULTS`)."""
 
-    save_experiment_best: int = 0
-    save_trial_best: int = 1
-    save_trial_latest: int = 1
+    save_experiment_best: int = RETENTION_DEFAULTS["save_experiment_best"]
+    save_trial_best: int = RETENTION_DEFAULTS["save_trial_best"]
+    save_trial_latest: int = RETENTION_DEFAULTS["save_trial_latest"]
 
     @classmethod
     def of(cls, storage_config: Mapping[str, Any] | None) -> RetentionPolicy:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from det_hub.defaults import RETENTION_DEFAULTS
 from det_hub.service import wire
 from det_hub.service.bus import EventBus, TrialEnded
-from det_hub.service.checkpoint_gc import RETENTION_DEFAULTS, CheckpointGC, RetentionPolicy
+from det_hub.service.checkpoint_gc import CheckpointGC, RetentionPolicy
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.serialize import checkpoint_json
 from det_hub.states import CheckpointState, TrialState, shown_trial_state

@@ -33,6 +33,7 @@ from det_hub.agents import (
     TaskHandle,
     TaskSpec,
 )
+from det_hub.contract import CLUSTER_INFO_FILE, ClusterInfoDocument
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
 from det_hub.env_names import (
     AGENT_ADDRESS_ENV,
@@ -110,7 +111,7 @@ class LaunchSpec:
     slots: int
     argv: list[str]
     env: dict[str, str]
-    cluster_info: dict[str, Any]
+    cluster_info: ClusterInfoDocument
     context: bytes | None
     trial_id: int | None = None
     experiment_id: int | None = None
@@ -651,9 +652,10 @@ class Cluster:
                    addrs: list[str]) -> TaskSpec:
         node = alloc.nodes[rank]
         spec = alloc.spec
-        info = dict(spec.cluster_info, allocation_id=alloc.id, slot_ids=list(node.slot_ids),
-                    agent_id=node.agent_id, container_addrs=addrs, container_rank=rank,
-                    container_slot_counts=[len(n.slot_ids) for n in alloc.nodes])
+        info: ClusterInfoDocument = {
+            **spec.cluster_info, "allocation_id": alloc.id, "slot_ids": list(node.slot_ids),
+            "agent_id": node.agent_id, "container_addrs": addrs, "container_rank": rank,
+            "container_slot_counts": [len(n.slot_ids) for n in alloc.nodes]}
         container = spec.container
         if agent.uses_containers:
             storage, mounts = storage_in_container(info.get("checkpoint_storage"))
@@ -671,7 +673,7 @@ class Cluster:
         env.update({
             ALLOCATION_ID_ENV: alloc.id,
             ALLOCATION_TOKEN_ENV: alloc.token,
-            CLUSTER_INFO_ENV: agent.file_path(alloc.id, "cluster_info.json"),
+            CLUSTER_INFO_ENV: agent.file_path(alloc.id, CLUSTER_INFO_FILE),
             # Where the master reaches the task: what a proxied task's server listens on.
             AGENT_ADDRESS_ENV: addrs[rank],
         })
@@ -682,7 +684,7 @@ class Cluster:
                 CHIEF_PORT_ENV: str(rendezvous_port(alloc.id)),
             })
         return TaskSpec(alloc.id, spec.argv, env, spec.context, node.slot_ids,
-                        {"cluster_info.json": json.dumps(info, indent=2)}, container,
+                        {CLUSTER_INFO_FILE: json.dumps(info, indent=2)}, container,
                         run_as=spec.run_as, owner_is_admin=spec.owner_is_admin)
 
     async def finish(self, alloc: Allocation, status: ExitStatus) -> None:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from det_hub.archive import ContextLimits
 from det_hub.config import ConfigError, merge_config, parse_experiment_config
-from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL, RETENTION_DEFAULTS
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
 from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
 from det_hub.service.cluster import Cluster, Job
@@ -154,8 +154,7 @@ class ExperimentManager:
             config_dict["checkpoint_storage"] = {
                 "type": "shared_fs",
                 "host_path": str(await self.launcher.owner_dir(CHECKPOINTS, who.user.id)),
-                "storage_path": None, "save_experiment_best": 0, "save_trial_best": 1,
-                "save_trial_latest": 1}
+                "storage_path": None, **RETENTION_DEFAULTS}
         problems = self.launcher.path_problems(config_dict, who.user.username)
         if problems:
             raise BadRequest("the experiment config cannot run on this master", problems)

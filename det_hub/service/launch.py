@@ -3,7 +3,8 @@ reads, and the per-user directories of the data directory it writes to.
 
 :class:`Launcher` builds the :class:`~det_hub.service.cluster.LaunchSpec` of a trial (from its
 experiment) and of a command, notebook, shell or TensorBoard. What it writes into a task's
-cluster info is :class:`ClusterInfo`, the document :mod:`det_hub.core` reads back.
+cluster info is a :class:`~det_hub.contract.ClusterInfoDocument`, the document
+:mod:`det_hub.core` reads back.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from det_hub.agents import ContainerSpec
 from det_hub.config import (
@@ -23,6 +24,7 @@ from det_hub.config import (
     parse_task_config,
 )
 from det_hub.config.resources import parse_size
+from det_hub.contract import ClusterInfoDocument
 from det_hub.defaults import DEFAULT_RESOURCE_POOL
 from det_hub.env_names import (
     EXPERIMENT_ID_ENV,
@@ -58,31 +60,6 @@ if TYPE_CHECKING:
     from det_hub.config import ExperimentConfig
     from det_hub.service.auth import UserManager
     from det_hub.store import Checkpoint, Experiment, Task, Trial
-
-
-class TrialInfo(TypedDict):
-    """The ``trial`` part of a trial's cluster info (``det_hub.core``'s ``TrialInfo``)."""
-
-    trial_id: int
-    experiment_id: int
-    trial_seed: int
-    hparams: dict[str, Any]
-    config: dict[str, Any]
-    steps_completed: int
-    latest_checkpoint: str | None
-
-
-class ClusterInfo(TypedDict, total=False):
-    """The cluster info a task reads at start (``det_hub.core.get_cluster_info()``); the agent
-    adds where the task runs (its agent, slots, ranks and peers)."""
-
-    master_url: str
-    cluster_id: str
-    task_id: str
-    task_type: str
-    container_addrs: list[str]
-    trial: TrialInfo
-    checkpoint_storage: dict[str, Any] | None
 
 
 class Launcher:
@@ -143,7 +120,7 @@ class Launcher:
             TRIAL_ID_ENV: str(trial.id),
             EXPERIMENT_ID_ENV: str(exp.id),
         })
-        info: ClusterInfo = {
+        info: ClusterInfoDocument = {
             "master_url": self.master_url, "cluster_id": self.cluster_id,
             "task_id": f"trial-{trial.id}", "task_type": "TRIAL",
             "container_addrs": ["127.0.0.1"],
@@ -167,7 +144,7 @@ class Launcher:
             run_as=run_as, owner_is_admin=owner_is_admin,
             data_cache=str(await self.owner_dir(CACHES, exp.owner_id)),
             trial_id=trial.id, experiment_id=exp.id, owner=owner,
-            slots=slots, argv=argv, env=env, cluster_info=dict(info),
+            slots=slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_experiment_context(exp.id),
             job_id=experiment_job_id(exp.id),
             container=container_spec(config))
@@ -181,7 +158,7 @@ class Launcher:
             "cuda" if "cuda" in self.cluster.slot_kinds(task.resource_pool) else "cpu")
         env.update({MASTER_ENV: self.master_url, TASK_ID_ENV: task_job_id(task),
                     TASK_TYPE_ENV: task.type})
-        info: ClusterInfo = {"master_url": self.master_url, "cluster_id": self.cluster_id,
+        info: ClusterInfoDocument = {"master_url": self.master_url, "cluster_id": self.cluster_id,
                 "task_id": task_job_id(task), "task_type": task.type,
                 "container_addrs": ["127.0.0.1"]}
         container = container_spec(config)
@@ -211,7 +188,7 @@ class Launcher:
             run_as=run_as, owner_is_admin=owner_is_admin,
             data_cache=str(await self.owner_dir(CACHES, task.owner_id)),
             task_id=task.id, owner=await self.users.username(task.owner_id),
-            slots=config.resources.slots, argv=argv, env=env, cluster_info=dict(info),
+            slots=config.resources.slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_task_context(task.id), job_id=task_job_id(task),
             container=container, reserve_only=kind.reserves_only,
             # A hub server's idleness is the hub's to judge (its idle culler stops it).

@@ -33,9 +33,9 @@ from det_hub import nonfinite
 from det_hub.client import _objects as sdk
 from det_hub.client import _registry as sdk_registry
 from det_hub.client import _webhooks as sdk_webhooks
+from det_hub.defaults import RETENTION_DEFAULTS
 from det_hub.searcher import EXIT_REASONS
 from det_hub.service import registry, serialize, webhooks, wire
-from det_hub.service.checkpoint_gc import RETENTION_DEFAULTS
 from det_hub.service.errors import BadRequest
 from det_hub.service.handlers import api_routes
 from det_hub.service.handlers.base import APIHandler
