@@ -316,8 +316,10 @@ class ExperimentManager:
         run = self.runs.get(experiment_id)
         if run is not None:
             return sorted(run.trials.values(), key=lambda t: t.id)
-        await self.get(experiment_id)
-        return await self.store.list_trials(experiment_id)
+        trials = await self.store.list_trials(experiment_id)
+        if not trials:
+            await self.get(experiment_id)  # none, or no such experiment
+        return trials
 
     async def context(self, experiment_id: int) -> bytes | None:
         """The experiment's context archive (a .tar.gz), None when it has none.

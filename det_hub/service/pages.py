@@ -380,7 +380,7 @@ class ExperimentPage(PageHandler):
             original_config=row.original_config,
             trials=[trial_json(t) for t in trials],
             checkpoints=[checkpoint_json(c) for c in checkpoints],
-            series=await chart_data(m, who, trials), plotly=plotly_js() is not None,
+            series=await chart_data(m, trials), plotly=plotly_js() is not None,
             live=not ExperimentState(row.state).terminal,
             may_change=who.may_change(row.owner_id))
 
@@ -394,7 +394,7 @@ class ExperimentMetricsData(DataHandler):
         trials = await self.master.experiments.trials(eid)
         self.send({"state": self.master.experiments.shown_state(row),
                    "live": not ExperimentState(row.state).terminal,
-                   "series": await chart_data(self.master, self.principal, trials)})
+                   "series": await chart_data(self.master, trials)})
 
 
 class ExperimentAction(PageHandler):
@@ -519,13 +519,10 @@ class AdminWebhookDelete(PageHandler):
         self.done(f"{self.master.base_url}admin#webhooks")
 
 
-async def chart_data(master: Master, who: Principal,
-                     trials: Sequence[Trial]) -> list[dict[str, Any]]:
+async def chart_data(master: Master, trials: Sequence[Trial]) -> list[dict[str, Any]]:
     """The charts' traces of these trials, from their downsampled metrics (as
     ``GET /trials/<id>/metrics?max_points=...`` serves them)."""
-    metrics = {t.id: await master.trials.metrics(who, t.id, max_points=CHART_POINTS)
-               for t in trials}
-    return metric_series(metrics)
+    return metric_series(await master.trials.chart_metrics(trials, CHART_POINTS))
 
 
 def page_handlers(base_url: str) -> list[tuple[Any, ...]]:

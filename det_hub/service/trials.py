@@ -24,11 +24,13 @@ from det_hub.store import NotFound as StoreNotFound
 from det_hub.store import Store, StoreConflict
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from det_hub.service.auth import Principal
     from det_hub.service.cluster import Cluster
     from det_hub.service.experiments import ExperimentManager
     from det_hub.service.registry import ModelRegistry
-    from det_hub.store import LogRow, MetricRow
+    from det_hub.store import LogRow, MetricRow, Trial
 
 
 class TrialManager:
@@ -63,6 +65,14 @@ class TrialManager:
         await self.experiments.get_trial(who, trial_id)
         return await self.store.get_metrics(trial_id, group=group, max_points=max_points,
                                             after=after, metric=metric)
+
+    async def chart_metrics(self, trials: Iterable[Trial],
+                            max_points: int) -> dict[int, list[MetricRow]]:
+        """The downsampled metrics of trials the caller has read already (an experiment's,
+        for its charts), by trial id: as :meth:`metrics` with ``max_points``, without looking
+        each trial up again."""
+        return {t.id: await self.store.get_metrics(t.id, max_points=max_points)
+                for t in trials}
 
     async def metrics_after(self, experiment_id: int, after_id: int,
                             limit: int) -> list[MetricRow]:
