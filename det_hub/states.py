@@ -218,8 +218,10 @@ TRIAL_TRANSITIONS: dict[TrialState, frozenset[TrialState]] = {
 
 _K = TaskState
 TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
-    # A queued task that is killed never started: it ends at once, with nothing to stop.
-    _K.QUEUED: frozenset({_K.PULLING, _K.STARTING, _K.TERMINATED}),
+    # A queued task that is killed never started: it ends at once, with nothing to stop. One
+    # whose slots were just assigned is starting, though its start is not stored yet: killing
+    # it stops what starts.
+    _K.QUEUED: frozenset({_K.PULLING, _K.STARTING, _K.TERMINATING, _K.TERMINATED}),
     _K.PULLING: frozenset({_K.STARTING, _K.TERMINATING, _K.TERMINATED}),
     # A launch that fails ends the task straight from STARTING.
     _K.STARTING: frozenset({_K.RUNNING, _K.TERMINATING, _K.TERMINATED}),

@@ -257,3 +257,37 @@ async def test_a_search_without_a_searcher_length_is_as_far_as_its_trials(
     assert (await master.experiments.get(row.id)).progress == 0.5
     assert await finished(master, row.id) == "COMPLETED"
     assert (await master.experiments.get(row.id)).progress == 1.0
+
+
+async def test_a_command_killed_as_its_slots_are_assigned_is_stopped(
+        master: Master, admin: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the scheduler assigning a command's slots and its start being stored, the
+    command is still QUEUED but can no longer be taken off the queue: a kill then stops what
+    starts, rather than failing."""
+    from det_hub.states import AllocationState, TaskType
+
+    held, release = asyncio.Event(), asyncio.Event()
+    update = master.store.update_allocation
+
+    async def slow_start(alloc_id: str, **fields: object) -> object:
+        if fields.get("state") == AllocationState.STARTING:
+            held.set()
+            await release.wait()
+        return await update(alloc_id, **fields)
+
+    monkeypatch.setattr(master.store, "update_allocation", slow_start)
+    task = await master.tasks.create(admin, TaskType.COMMAND, "entrypoint: sleep 60")
+    await asyncio.wait_for(held.wait(), 10)
+    assert (await master.tasks.get(admin, TaskType.COMMAND, task.id)).state == "QUEUED"
+    killed = await master.tasks.kill(admin, TaskType.COMMAND, task.id)
+    assert killed.state == "TERMINATING"
+    release.set()
+
+    async def ended() -> str:
+        while (row := await master.tasks.get(admin, TaskType.COMMAND, task.id)).state != \
+                "TERMINATED":
+            await asyncio.sleep(0.05)
+        return str(row.exit_reason)
+
+    assert await asyncio.wait_for(ended(), 20) == "killed by its owner or an admin"
+    assert not master.cluster.allocations.of_task(task.id)

@@ -97,6 +97,7 @@ def test_legal_task_moves_pass() -> None:
                             (TaskState.RUNNING, TaskState.TERMINATING),
                             (TaskState.TERMINATING, TaskState.TERMINATED),
                             (TaskState.QUEUED, TaskState.TERMINATED),
+                            (TaskState.QUEUED, TaskState.TERMINATING),
                             (TaskState.RUNNING, TaskState.RUNNING)):
         check_task_transition(current, target)
 

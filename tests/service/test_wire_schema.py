@@ -241,7 +241,8 @@ class Answers:
         import jsonschema
 
         r = self.master.api(method.upper(), path, **kwargs)
-        assert r.status_code == status, (method, path, r.text)
+        assert r.status_code == status, (method, path, r.text,
+                                         self.master.log_path.read_text()[-4000:])
         bare = path.split("?")[0]
         handler, arguments = _route(bare)
         answer = handler.answers[method]
