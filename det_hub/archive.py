@@ -38,8 +38,8 @@ import os
 import tarfile
 import zlib
 from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import IO, Protocol
 
 __all__ = ["ContextError", "ContextLimits", "check_archive", "extract_archive"]
@@ -77,18 +77,27 @@ class ContextLimits:
         max_path_bytes: The longest path of a member (and of a link target), in bytes, once
             ``.`` and ``..`` are resolved. Kept well below PATH_MAX (4096).
         max_depth: The most directory levels a member's path may have.
+        settings: For each limit's name (``"max_members"``, ...), the setting that changes
+            it, named in refusals (``"MasterApp.context_max_members"``); may be empty.
     """
 
     max_bytes: int = 96 * _MiB
     max_members: int = 100_000
     max_path_bytes: int = 1024
     max_depth: int = 64
+    settings: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         for name in ("max_bytes", "max_members", "max_path_bytes", "max_depth"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"ContextLimits.{name} must be a positive integer, not {value!r}")
+
+    def setting(self, name: str) -> str:
+        """``" (MasterApp.context_max_members)"``: the setting of a limit, for a refusal;
+        ``""`` when none is named."""
+        setting = self.settings.get(name)
+        return f" ({setting})" if setting else ""
 
 
 class ContextError(ValueError):
@@ -143,8 +152,9 @@ class _Tree:
         self.members += 1
         if self.members > self.limits.max_members:
             raise ContextError(
-                f"the context has more than {self.limits.max_members} members; refused at "
-                f"member {name!r}", member=name, too_large=True)
+                f"the context has more than {self.limits.max_members} members"
+                f"{self.limits.setting('max_members')}; refused at member {name!r}",
+                member=name, too_large=True)
         parts = self._place(name, name)
         key = "/".join(parts)
         if info.isdir():
@@ -158,8 +168,9 @@ class _Tree:
             self.padded += -(-info.size // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE
             if self.total > self.limits.max_bytes:
                 raise ContextError(
-                    f"the context is larger than {_size_text(self.limits.max_bytes)} unpacked "
-                    f"(at member {name!r})", member=name, too_large=True)
+                    f"the context is larger than {_size_text(self.limits.max_bytes)} unpacked"
+                    f"{self.limits.setting('max_bytes')} (at member {name!r})", member=name,
+                    too_large=True)
             entry = _Entry(_FILE, parts)
         elif info.issym():
             self._check_symlink(name, parts, info.linkname)
@@ -200,7 +211,8 @@ class _Tree:
             return _refuse(member, problem)
 
         if len(os.fsencode(path)) > limits.max_path_bytes:
-            raise bad(f"is longer than the limit of {limits.max_path_bytes} bytes")
+            raise bad(f"is longer than the limit of {limits.max_path_bytes} bytes"
+                      f"{limits.setting('max_path_bytes')}")
         if path.startswith("/"):
             raise bad("is an absolute path, outside the context" if link
                       else "has an absolute path")
@@ -228,7 +240,7 @@ class _Tree:
                       f"{limits.max_depth}")
         if len(os.fsencode("/".join(parts))) > limits.max_path_bytes:
             raise bad(f"resolves to a path longer than the limit of {limits.max_path_bytes} "
-                      "bytes")
+                      f"bytes{limits.setting('max_path_bytes')}")
         if not link:
             for depth in range(1, len(parts)):
                 self.nodes.setdefault("/".join(parts[:depth]), (_DIR, ""))
@@ -240,7 +252,7 @@ class _Tree:
             raise _refuse(name, "is a symbolic link with an empty target")
         if len(os.fsencode(target)) > self.limits.max_path_bytes:
             raise _refuse(name, f"links to a path longer than {self.limits.max_path_bytes} "
-                                "bytes")
+                                f"bytes{self.limits.setting('max_path_bytes')}")
         if target.startswith("/"):
             raise _refuse(name, f"links to {target!r}, an absolute path outside the context")
         where = list(parts[:-1])  # where the walk is: a link is resolved from its directory

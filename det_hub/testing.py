@@ -27,7 +27,7 @@ import requests
 import yaml
 from sqlalchemy.engine import make_url
 
-from det_hub.env_names import MASTER_ENV, TOKEN_ENV
+from det_hub.env_names import MASTER_ENV, TOKEN_ENV, TRIAL_ID_ENV
 from det_hub.ports import free_port as _free_port
 
 DET_HUB = str(Path(sys.executable).parent / "det-hub")
@@ -53,6 +53,23 @@ def reap_tasks(under: Path) -> None:
         if b"local_runner" in cmdline and marker in cmdline:
             with contextlib.suppress(OSError):
                 os.killpg(int(pid_dir.name), signal.SIGKILL)
+
+
+def kill_trial_processes(trial_id: int) -> int:
+    """SIGKILL every process of a trial (found by ``DET_HUB_TRIAL_ID`` in its environment),
+    as the kernel's OOM killer would; answers how many there were."""
+    marker = f"{TRIAL_ID_ENV}={trial_id}".encode()
+    killed = 0
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        try:
+            if marker in (pid_dir / "environ").read_bytes().split(b"\0"):
+                os.kill(int(pid_dir.name), signal.SIGKILL)
+                killed += 1
+        except OSError:
+            continue
+    return killed
 
 
 class MasterProcess:

@@ -232,6 +232,8 @@ class Trial:
     hparams: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     restarts: int = 0
+    #: Starts of its process so far: the first, and every restart or resume.
+    run_id: int = 0
     created_at: dt.datetime | None = None
     ended_at: dt.datetime | None = None
     steps_completed: int = 0
@@ -264,6 +266,7 @@ class Trial:
             hparams=_dict(data.get("hparams")),
             seed=int(seed) if isinstance(seed, int) else None,
             restarts=_int(data.get("restarts")),
+            run_id=_int(data.get("run_id")),
             created_at=parse_time(data.get("created_at")),
             ended_at=parse_time(data.get("ended_at")),
             steps_completed=_int(data.get("steps_completed")),

@@ -31,6 +31,7 @@ from det_hub.config.hyperparameters import (
     IntHP,
     LogHP,
 )
+from det_hub.config.limited_yaml import ConfigLimitError, ConfigLimits, load_yaml
 from det_hub.config.overrides import merge_config, overrides_from, parse_override
 from det_hub.config.parse import parse_experiment_config
 from det_hub.config.resources import ResourcesConfig
@@ -45,6 +46,8 @@ __all__ = [
     "CommandConfig",
     "CommandResources",
     "ConfigError",
+    "ConfigLimitError",
+    "ConfigLimits",
     "ConstHP",
     "DeviceImages",
     "DeviceVariables",
@@ -67,6 +70,7 @@ __all__ = [
     "error_problems",
     "fail",
     "grid_hparams",
+    "load_yaml",
     "loc_to_path",
     "merge_config",
     "names_trial_class",

@@ -34,6 +34,7 @@ from det_hub.config._errors import Problem, fail
 from det_hub.config._model import ConfigModel
 from det_hub.config.environment import BindMount, EnvironmentConfig
 from det_hub.config.experiment import check_command
+from det_hub.config.limited_yaml import LOCAL_LIMITS, ConfigLimits
 from det_hub.config.parse import parse_model
 from det_hub.config.resources import _pool_name, _size
 from det_hub.defaults import DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
@@ -136,25 +137,29 @@ class CommandConfig(TaskConfig):
         return []
 
 
-def parse_command_config(source: str | bytes | Mapping[str, Any]) -> CommandConfig:
+def parse_command_config(source: str | bytes | Mapping[str, Any],
+                         limits: ConfigLimits = LOCAL_LIMITS) -> CommandConfig:
     """Parse and validate a command config.
 
     Args:
         source: YAML text (``str`` or UTF-8 ``bytes``), or the already loaded mapping.
+        limits: The bounds YAML text must keep (size, alias expansion, nesting).
 
     Raises:
+        ConfigLimitError: Past one of ``limits`` (a :class:`ConfigError` too).
         ConfigError: Listing every problem found, each with the dotted path of its setting.
     """
-    return parse_model(CommandConfig, source)
+    return parse_model(CommandConfig, source, limits)
 
 
-def parse_task_config(source: str | bytes | Mapping[str, Any]) -> TaskConfig:
+def parse_task_config(source: str | bytes | Mapping[str, Any],
+                      limits: ConfigLimits = LOCAL_LIMITS) -> TaskConfig:
     """Parse and validate a notebook, shell or TensorBoard config (no ``entrypoint``).
 
     Raises:
-        ConfigError: As :func:`parse_command_config`.
+        ConfigLimitError, ConfigError: As :func:`parse_command_config`.
     """
-    return parse_model(TaskConfig, source)
+    return parse_model(TaskConfig, source, limits)
 
 
 __all__ = ["CommandConfig", "CommandResources", "TaskConfig", "parse_command_config",

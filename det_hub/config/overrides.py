@@ -16,14 +16,16 @@ from typing import Any
 import yaml
 
 from det_hub.config._errors import ConfigError, Problem
+from det_hub.config.limited_yaml import LOCAL_LIMITS, ConfigLimits, load_yaml
 
 _EXPONENT_NUMBER = re.compile(r"^[-+]?(\d+\.?\d*|\.\d+)[eE][-+]?\d+$")
 
 
-def parse_override(text: str) -> dict[str, Any]:
+def parse_override(text: str, limits: ConfigLimits = LOCAL_LIMITS) -> dict[str, Any]:
     """``"a.b.c=value"`` as the nested mapping ``{"a": {"b": {"c": value}}}``.
 
     Raises:
+        ConfigLimitError: The value passes one of ``limits`` (size, aliases, nesting).
         ConfigError: No ``=``, an empty key or key part, or a value that is not YAML.
     """
     key, sep, raw = text.partition("=")
@@ -35,7 +37,7 @@ def parse_override(text: str) -> dict[str, Any]:
     if any(not p for p in parts):
         raise ConfigError([Problem(key, f"--config {text!r}: empty part in the key")])
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        value = load_yaml(raw, limits, what=f"--config {key}") if raw.strip() else None
     except yaml.YAMLError:
         raise ConfigError([Problem(key, f"--config {text!r}: the value is not YAML")]) from None
     if isinstance(value, str) and _EXPONENT_NUMBER.match(value):
@@ -58,23 +60,25 @@ def merge_config(base: Mapping[str, Any], *changes: Mapping[str, Any]) -> dict[s
     return merged
 
 
-def overrides_from(args: Iterable[str], file_text: str | None = None) -> dict[str, Any]:
+def overrides_from(args: Iterable[str], file_text: str | None = None,
+                   limits: ConfigLimits = LOCAL_LIMITS) -> dict[str, Any]:
     """The overrides of a command line: an optional YAML file (a partial config), then each
     ``KEY=VALUE`` in order, later ones winning.
 
     Raises:
+        ConfigLimitError: The file or a value passes one of ``limits``.
         ConfigError: The file is not a YAML mapping, or an override cannot be read.
     """
     changes: list[Mapping[str, Any]] = []
     if file_text is not None:
         try:
-            loaded = yaml.safe_load(file_text)
+            loaded = load_yaml(file_text, limits, what="--config-file")
         except yaml.YAMLError as exc:
             raise ConfigError([Problem("", f"--config-file: invalid YAML: {exc}")]) from None
         if loaded is not None and not isinstance(loaded, Mapping):
             raise ConfigError([Problem("", "--config-file: must be a mapping of settings")])
         changes.append(loaded or {})
-    changes.extend(parse_override(a) for a in args)
+    changes.extend(parse_override(a, limits) for a in args)
     return merge_config({}, *changes)
 
 

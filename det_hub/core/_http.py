@@ -7,6 +7,8 @@ safe to repeat while the master is unreachable (it may restart in the middle of 
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import logging
 import threading
 import time
@@ -21,6 +23,9 @@ API_PREFIX = "/api/v1"
 
 # Status codes that mean "the master is there but cannot answer now": try again later.
 _RETRY_STATUSES = frozenset({502, 503, 504})
+
+#: The longest wait a ``Retry-After`` header may impose before the next try, in seconds.
+MAX_RETRY_AFTER_S = 30.0
 
 
 class MasterError(Exception):
@@ -142,8 +147,11 @@ class MasterSession:
     ) -> Any:
         """Send one request, retrying with backoff when ``retry`` and the failure is transient.
 
-        Transient means: the connection failed or timed out, or the master answered 502/503/504.
-        Any other error status raises :class:`MasterError` at once.
+        Transient means: the connection failed or timed out, or the master answered 502/503/504
+        (503 while its database is unavailable). The wait between tries doubles from 0.25 s
+        up to 10 s, unless the answer's ``Retry-After`` asks for another (bounded by
+        :data:`MAX_RETRY_AFTER_S`); the last try is made at the deadline. Any other error
+        status raises :class:`MasterError` at once.
 
         Raises:
             MasterError: The master answered an error, or stayed unreachable past
@@ -152,7 +160,10 @@ class MasterSession:
         url = self.base_url + (path if path.startswith("/") else "/" + path)
         deadline = time.monotonic() + self.retry_deadline
         delay = 0.25
+        tries = 0
         while True:
+            tries += 1
+            retry_after: float | None = None
             try:
                 resp = self._session().request(
                     method,
@@ -165,15 +176,47 @@ class MasterSession:
                 failure: MasterError = MasterError(0, f"{method} {path}: {exc}")
             else:
                 if resp.status_code < 400:
+                    if tries > 1:
+                        logger.info("%s %s went through after %d tries", method, path, tries)
                     return _decode(resp)
                 failure = _error_from(resp)
                 if resp.status_code not in _RETRY_STATUSES:
                     raise failure
-            if not retry or time.monotonic() + delay > deadline:
+                retry_after = retry_after_seconds(resp.headers.get("Retry-After"))
+            remaining = deadline - time.monotonic()
+            if not retry or remaining <= 0:
                 raise failure
-            logger.warning("%s %s failed (%s); retrying in %.1f s", method, path, failure, delay)
-            self._sleep(delay)
+            # The master says when to come back (its database is restarting, say); a wait it
+            # asks for past MAX_RETRY_AFTER_S is cut short, never past the deadline.
+            wait = min(retry_after if retry_after is not None else delay, remaining)
+            # One warning per call that has to wait; the tries after it are routine.
+            logger.log(logging.WARNING if tries == 1 else logging.DEBUG,
+                       "%s %s failed (%s); retrying in %.1f s, until %.0f s from now",
+                       method, path, failure, wait, remaining)
+            self._sleep(wait)
             delay = min(delay * 2, 10.0)
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """The wait a ``Retry-After`` header asks for, in seconds from now, at most
+    :data:`MAX_RETRY_AFTER_S`; None when absent or unreadable.
+
+    The header holds whole seconds or an HTTP date (RFC 9110, 10.2.3).
+    """
+    if value is None or not value.strip():
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.timezone.utc)
+        seconds = (when - datetime.datetime.now(datetime.timezone.utc)).total_seconds()
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
 
 
 def _decode(resp: requests.Response) -> Any:

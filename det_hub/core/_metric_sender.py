@@ -3,8 +3,10 @@
 Reporting must never stall training, and the master may be down for a while (it restarts in
 the middle of experiments), so rows are queued here and a single thread posts them in order.
 A batch stays at the head of the queue until the master has acknowledged it, so rows are not
-dropped while the master is away; each batch carries a key the master stores with it, so a
-batch retried after its answer was lost is stored once.
+dropped while the master is away or answers 503 (its database restarting, its disk full);
+each batch carries a key the master stores with it, so a batch retried after its answer was
+lost is stored once. The queue is bounded: when it is full, reporting waits for room rather
+than dropping rows.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ class MetricSender:
         trial_id: The trial the rows belong to.
         batch_interval: Seconds a row may wait for companions before it is sent.
         max_batch: The most rows sent in one request.
+        max_queued: The most rows waiting to be sent; :meth:`put` blocks while this many are.
     """
 
     def __init__(
@@ -38,11 +41,13 @@ class MetricSender:
         *,
         batch_interval: float = 1.0,
         max_batch: int = 500,
+        max_queued: int = 100_000,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
         self._batch_interval = batch_interval
         self._max_batch = max_batch
+        self._max_queued = max(max_queued, max_batch)
         self._cond = threading.Condition()
         self._rows: deque[tuple[str, dict[str, Any], float]] = deque()
         self._progress: float | None = None
@@ -59,9 +64,28 @@ class MetricSender:
         self._thread.start()
 
     def put(self, group: str, row: dict[str, Any], *, urgent: bool = False) -> None:
-        """Queue one row of ``group``; ``urgent`` sends everything queued without waiting."""
+        """Queue one row of ``group``; ``urgent`` sends everything queued without waiting.
+
+        Blocks while ``max_queued`` rows wait already (the master has not taken them for a
+        while), until the sender has delivered some.
+
+        Raises:
+            MasterError: A batch was refused by the master or could not be delivered.
+        """
         self.raise_error()
         with self._cond:
+            if len(self._rows) >= self._max_queued:
+                logger.warning("%d metric rows wait to be sent; reporting waits for room",
+                               len(self._rows))
+                self._urgent = True
+                self._cond.notify_all()
+            while len(self._rows) >= self._max_queued and self._error is None:
+                if not self._thread.is_alive():
+                    raise RuntimeError("the metric sender thread has stopped")
+                self._cond.wait(1.0)
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err
             if self._closing:
                 raise RuntimeError("metrics reported after the context was closed")
             self._rows.append((group, row, time.monotonic()))

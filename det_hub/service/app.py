@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import os
 import secrets
@@ -34,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import tornado.web
+from tornado import httputil
 from tornado.httpclient import AsyncHTTPClient
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default
 from traitlets.config import Application, Configurable
@@ -42,6 +44,8 @@ from det_hub import __version__
 from det_hub.agents import Agent
 from det_hub.agents.local import LocalAgent
 from det_hub.archive import ContextLimits
+from det_hub.config import ConfigLimits
+from det_hub.config.limited_yaml import MAX_DEPTH_CEILING
 from det_hub.defaults import DEFAULT_DATA_DIR
 from det_hub.service.access_log import log_request
 from det_hub.service.cluster import PoolSettings
@@ -56,10 +60,17 @@ from det_hub.store import Store
 
 API_PREFIX = "/api/v1"
 
+#: The default of ``MasterApp.request_max_body_bytes``: a base64 context of 96 MiB is 128 MiB
+#: on the wire; this leaves room for the config.
+DEFAULT_MAX_BODY_BYTES = 160 * 1024 * 1024
 
-def make_app(master: Master, *, cookie_secret: bytes | None = None) -> tornado.web.Application:
+
+def make_app(master: Master, *, cookie_secret: bytes | None = None,
+             max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> tornado.web.Application:
     """The tornado application: the REST API under ``<base URL>api/v1``, the proxy to tasks
-    under ``<base URL>proxy/``, and behind a hub its OAuth callback and pages."""
+    under ``<base URL>proxy/``, and behind a hub its OAuth callback and pages. A request whose
+    body is over ``max_body_bytes`` is answered 413 (serve it with an HTTP server whose
+    ``max_body_size`` is at least that)."""
     base = master.base_url
     api = base.rstrip("/") + API_PREFIX
     handlers: list[Any] = [(api + route[0], *route[1:]) for route in api_routes]
@@ -74,10 +85,83 @@ def make_app(master: Master, *, cookie_secret: bytes | None = None) -> tornado.w
         handlers.extend(page_handlers(base))
     else:
         handlers.append((base, tornado.web.RedirectHandler, {"url": api + "/health"}))
-    # A base64 context of 96 MiB is 128 MiB on the wire; leave room for the config.
-    return tornado.web.Application(handlers, master=master, api_routes=api_routes,
-                                   max_body_size=160 * 1024 * 1024, log_function=log_request,
-                                   cookie_secret=cookie_secret or secrets.token_bytes(32))
+    return _Application(handlers, master=master, api_routes=api_routes,
+                        max_body_bytes=max_body_bytes, log_function=log_request,
+                        cookie_secret=cookie_secret or secrets.token_bytes(32))
+
+
+class _Application(tornado.web.Application):
+    """Tornado's application, answering a request body over ``max_body_bytes`` with 413 and
+    the setting to change: tornado's own ``max_body_size`` check answers a bare 400 and
+    drops the connection before the client has finished sending."""
+
+    def start_request(self, server_conn: object,
+                      request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
+        return _BodyLimit(super().start_request(server_conn, request_conn), request_conn,
+                          self.settings["max_body_bytes"])
+
+
+#: Past the limit, a body up to this many bytes more is read and dropped, so that the client
+#: (which sends the whole body before it reads an answer) gets the 413 and may go on using the
+#: connection; past that, the 413 is sent at once and the connection closed.
+_DISCARD_BYTES = 256 * 1024 * 1024
+
+
+class _BodyLimit(httputil.HTTPMessageDelegate):
+    """Refuses a request whose ``Content-Length`` is over the limit; others pass through."""
+
+    def __init__(self, inner: httputil.HTTPMessageDelegate,
+                 connection: httputil.HTTPConnection, limit: int) -> None:
+        self.inner = inner
+        self.connection = connection
+        self.limit = limit
+        self.refused: int | None = None  # the refused body's length
+
+    def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
+                         headers: httputil.HTTPHeaders) -> Any:
+        length = headers.get("Content-Length", "")
+        if not (length.isdigit() and int(length) > self.limit):
+            return self.inner.headers_received(start_line, headers)
+        self.refused = int(length)
+        if self.refused - self.limit <= _DISCARD_BYTES:
+            # Read (and drop) the body; finish() answers.
+            self.connection.set_max_body_size(self.refused)  # type: ignore[attr-defined]
+            return None
+        # Too much to read: answer now and close, leaving the body unread.
+        stream = self.connection.detach()  # type: ignore[attr-defined]
+        body = self._body()
+        head = (f"HTTP/1.1 413 Payload Too Large\r\n"
+                f"Content-Type: application/json; charset=UTF-8\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
+        stream.write(head + body).add_done_callback(lambda _: stream.close())
+        return None
+
+    def data_received(self, chunk: bytes) -> Any:
+        if self.refused is None:
+            return self.inner.data_received(chunk)
+        return None
+
+    def finish(self) -> None:
+        if self.refused is None:
+            self.inner.finish()
+            return
+        body = self._body()
+        self.connection.write_headers(
+            httputil.ResponseStartLine("HTTP/1.1", 413, "Payload Too Large"),
+            httputil.HTTPHeaders({"Content-Type": "application/json; charset=UTF-8",
+                                  "Content-Length": str(len(body))}),
+            body)
+        self.connection.finish()
+
+    def on_connection_close(self) -> None:
+        if self.refused is None:
+            self.inner.on_connection_close()
+
+    def _body(self) -> bytes:
+        return json.dumps({
+            "error": f"the request body is {self.refused} bytes, larger than the limit of "
+                     f"{self.limit} bytes (MasterApp.request_max_body_bytes)",
+            "details": []}).encode()
 
 
 def _agent_classes() -> list[type[Configurable]]:
@@ -145,7 +229,7 @@ class MasterApp(Application):
         ContextLimits.max_bytes, min=1, config=True,
         help="""The largest total size, in bytes, of the files in an uploaded context (an
         experiment's or task's model directory) once unpacked; larger ones are refused with
-        413. Uploads are also capped at 160 MiB of request body.""")
+        413. Uploads are also bounded by request_max_body_bytes.""")
     context_max_members = Integer(
         ContextLimits.max_members, min=1, config=True,
         help="""The most members (files, directories, links) an uploaded context may hold;
@@ -155,6 +239,26 @@ class MasterApp(Application):
         help="""The longest path, in bytes, of a member of an uploaded context, as written
         and once "." and ".." are resolved (and of a link target); longer ones are refused
         with 400. Keep it well below PATH_MAX (4096).""")
+    request_max_body_bytes = Integer(
+        DEFAULT_MAX_BODY_BYTES, min=1, config=True,
+        help="""The largest request body, in bytes, the REST API reads; larger ones are
+        refused with 413. It must leave room for an uploaded context, which travels base64
+        encoded (a third larger) in the body of an experiment or task.""")
+    config_max_bytes = Integer(
+        ConfigLimits.max_bytes, min=1, config=True,
+        help="""The largest config (of an experiment or task, or the overrides of a continued
+        experiment), in bytes of YAML text, and in characters of its keys and values once its
+        YAML aliases are expanded; larger ones are refused with 413.""")
+    config_max_alias_factor = Integer(
+        ConfigLimits.max_alias_factor, min=1, config=True,
+        help="""How many times more nodes a config may have once its YAML aliases are
+        expanded than were written (an alias written counts as one); more is refused with
+        400, so that an alias bomb ("billion laughs") is refused before it expands.""")
+    config_max_depth = Integer(
+        ConfigLimits.max_depth, min=1, max=MAX_DEPTH_CEILING, config=True,
+        help=f"""The most levels lists and mappings may nest in a config (the top-level
+        mapping is level 1); deeper ones are refused with 400. At most
+        {MAX_DEPTH_CEILING}.""")
     task_user = Unicode(
         DEFAULT_TASK_USER, config=True,
         help="""The Unix account (name or uid[:gid]) that runs the tasks of users linked to no
@@ -313,6 +417,15 @@ class MasterApp(Application):
             webhooks.signing_key = path.read_text().strip()
         return webhooks
 
+    def config_limits(self) -> ConfigLimits:
+        """The bounds of the configs users send, from the settings (named in refusals)."""
+        return ConfigLimits(
+            max_bytes=self.config_max_bytes, max_alias_factor=self.config_max_alias_factor,
+            max_depth=self.config_max_depth,
+            settings={"max_bytes": "MasterApp.config_max_bytes",
+                      "max_alias_factor": "MasterApp.config_max_alias_factor",
+                      "max_depth": "MasterApp.config_max_depth"})
+
     async def serve(self, ready: asyncio.Event | None = None) -> None:
         """Run until SIGINT or SIGTERM. Trials keep running; a restarted master adopts them."""
         data = self.data_path
@@ -335,10 +448,15 @@ class MasterApp(Application):
                             hub=hub, task_account=self.task_account(),
                             private_paths=self.private_paths(),
                             webhooks=self.make_webhooks(store),
+                            config_limits=self.config_limits(),
                             context_limits=ContextLimits(
                                 max_bytes=self.context_max_bytes,
                                 max_members=self.context_max_members,
-                                max_path_bytes=self.context_max_path_bytes))
+                                max_path_bytes=self.context_max_path_bytes,
+                                settings={"max_bytes": "MasterApp.context_max_bytes",
+                                          "max_members": "MasterApp.context_max_members",
+                                          "max_path_bytes":
+                                              "MasterApp.context_max_path_bytes"}))
         except ValueError as e:
             await store.close()
             raise SystemExit(f"det-hub master: bad cluster settings: {e}") from None
@@ -347,8 +465,12 @@ class MasterApp(Application):
         # Never the token itself: logs are read by more people than the token is meant for.
         self.log.info("admin token in %s (mode %s)", token_path, file_mode(token_path))
         await master.start()
-        server = make_app(master, cookie_secret=self.cookie_secret()).listen(
-            self.port, self.host, xheaders=True)
+        limit = self.request_max_body_bytes
+        # The server's own bound is the same; the application lifts it for a body it refuses,
+        # to drop it and answer 413 (see make_app).
+        server = make_app(master, cookie_secret=self.cookie_secret(),
+                          max_body_bytes=limit).listen(
+            self.port, self.host, xheaders=True, max_body_size=limit)
         slots = "; ".join(f"{a.agent_id} ({a.kind}, pool {a.resource_pool}): "
                           + ", ".join(f"{s.kind}:{s.id}" for s in a.slots) for a in agents)
         self.log.info("det_hub master %s at %s (store: %s; agents: %s)", __version__,

@@ -44,11 +44,12 @@ class AllocationExited:
 
 
 @dataclass(frozen=True)
-class TrialEnded:
-    """A trial reached a terminal state; ``run`` is its experiment's."""
+class TrialsEnded:
+    """Trials of one experiment reached a terminal state: one, or many at once when a search
+    closes out; ``run`` is their experiment's."""
 
     run: ExperimentRun
-    trial: Trial
+    trials: tuple[Trial, ...]
 
 
 class EventBus:
@@ -69,4 +70,4 @@ class EventBus:
             await handler(event)
 
 
-__all__ = ["AllocationExited", "AllocationStateChanged", "EventBus", "TrialEnded"]
+__all__ = ["AllocationExited", "AllocationStateChanged", "EventBus", "TrialsEnded"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from det_hub.defaults import RETENTION_DEFAULTS
 from det_hub.service import wire
-from det_hub.service.bus import EventBus, TrialEnded
+from det_hub.service.bus import EventBus, TrialsEnded
 from det_hub.service.checkpoint_gc import CheckpointGC, RetentionPolicy
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.serialize import checkpoint_json
@@ -41,16 +41,22 @@ class CheckpointManager:
         self.store = store
         self.experiments = experiments
         self.gc = gc
-        bus.subscribe(TrialEnded, self._on_trial_end)
+        bus.subscribe(TrialsEnded, self._on_trials_end)
 
-    async def report(self, who: Principal, report: wire.CheckpointReport) -> Checkpoint:
+    async def report(self, who: Principal,
+                     report: wire.CheckpointReport) -> tuple[Checkpoint, bool]:
         """Record a checkpoint training code wrote (``COMPLETED``, or ``ACTIVE`` while it is
         being written); a completed one becomes its trial's latest. Without
-        ``steps_completed`` its metadata's is taken, else 0.
+        ``steps_completed`` its metadata's is taken, else 0. The uuid is the report's key:
+        the same report again (a retry whose answer was lost) changes nothing.
+
+        Returns:
+            The checkpoint as stored, and whether this report was a repeat.
 
         Raises:
             BadRequest: The metadata's ``steps_completed`` is not a whole number >= 0.
-            Conflict: The uuid is taken."""
+            Conflict: The uuid is taken by another checkpoint (another trial's, or one in
+                another state or at another step)."""
         uuid, state = report.uuid, report.state
         trial = await self.experiments.get_trial(who, report.trial_id, write=True)
         resources = report.resources or {}
@@ -68,11 +74,17 @@ class CheckpointManager:
                 steps_completed=steps, resources=resources, metadata=metadata,
                 storage=exp.config.get("checkpoint_storage") or {})
         except StoreConflict:
-            raise Conflict(f"checkpoint {uuid} already exists") from None
-        if state == CheckpointState.COMPLETED.value:
-            trial.latest_checkpoint = uuid
+            stored = await self.store.get_checkpoint(uuid)
+            if stored is None or (stored.trial_id, stored.state, stored.steps_completed) != (
+                    trial.id, state, steps):
+                raise Conflict(f"checkpoint {uuid} already exists") from None
+            ckpt, repeat = stored, True
+        else:
+            repeat = False
+        if state == CheckpointState.COMPLETED.value and trial.latest_checkpoint != uuid:
             await self.store.update_trial(trial.id, latest_checkpoint=uuid)
-        return ckpt
+            trial.latest_checkpoint = uuid
+        return ckpt, repeat
 
     async def get(self, who: Principal, uuid: str) -> Checkpoint:
         """A checkpoint (training code: only its own experiment's).
@@ -200,6 +212,7 @@ class CheckpointManager:
         return (f"checkpoint {uuid} is registered as {named}; delete "
                 f"{'that version' if len(versions) == 1 else 'those versions'} first")
 
-    async def _on_trial_end(self, event: TrialEnded) -> None:
-        """Apply the experiment's checkpoint GC policy once a trial has ended."""
+    async def _on_trials_end(self, event: TrialsEnded) -> None:
+        """Apply the experiment's checkpoint GC policy once trials have ended (one pass for
+        all that ended together)."""
         await self.gc.collect(event.run.row, event.run.trials.values())

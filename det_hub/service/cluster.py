@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -57,10 +57,10 @@ from det_hub.scheduler import (
     build_scheduler,
 )
 from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
-from det_hub.service.monitor import AllocationMonitor, allocation_system_log
+from det_hub.service.monitor import AllocationMonitor, allocation_system_log, store_logs
 from det_hub.states import AllocationState, check_allocation_transition
 from det_hub.storage import storage_in_container, storage_mounts
-from det_hub.store import Store, hash_token, utcnow
+from det_hub.store import Store, StoreUnavailable, hash_token, utcnow
 
 log = logging.getLogger("det_hub.cluster")
 
@@ -197,6 +197,10 @@ class Allocation:
     last_activity: float = dataclasses.field(default_factory=time.monotonic)
     #: Killed because it was idle for its ``idle_timeout``.
     idle_timed_out: bool = False
+    #: Log rows read from its tasks that the database has not taken yet (it could not be used),
+    #: oldest first; and how many were dropped past the limit (see ``monitor.keep_logs``).
+    unstored_logs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    lost_log_lines: int = 0
 
     @property
     def agent_ids(self) -> list[str]:
@@ -210,6 +214,83 @@ class Allocation:
         """
         check_allocation_transition(self.state, state)
         self.state = state
+
+
+@dataclasses.dataclass
+class Ending:
+    """An allocation that has ended, on its way to being stored as ended and announced
+    (:class:`AllocationExited`); it waits in :class:`Endings` while the database
+    cannot be used."""
+
+    alloc: Allocation
+    status: ExitStatus
+    ended_at: datetime = dataclasses.field(default_factory=utcnow)
+    #: The end is stored and the tasks' remains reaped; only the announcement is left.
+    stored: bool = False
+    tries: int = 0
+    #: When to try again (monotonic seconds).
+    next_try: float = 0.0
+    since: float = dataclasses.field(default_factory=time.monotonic)
+
+
+class Endings:
+    """Allocations that have ended, on their way to being stored as ended, reaped, and
+    announced (:class:`AllocationExited`): one try at once, and while the database cannot be
+    used, again each round of the cluster's loop, with a growing pause."""
+
+    def __init__(self, store: Store, bus: EventBus,
+                 reap: Callable[[Allocation], Awaitable[None]]) -> None:
+        self.store, self.bus, self._reap = store, bus, reap
+        #: By allocation id, the ends the database has not taken yet.
+        self.waiting: dict[str, Ending] = {}
+
+    async def settle(self, ending: Ending) -> None:
+        """Store an allocation's end, reap it and announce it; one try now, the rest left
+        to :meth:`retry`."""
+        alloc, status = ending.alloc, ending.status
+        try:
+            if not ending.stored:
+                await store_logs(self.store, alloc)
+                await self.store.update_allocation(
+                    alloc.id, state=AllocationState.TERMINATED, ended_at=ending.ended_at,
+                    exit_code=status.exit_code, exit_reason=status.reason or (
+                        f"signal {status.signal}" if status.signal else None))
+                ending.stored = True
+                await self._reap(alloc)
+            await self.bus.publish(AllocationExited(alloc, status))
+        except StoreUnavailable as e:
+            ending.tries += 1
+            ending.next_try = time.monotonic() + min(
+                STORE_RETRY_FIRST_S * 2 ** (ending.tries - 1), STORE_RETRY_MAX_S)
+            if alloc.id not in self.waiting:
+                how = status.reason or (f"signal {status.signal}" if status.signal
+                                        else f"exit code {status.exit_code}")
+                log.warning("allocation %s has ended (%s), but %s: its end is stored, and its "
+                            "%s settled, once it is back", alloc.id, how, e.what,
+                            alloc.spec.what)
+                self.waiting[alloc.id] = ending
+            return
+        if self.waiting.pop(alloc.id, None) is not None:
+            log.warning("allocation %s's end is stored after %d tries over %.1f s", alloc.id,
+                        ending.tries + 1, time.monotonic() - ending.since)
+
+    async def retry(self) -> None:
+        """Try again to settle the ends whose pause is over (each round of the loop)."""
+        now = time.monotonic()
+        for ending in list(self.waiting.values()):
+            if ending.next_try > now:
+                continue
+            try:
+                await self.settle(ending)
+            except Exception:  # not the database: trying again would fail the same way
+                self.waiting.pop(ending.alloc.id, None)
+                log.exception("allocation %s: its end could not be settled", ending.alloc.id)
+
+
+#: Seconds between tries to store an allocation's state while the database cannot be used:
+#: doubling from the first to the last.
+STORE_RETRY_FIRST_S = 0.5
+STORE_RETRY_MAX_S = 2.0
 
 
 def rendezvous_port(allocation_id: str) -> int:
@@ -328,6 +409,9 @@ class Cluster:
         #: Tasks on agents that were given up for lost, to stop once the agent answers again.
         self.orphans: dict[str, list[TaskHandle]] = {}
         self._launching: set[asyncio.Task[None]] = set()
+        #: Allocations that have ended, on their way to being stored and announced (see
+        #: :meth:`finish`).
+        self.endings = Endings(store, bus, self._reap)
         self._wake = asyncio.Event()
         self.monitor = AllocationMonitor(self, self._wake, agent_timeout=agent_timeout,
                                          heartbeat_interval=heartbeat_interval)
@@ -351,6 +435,11 @@ class Cluster:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        if self.endings.waiting:
+            # Still open in the database: the next master finds them ended when it adopts them.
+            log.warning("the ends of allocations %s are not stored (the database could not be "
+                        "used); the next start settles them",
+                        ", ".join(sorted(self.endings.waiting)))
 
     # --- pools and jobs -----------------------------------------------------------------
     def pool_agents(self, pool: str) -> list[Agent]:
@@ -543,12 +632,15 @@ class Cluster:
     async def _loop(self) -> None:
         while True:
             try:
+                await self.endings.retry()
                 await self.monitor.heartbeat()
                 await self._schedule()
                 await self.monitor.watch()
                 await self.monitor.enforce_timeouts()
             except asyncio.CancelledError:
                 raise
+            except StoreUnavailable:
+                pass  # the store logs the outage once; the next round tries again
             except Exception:  # one bad round must not stop the cluster
                 log.exception("cluster round failed")
             try:
@@ -609,11 +701,16 @@ class Cluster:
     async def _launch(self, alloc: Allocation) -> None:
         """Start an allocation's task on each of its agents."""
         chief = alloc.nodes[0]
-        try:
+
+        async def starting() -> None:
             await self.store.update_allocation(
                 alloc.id, state=AllocationState.STARTING, slot_ids=list(chief.slot_ids),
                 agent_id=chief.agent_id, placements=[n.record() for n in alloc.nodes])
             await self.bus.publish(AllocationStateChanged(alloc, AllocationState.STARTING))
+
+        try:
+            if not await self._until_stored(alloc, "its start", starting):
+                return
             addrs = [self.agents[n.agent_id].address for n in alloc.nodes]
             results = [] if alloc.spec.reserve_only else await asyncio.gather(
                 *(self._launch_node(alloc, rank, addrs) for rank in range(len(alloc.nodes))),
@@ -636,11 +733,35 @@ class Cluster:
         if alloc.killed:
             self.terminate(alloc)
         chief_handle = chief.handle
-        await self.store.update_allocation(
-            alloc.id, state=AllocationState.RUNNING, pid=chief_handle.pid if chief_handle else None,
-            workdir=chief_handle.where if chief_handle else None, started_at=utcnow(),
-            placements=[n.record() for n in alloc.nodes])
-        await self.bus.publish(AllocationStateChanged(alloc, AllocationState.RUNNING))
+        started_at = utcnow()
+
+        async def running() -> None:
+            await self.store.update_allocation(
+                alloc.id, state=AllocationState.RUNNING,
+                pid=chief_handle.pid if chief_handle else None,
+                workdir=chief_handle.where if chief_handle else None, started_at=started_at,
+                placements=[n.record() for n in alloc.nodes])
+            await self.bus.publish(AllocationStateChanged(alloc, AllocationState.RUNNING))
+
+        await self._until_stored(alloc, "that it runs", running)
+
+    async def _until_stored(self, alloc: Allocation, what: str,
+                            write: Callable[[], Awaitable[None]]) -> bool:
+        """Run ``write`` (a state of ``alloc``'s, stored and announced) until the database
+        takes it, waiting between tries while it cannot be used. False when the allocation
+        ended in the meantime, and its end, stored by :meth:`finish`, makes the write moot."""
+        delay = STORE_RETRY_FIRST_S
+        while alloc.id in self.allocations:
+            try:
+                await write()
+                return True
+            except StoreUnavailable as e:
+                if delay == STORE_RETRY_FIRST_S:
+                    log.warning("allocation %s: %s is not stored yet, as %s; trying again "
+                                "until it is", alloc.id, what, e.what)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, STORE_RETRY_MAX_S)
+        return False
 
     async def _launch_node(self, alloc: Allocation, rank: int, addrs: list[str]) -> None:
         node = alloc.nodes[rank]
@@ -688,14 +809,22 @@ class Cluster:
                         run_as=spec.run_as, owner_is_admin=spec.owner_is_admin)
 
     async def finish(self, alloc: Allocation, status: ExitStatus) -> None:
+        """An allocation has ended: it is closed, its end and last log lines are stored, its
+        tasks' remains reaped, and :class:`AllocationExited` is published.
+
+        While the database cannot be used the end is not lost: the allocation waits in
+        :attr:`endings` and each round of the loop tries again (with a growing pause), so
+        its trial or task ends up in its true state once the database is back.
+        """
         if not self.allocations.remove(alloc):
             return
         alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()  # release any long-poll still waiting (answers true: stop)
-        await self.store.update_allocation(
-            alloc.id, state=AllocationState.TERMINATED, ended_at=utcnow(),
-            exit_code=status.exit_code,
-            exit_reason=status.reason or (f"signal {status.signal}" if status.signal else None))
+        await self.endings.settle(Ending(alloc, status))
+
+    async def _reap(self, alloc: Allocation) -> None:
+        """Remove what is left of an ended allocation's tasks on their agents, and let the
+        loop schedule its slots."""
         for node in alloc.nodes:
             if node.handle is not None:
                 try:
@@ -703,4 +832,3 @@ class Cluster:
                 except AgentUnreachable:
                     self.orphans.setdefault(node.agent_id, []).append(node.handle)
         self._wake.set()
-        await self.bus.publish(AllocationExited(alloc, status))

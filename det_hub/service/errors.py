@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tornado.web import HTTPError
+from tornado.web import HTTPError, RequestHandler
+
+from det_hub.store import StoreUnavailable
 
 
 class APIError(HTTPError):
@@ -48,7 +50,20 @@ class TooLarge(APIError):
 
 
 class Unavailable(APIError):
+    """The master cannot answer now but will: 503, with ``Retry-After`` when
+    ``retry_after`` (whole seconds) is given."""
+
     status = 503
+
+    def __init__(self, message: str, details: list[Any] | None = None,
+                 retry_after: int | None = None) -> None:
+        super().__init__(message, details)
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_store(cls, error: StoreUnavailable) -> Unavailable:
+        """The answer for a database that cannot be used now (see ``StoreUnavailable``)."""
+        return cls(str(error), retry_after=error.retry_after)
 
 
 class NotReady(Unavailable):
@@ -64,3 +79,23 @@ class NotReady(Unavailable):
             message = f"{word} {task.id} is {task.state} and not serving yet; try again shortly"
         super().__init__(message)
         self.task = task
+
+
+def answered_error(handler: RequestHandler, exc: BaseException | None) -> BaseException | None:
+    """The error a handler's ``write_error`` answers for ``exc``: a
+    :class:`~det_hub.store.StoreUnavailable` that rose from under the handler becomes the 503
+    it is (not a 500), and an :class:`Unavailable` sets ``Retry-After``."""
+    if isinstance(exc, StoreUnavailable):
+        exc = Unavailable.from_store(exc)
+        handler.set_status(exc.status_code)
+    if isinstance(exc, Unavailable) and exc.retry_after is not None:
+        handler.set_header("Retry-After", str(exc.retry_after))
+    return exc
+
+
+def logged_as_traceback(exc: BaseException | None) -> bool:
+    """Whether a handler's uncaught ``exc`` is logged with its traceback: not a database
+    outage, which the store logs once, at its start (each request it fails is a 503 in the
+    access log)."""
+    return not isinstance(exc, StoreUnavailable)
+

@@ -9,12 +9,15 @@ its lock, so the searcher sees them in a single order.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import math
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Protocol
 
+from det_hub import nonfinite
 from det_hub.agents.local import ExitStatus
 from det_hub.config import ExperimentConfig, LengthUnit
 from det_hub.searcher import (
@@ -25,9 +28,9 @@ from det_hub.searcher import (
     Shutdown,
     Stop,
     ValidateAfter,
-    build_search_method,
 )
-from det_hub.service.bus import TrialEnded
+from det_hub.service.bus import TrialsEnded
+from det_hub.service.searcher_journal import SearcherJournal
 from det_hub.states import (
     ExperimentState,
     TrialState,
@@ -48,6 +51,11 @@ E, T = ExperimentState, TrialState
 
 #: Reasons training code may give for leaving early (Core API ``report_early_exit``).
 EARLY_EXIT_REASONS = EXIT_REASONS
+
+#: A search of more trials than this figures its progress at most every PROGRESS_INTERVAL
+#: seconds (see ExperimentRun.update_progress).
+PROGRESS_EXACT_TRIALS = 200
+PROGRESS_INTERVAL = 1.0
 
 #: ``run_state`` of a trial that reached its rung and waits, checkpointed and without a slot,
 #: for the searcher to promote or stop it (ASHA with ``stop_once: false``).
@@ -94,9 +102,9 @@ class RunHost(Protocol):
     async def kill(self, alloc: Allocation) -> None:
         """Stop a started allocation now."""
 
-    async def trial_ended(self, run: ExperimentRun, trial: Trial) -> None:
-        """``trial`` of ``run`` has reached a terminal state: apply the experiment's
-        checkpoint GC policy."""
+    async def trials_ended(self, run: ExperimentRun, trials: list[Trial]) -> None:
+        """``trials`` of ``run`` have reached a terminal state (several at once when a search
+        closes out): apply the experiment's checkpoint GC policy, once."""
 
 
 class ClusterHost:
@@ -107,7 +115,7 @@ class ClusterHost:
     Args:
         cluster: Where allocations are queued, preempted and killed.
         launcher: Builds a trial's launch spec (raises :class:`LaunchRefused`).
-        bus: Where :class:`~det_hub.service.bus.TrialEnded` is published.
+        bus: Where :class:`~det_hub.service.bus.TrialsEnded` is published.
     """
 
     def __init__(self, cluster: Cluster, launcher: Launcher, bus: EventBus) -> None:
@@ -131,8 +139,34 @@ class ClusterHost:
     async def kill(self, alloc: Allocation) -> None:
         await self.cluster.kill(alloc)
 
-    async def trial_ended(self, run: ExperimentRun, trial: Trial) -> None:
-        await self.bus.publish(TrialEnded(run, trial))
+    async def trials_ended(self, run: ExperimentRun, trials: list[Trial]) -> None:
+        await self.bus.publish(TrialsEnded(run, tuple(trials)))
+
+
+class _Deferred:
+    """At most one pending call of an async function, made ``delay`` seconds after it is
+    first asked for, as a task of its own; a failure is logged, naming ``what``."""
+
+    def __init__(self, call: Callable[[], Awaitable[None]], what: str) -> None:
+        self._call, self._what = call, what
+        self._handle: asyncio.TimerHandle | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def ask(self, delay: float) -> None:
+        if self._handle is None:
+            self._handle = asyncio.get_running_loop().call_later(delay, self._start)
+
+    def _start(self) -> None:
+        self._handle = None
+        task = asyncio.get_running_loop().create_task(self._run())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self) -> None:
+        try:
+            await self._call()
+        except Exception as e:  # the next event tries again
+            log.warning("%s could not be stored: %s", self._what, e)
 
 
 class ExperimentRun:
@@ -145,6 +179,9 @@ class ExperimentRun:
         trials: The experiment's stored trials.
         store: Where every change is written.
         host: Runs the trials' allocations (see :class:`RunHost`).
+        searcher_state, searcher_events: The search method as stored (see
+            :meth:`Store.load_searcher`; :meth:`restore` reads them): None and none for a
+            new experiment.
     """
 
     def __init__(
@@ -154,6 +191,8 @@ class ExperimentRun:
         trials: list[Trial],
         store: Store,
         host: RunHost,
+        searcher_state: Mapping[str, Any] | None = None,
+        searcher_events: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         self.row = row
         self.config = config
@@ -169,9 +208,34 @@ class ExperimentRun:
         unit = config.searcher.length_unit
         #: What searcher lengths count: batches, records or epochs, or the 0.38 time metric.
         self.length_unit: str | None = unit.value if isinstance(unit, LengthUnit) else unit
-        self.method: SearchMethod = restored_search_method(row, config)
-        state = row.searcher_state or {}
-        self.completed_lengths: dict[str, int] = dict(state.get("completed_lengths", {}))
+        #: The search method as it last was: its state stored whole, then
+        #: ``searcher_events`` (what it was told since) told again.
+        self.searcher = SearcherJournal(row, config, searcher_state, searcher_events)
+        self.method: SearchMethod = self.searcher.method
+        #: Each trial's length done, as the searcher counts it.
+        self.completed_lengths: dict[str, int] = self.searcher.completed_lengths
+        # Inside a batch (see _batch) the searcher's state is saved, and ended trials handed
+        # to the host, once, when the outermost batch ends.
+        self._batch_depth = 0
+        self._save_pending = self._whole_pending = False
+        self._ended: list[Trial] = []
+        self._done_pending = False
+        # Allocations whose failure has been counted as a restart of their trial.
+        self._failures_counted: set[str] = set()
+        # When the progress was last figured, and figuring it again later (see
+        # update_progress).
+        self._progress_at = 0.0
+        self._progress_later = _Deferred(lambda: self.update_progress(now=True),
+                                         f"experiment {row.id}: its progress")
+        # The trials by the searcher's request id.
+        self._by_request: dict[str, Trial] = {t.request_id: t for t in trials}
+
+    @classmethod
+    async def restore(cls, row: Experiment, config: ExperimentConfig, trials: list[Trial],
+                      store: Store, host: RunHost) -> ExperimentRun:
+        """The run of a stored experiment (after a master restart, or to continue it): its
+        search method as it last was, with the events stored after its whole state."""
+        return cls(row, config, trials, store, host, *await store.load_searcher(row.id))
 
     # --- properties ---------------------------------------------------------------------
     @property
@@ -187,8 +251,7 @@ class ExperimentRun:
         """Start a new experiment: ask the searcher for its first trials."""
         async with self.lock:
             if self.state == E.ACTIVE:
-                await self._apply(self.method.initial_actions())
-                await self._save_searcher()
+                await self._apply(self.searcher.tell({"event": "initial"}), decided=True)
 
     async def recover(self) -> None:
         """Continue after a master restart: requeue what should run, finish what is done.
@@ -233,8 +296,7 @@ class ExperimentRun:
                     if self.host.allocation(trial.id) is None:
                         await self._run_or_wait(trial)
             if not self.trials and not self.method.shutdown:
-                await self._apply(self.method.initial_actions())
-                await self._save_searcher()
+                await self._apply(self.searcher.tell({"event": "initial"}), decided=True)
 
     async def cancel(self) -> None:
         """Stop gracefully (``det experiment cancel``): running trials are asked to stop as a
@@ -273,13 +335,12 @@ class ExperimentRun:
             ValueError: The search method cannot take one of them back; nothing was changed.
         """
         async with self.lock:
-            for trial in trials:
-                self.method.reopen(trial.request_id)
+            for trial in trials:  # raises before anything changed
+                self.searcher.tell({"event": "reopen", "request_id": trial.request_id})
             await self._set_state(E.ACTIVE)
             for trial in trials:
                 self.told_to_wait.discard(trial.id)
                 self.early_exits.pop(trial.id, None)
-                await self.rewind(trial)
                 trial.restarts, trial.ended_at = 0, None
                 await self.store.update_trial(trial.id, restarts=0, ended_at=None)
                 await self._set_trial_state(trial, T.ACTIVE)
@@ -289,30 +350,6 @@ class ExperimentRun:
                                        f"trial trains on from {start}")
                 await self._request(trial)
             await self._save_searcher()
-
-    async def rewind(self, trial: Trial) -> None:
-        """Forget what the trial reported past its latest checkpoint, which it is about to train
-        again (after a failure, or when continued): those metric rows go, and its figures are
-        recomputed from what is left. The searcher keeps what it saw; a result it already has
-        is not given to it twice."""
-        steps = 0
-        if trial.latest_checkpoint:
-            checkpoint = await self.store.get_checkpoint(trial.latest_checkpoint)
-            steps = checkpoint.steps_completed if checkpoint is not None else 0
-        if (trial.steps_completed or 0) <= steps:
-            return
-        await self.store.delete_metrics_after(trial.id, steps)
-        kept = await self.store.get_metrics(trial.id, group="validation")
-        fields: dict[str, Any] = {
-            "steps_completed": steps, "latest_validation": None, "best_validation": None,
-            "searcher_metric_value": None,
-            **validation_fields(
-                [{"steps_completed": m.steps_completed, "metrics": m.metrics} for m in kept],
-                self.row.searcher_metric, self.row.smaller_is_better, None),
-        }
-        for key, value in fields.items():
-            setattr(trial, key, value)
-        await self.store.update_trial(trial.id, **fields)
 
     # --- events from training code ------------------------------------------------------
     async def on_validation(self, trial: Trial, length: int, metric: float) -> None:
@@ -326,9 +363,9 @@ class ExperimentRun:
                 return
             if TrialState(trial.state).terminal:
                 return
-            self.completed_lengths[trial.request_id] = length
-            await self._apply(self.method.on_validation(trial.request_id, metric, length))
-            await self._save_searcher()
+            await self._apply(self.searcher.tell({
+                "event": "validation", "request_id": trial.request_id,
+                "metric": nonfinite.encode(metric), "length": length}), decided=True)
 
     def operation(self, trial: Trial) -> dict[str, Any]:
         target = self.method.target_length(trial.request_id)
@@ -349,7 +386,7 @@ class ExperimentRun:
     async def on_progress(self, trial: Trial, progress: float) -> None:
         trial.progress = progress
         await self.store.update_trial(trial.id, progress=progress)
-        await self._update_progress()
+        await self.update_progress()
 
     # --- events from the cluster --------------------------------------------------------
     async def on_run_state(self, trial_id: int, run_state: str) -> None:
@@ -363,9 +400,12 @@ class ExperimentRun:
             trial = self.trials.get(alloc.spec.trial_id or -1)
             if trial is None:
                 return
+            # The cluster hands an exit over again when handling it failed (the database
+            # could not be used): every write below comes before what it changes here, so
+            # that handling it again carries on from what is stored.
             state = TrialState(trial.state)
             await self._set_run_state(trial, None)
-            early = self.early_exits.pop(trial.id, None)
+            early = self.early_exits.get(trial.id)
             preempted = alloc.preempt_requested and not alloc.killed
 
             if state.terminal:
@@ -378,7 +418,6 @@ class ExperimentRun:
                 await self._close_trial(trial, T.COMPLETED)
             elif alloc.timed_out:
                 # Killed for not stopping within the preemption timeout: not the trial's fault.
-                await self.rewind(trial)
                 await trial_system_log(self.store, trial, f"the trial resumes "
                                        f"{_resume_point(trial)} when it gets slots again")
                 if state == T.ACTIVE and self.state == E.ACTIVE:
@@ -387,7 +426,7 @@ class ExperimentRun:
                 await trial_system_log(self.store, trial, f"the trial stopped early: {early}")
                 await self._close_trial(trial, T.COMPLETED, early_exit=early)
             elif early == "ERRORED" or not status.success:
-                await self._on_failure(trial, status, early)
+                await self._on_failure(trial, alloc, status, early)
             elif preempted:
                 # Checkpointed for a pause or a preemption: wait, or go again if activated.
                 if state == T.ACTIVE and self.state == E.ACTIVE:
@@ -400,9 +439,11 @@ class ExperimentRun:
                 await self._run_or_wait(trial)
             else:
                 await self._close_trial(trial, T.COMPLETED)
+            self.early_exits.pop(trial.id, None)
             await self._maybe_finish()
 
-    async def _on_failure(self, trial: Trial, status: ExitStatus, early: str | None) -> None:
+    async def _on_failure(self, trial: Trial, alloc: Allocation, status: ExitStatus,
+                          early: str | None) -> None:
         if early == "ERRORED":
             why = "the training code reported an error"
         elif status.exit_code is not None:
@@ -414,10 +455,12 @@ class ExperimentRun:
         if status.reason and status.reason not in why:
             why += f" ({status.reason})"
         max_restarts = self.config.max_restarts
-        if trial.restarts < max_restarts and self.state in (E.ACTIVE, E.PAUSED):
-            trial.restarts += 1
-            await self.store.update_trial(trial.id, restarts=trial.restarts)
-            await self.rewind(trial)
+        counted = alloc.id in self._failures_counted  # handled before, up to a failed write
+        if counted or (trial.restarts < max_restarts and self.state in (E.ACTIVE, E.PAUSED)):
+            if not counted:
+                await self.store.update_trial(trial.id, restarts=trial.restarts + 1)
+                trial.restarts += 1
+                self._failures_counted.add(alloc.id)
             await trial_system_log(
                 self.store, trial, f"{why}; restarting {_resume_point(trial)} (restart "
                                    f"{trial.restarts} of {max_restarts})")
@@ -431,58 +474,98 @@ class ExperimentRun:
             await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
 
     # --- internals ----------------------------------------------------------------------
-    async def _apply(self, actions: list[Action]) -> None:
-        for action in actions:
-            if isinstance(action, Create) and _by_request(self.trials.values(), action.request_id):
-                # The master stopped after creating this trial and before saving the search
-                # state; the restored search asks for it again. It is the same trial, which
-                # recover() already queued if it is to run.
-                await self._apply(self.method.on_trial_created(action.request_id))
-            elif isinstance(action, Create):
-                trial = await self.store.create_trial(
-                    experiment_id=self.id, request_id=action.request_id,
-                    hparams=dict(action.hparams),
-                    seed=_trial_seed(self.row.seed, len(self.trials)), state=T.ACTIVE.value)
-                self.trials[trial.id] = trial
-                await self._apply(self.method.on_trial_created(action.request_id))
-                if self.state == E.ACTIVE:
-                    await self._request(trial)
-                else:
-                    await self._set_trial_state(trial, T.PAUSED)
-            elif isinstance(action, ValidateAfter):
-                # A promotion: a trial waiting at its rung goes back to a slot. A running
-                # trial picks the new target up when it asks for its next operation.
-                promoted = _by_request(self.trials.values(), action.request_id)
-                if promoted is not None and promoted.run_state == WAITING \
-                        and TrialState(promoted.state) == T.ACTIVE and self.state == E.ACTIVE:
-                    await self._request(promoted)
-            elif isinstance(action, Stop):
-                stopping = _by_request(self.trials.values(), action.request_id)
-                if stopping is not None and TrialState(stopping.state) == T.ACTIVE:
-                    await self._set_trial_state(stopping, T.STOPPING_COMPLETED)
-                    alloc = self.host.allocation(stopping.id)
-                    if alloc is None or await self.host.dequeue(alloc):
-                        await self._close_trial(stopping, T.COMPLETED)
-                    else:
-                        await self.host.preempt(alloc)
-            elif isinstance(action, Shutdown):
-                target = E.STOPPING_ERROR if action.failure else E.STOPPING_COMPLETED
-                if not self.state.terminal and self.state != target \
-                        and self.state != E.STOPPING_CANCELED:
-                    await self._set_state(target)
+    @contextlib.asynccontextmanager
+    async def _batch(self) -> AsyncIterator[None]:
+        """Within, saving the searcher's state and handing ended trials to the host wait for
+        the end of the outermost batch, and happen once there: a search that closes out stops
+        its waiting trials with one save and one checkpoint GC pass, not one per trial. If the
+        body fails, what waits is done at the end of the next batch."""
+        self._batch_depth += 1
+        try:
+            yield
+        finally:
+            self._batch_depth -= 1
+        if self._batch_depth:
+            return
+        if self._save_pending:
+            await self._save_searcher()
+        if self._ended:
+            ended = list(self._ended)
+            await self.host.trials_ended(self, ended)
+            del self._ended[:len(ended)]
+        if self._done_pending:
+            self._done_pending = False
+            self.done.set()
 
-    def _has_more_work(self, trial: Trial) -> bool:
-        target = self.method.target_length(trial.request_id)
-        return target is None or self.completed_lengths.get(trial.request_id, 0) < target
+    async def _apply(self, actions: list[Action], *, decided: bool = False) -> None:
+        """Carry out the search method's actions; ``decided``: it answered them to what it
+        was just told, so its state is saved (once, as the batch ends)."""
+        async with self._batch():
+            self._save_pending |= decided
+            for action in actions:
+                if isinstance(action, Create) and action.request_id in self._by_request:
+                    # The master stopped after creating this trial and before saving the search
+                    # state; the restored search asks for it again. It is the same trial, which
+                    # recover() already queued if it is to run.
+                    await self._apply(self.searcher.tell({"event": "created",
+                                                  "request_id": action.request_id}))
+                elif isinstance(action, Create):
+                    # In an active experiment the trial is made queued, its first run numbered:
+                    # one write, where a trial that runs again needs several (see _request).
+                    active = self.state == E.ACTIVE
+                    trial = await self.store.create_trial(
+                        experiment_id=self.id, request_id=action.request_id,
+                        hparams=dict(action.hparams),
+                        seed=_trial_seed(self.row.seed, len(self.trials)),
+                        state=(T.ACTIVE if active else T.PAUSED).value,
+                        run_state="QUEUED" if active else None, run_id=1 if active else 0)
+                    self.trials[trial.id] = trial
+                    self._by_request[trial.request_id] = trial
+                    await self._apply(self.searcher.tell({"event": "created",
+                                                  "request_id": action.request_id}))
+                    if active and trial.run_state == "QUEUED":
+                        await self._request(trial, first_run=True)
+                elif isinstance(action, ValidateAfter):
+                    # A promotion: a trial waiting at its rung goes back to a slot. A running
+                    # trial picks the new target up when it asks for its next operation.
+                    promoted = self._by_request.get(action.request_id)
+                    if promoted is not None and promoted.run_state == WAITING \
+                            and TrialState(promoted.state) == T.ACTIVE and self.state == E.ACTIVE:
+                        await self._request(promoted)
+                elif isinstance(action, Stop):
+                    stopping = self._by_request.get(action.request_id)
+                    if stopping is not None and TrialState(stopping.state) == T.ACTIVE:
+                        await self._set_trial_state(stopping, T.STOPPING_COMPLETED)
+                        alloc = self.host.allocation(stopping.id)
+                        if alloc is None or await self.host.dequeue(alloc):
+                            await self._close_trial(stopping, T.COMPLETED)
+                        else:
+                            await self.host.preempt(alloc)
+                elif isinstance(action, Shutdown):
+                    target = E.STOPPING_ERROR if action.failure else E.STOPPING_COMPLETED
+                    if not self.state.terminal and self.state != target \
+                            and self.state != E.STOPPING_CANCELED:
+                        await self._set_state(target)
 
     async def _run_or_wait(self, trial: Trial) -> None:
-        """Queue an active trial, unless it waits at its rung for the searcher."""
-        if self.method.is_waiting(trial.request_id) and not self._has_more_work(trial):
+        """Queue an active trial, unless it waits at its rung for the searcher (having done
+        its length there)."""
+        target = self.method.target_length(trial.request_id)
+        done = target is not None and self.completed_lengths.get(trial.request_id, 0) >= target
+        if self.method.is_waiting(trial.request_id) and done:
             await self._set_run_state(trial, WAITING)
         else:
             await self._request(trial)
 
-    async def _request(self, trial: Trial) -> None:
+    async def _request(self, trial: Trial, *, first_run: bool = False) -> None:
+        """Queue the trial's next run (``first_run``: a new trial, made with its first run
+        numbered)."""
+        if self.host.allocation(trial.id) is not None:
+            # Queued already, by an earlier try at this event that failed after it.
+            await self._set_run_state(trial, "QUEUED")
+            return
+        if not first_run:
+            await start_trial_run(self.store, trial, self.row)
         try:
             await self.host.launch(self.row, self.config, trial)
         except LaunchRefused as e:
@@ -495,24 +578,31 @@ class ExperimentRun:
 
     async def _set_run_state(self, trial: Trial, run_state: str | None) -> None:
         if trial.run_state != run_state:
-            trial.run_state = run_state
             await self.store.update_trial(trial.id, run_state=run_state)
+            trial.run_state = run_state
 
     async def _close_trial(self, trial: Trial, state: TrialState,
                            early_exit: str | None = None) -> None:
-        await self._set_trial_state(trial, state)
-        trial.ended_at = utcnow()
-        await self.store.update_trial(trial.id, ended_at=trial.ended_at, run_state=None)
-        if early_exit is not None or state == T.ERROR:
-            actions = self.method.on_trial_exited_early(trial.request_id, early_exit or "ERRORED")
-        elif state == T.CANCELED:
-            actions = []
-        else:
-            actions = self.method.on_trial_closed(trial.request_id)
-        if self.state != E.STOPPING_CANCELED:
-            await self._apply(actions)
-        await self._save_searcher()
-        await self.host.trial_ended(self, trial)
+        async with self._batch():
+            check_trial_transition(TrialState(trial.state), state)
+            # Its state and its end in one write, and only then here: a write that fails leaves
+            # the trial as it was, for the event to be handled again.
+            ended_at = utcnow()
+            await self.store.update_trial(trial.id, state=state.value, ended_at=ended_at,
+                                          run_state=None)
+            trial.state, trial.ended_at, trial.run_state = state.value, ended_at, None
+            rid = trial.request_id
+            if early_exit is not None or state == T.ERROR:
+                actions = self.searcher.tell({"event": "exited_early", "request_id": rid,
+                                              "reason": early_exit or "ERRORED"})
+            elif state == T.CANCELED:
+                actions = []
+            else:
+                actions = self.searcher.tell({"event": "closed", "request_id": rid})
+            if self.state != E.STOPPING_CANCELED:
+                await self._apply(actions)
+            self._save_pending = True
+            self._ended.append(trial)
 
     async def _maybe_finish(self) -> None:
         if not all(TrialState(t.state).terminal for t in self.trials.values()):
@@ -524,9 +614,14 @@ class ExperimentRun:
         if final == E.COMPLETED and self.trials and all(
                 TrialState(t.state) == T.ERROR for t in self.trials.values()):
             final = E.ERROR
+        # The search's state is stored whole as it ends: a finished experiment keeps no events.
+        await self._save_searcher(whole=True)
         await self._set_state(final)
-        await self._update_progress()
-        self.done.set()
+        await self.update_progress(now=True)
+        if self._batch_depth:
+            self._done_pending = True  # once what the batch holds back is done
+        else:
+            self.done.set()
 
     async def _set_state(self, target: ExperimentState) -> None:
         check_experiment_transition(self.state, target)
@@ -544,15 +639,33 @@ class ExperimentRun:
         check_trial_transition(TrialState(trial.state), target)
         if target.value == trial.state:
             return
-        trial.state = target.value
         await self.store.update_trial(trial.id, state=target.value)
+        trial.state = target.value
 
-    async def _save_searcher(self) -> None:
-        state = {"method": self.method.snapshot(), "completed_lengths": self.completed_lengths}
-        self.row = await self.store.update_experiment(self.id, searcher_state=state)
-        await self._update_progress()
+    async def _save_searcher(self, *, whole: bool = False) -> None:
+        """Store what the search method was told (see :meth:`SearcherJournal.save`), and
+        the progress; within a batch, once at its end."""
+        if self._batch_depth:
+            self._save_pending = True
+            self._whole_pending |= whole
+            return
+        await self.searcher.save(self.store, self.id, len(self.trials),
+                                 whole=whole or self._whole_pending)
+        self._save_pending = self._whole_pending = False
+        await self.update_progress()
 
-    async def _update_progress(self) -> None:
+    async def update_progress(self, *, now: bool = False) -> None:
+        """Figure the experiment's progress again from its trials and the searcher, and store
+        it if it changed. Figuring it walks every trial: for a search of more than
+        :data:`PROGRESS_EXACT_TRIALS` trials it is done at most once every
+        :data:`PROGRESS_INTERVAL` seconds (unless ``now``), and a change in between is
+        figured at the end of the interval."""
+        if not now and len(self.trials) > PROGRESS_EXACT_TRIALS:
+            wait = self._progress_at + PROGRESS_INTERVAL - time.monotonic()
+            if wait > 0:
+                self._progress_later.ask(wait)
+                return
+        self._progress_at = time.monotonic()
         done: dict[str, int] = {}
         for t in self.trials.values():
             length = self.completed_lengths.get(t.request_id, 0)
@@ -573,17 +686,42 @@ class ExperimentRun:
             self.row = await self.store.update_experiment(self.id, progress=progress)
 
 
+async def start_trial_run(store: Store, trial: Trial, experiment: Experiment) -> None:
+    """Number the trial's next run, which trains on from its latest checkpoint (or from the
+    beginning), and roll back what earlier runs reported past that point: those rows no
+    longer count, and the trial's figures are recomputed from what is left. The searcher
+    keeps what it saw; a result it already has is not given to it twice."""
+    steps = 0
+    if trial.latest_checkpoint:
+        checkpoint = await store.get_checkpoint(trial.latest_checkpoint)
+        steps = checkpoint.steps_completed if checkpoint is not None else 0
+    trial.run_id, rolled_back = await store.start_trial_run(trial.id, steps)
+    if rolled_back:
+        await trial_system_log(
+            store, trial, f"run {trial.run_id} trains on {_resume_point(trial)}: "
+            + (f"{rolled_back} metric rows reported past step {steps} are"
+               if rolled_back > 1 else f"1 metric row reported past step {steps} is")
+            + " rolled back")
+    if not rolled_back and (trial.steps_completed or 0) <= steps:
+        return
+    kept = await store.get_metrics(trial.id, group="validation")
+    fields: dict[str, Any] = {
+        "steps_completed": steps, "latest_validation": None, "best_validation": None,
+        "searcher_metric_value": None,
+        **validation_fields(
+            [{"steps_completed": m.steps_completed, "metrics": m.metrics} for m in kept],
+            experiment.searcher_metric, experiment.smaller_is_better, None),
+    }
+    await store.update_trial(trial.id, **fields)
+    for key, value in fields.items():
+        setattr(trial, key, value)
+
 
 async def trial_system_log(store: Store, trial: Trial, message: str) -> None:
     """Store a line of the master's own in a trial's log (stdtype ``system``)."""
     await store.add_logs([{
         "trial_id": trial.id, "allocation_id": None, "timestamp": datetime.now(timezone.utc),
         "rank": None, "stdtype": "system", "message": message}])
-
-
-def _by_request(trials: Iterable[Trial], request_id: str) -> Trial | None:
-    """The trial the searcher knows by ``request_id``, None when none has been made."""
-    return next((t for t in trials if t.request_id == request_id), None)
 
 
 def validation_length(unit: str | None, steps_completed: int,
@@ -628,24 +766,6 @@ def validation_fields(rows: list[dict[str, Any]], metric: str, smaller_is_better
             fields["best_validation"] = {"steps_completed": r["steps_completed"],
                                          "metrics": r["metrics"]}
     return fields
-
-
-def restored_search_method(
-    row: Experiment, config: ExperimentConfig | Mapping[str, Any] | None = None
-) -> SearchMethod:
-    """The experiment's search method, in the state last stored for it; built from ``config``
-    (the parsed config, or a continued experiment's new config as stored) instead of the
-    stored one when given."""
-    config = row.config if config is None else config
-    if isinstance(config, ExperimentConfig):
-        method = build_search_method(config.searcher, config.hyperparameters, row.seed)
-    else:
-        method = build_search_method(
-            config["searcher"], config.get("hyperparameters") or {}, row.seed)
-    saved = (row.searcher_state or {}).get("method")
-    if saved:
-        method.restore(saved)
-    return method
 
 
 def _stopped_state(state: TrialState) -> TrialState:

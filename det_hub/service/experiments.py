@@ -15,21 +15,22 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from det_hub.archive import ContextLimits
-from det_hub.config import ConfigError, merge_config, parse_experiment_config
+from det_hub.config import ConfigLimits, merge_config, parse_experiment_config
+from det_hub.config.limited_yaml import DEFAULT_LIMITS
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL, RETENTION_DEFAULTS
 from det_hub.searcher import SEARCH_METHODS, Create, build_search_method
 from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
 from det_hub.service.cluster import Cluster, Job
-from det_hub.service.context import read_context
+from det_hub.service.context import read_config, read_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.experiment import (
     WAITING,
     ClusterHost,
     ExperimentRun,
-    restored_search_method,
     trial_system_log,
 )
 from det_hub.service.jobs import experiment_job_id
+from det_hub.service.searcher_journal import SearcherJournal
 from det_hub.service.serialize import experiment_json
 from det_hub.service.task_paths import CHECKPOINTS
 from det_hub.states import (
@@ -59,16 +60,19 @@ class ExperimentManager:
         launcher: Builds trials' launch specs and checks what a config may use.
         bus: Where allocations' events come from, and trials' ends go.
         context_limits: The bounds an uploaded context archive must keep.
+        config_limits: The bounds of the configs users send.
     """
 
     def __init__(self, store: Store, cluster: Cluster, users: UserManager, launcher: Launcher,
-                 bus: EventBus, context_limits: ContextLimits) -> None:
+                 bus: EventBus, context_limits: ContextLimits,
+                 config_limits: ConfigLimits = DEFAULT_LIMITS) -> None:
         self.store = store
         self.cluster = cluster
         self.users = users
         self.launcher = launcher
         self.bus = bus
         self.context_limits = context_limits
+        self.config_limits = config_limits
         self.runs: dict[int, ExperimentRun] = {}
         bus.subscribe(AllocationStateChanged, self._on_allocation_state)
         bus.subscribe(AllocationExited, self._on_allocation_exit)
@@ -105,8 +109,25 @@ class ExperimentManager:
     async def _make_run(self, row: Experiment) -> ExperimentRun:
         self.cluster.set_job(await self._job(row))
         trials = await self.store.list_trials(row.id)
-        return ExperimentRun(row, parse_experiment_config(row.config), trials, self.store,
-                             ClusterHost(self.cluster, self.launcher, self.bus))
+        return await ExperimentRun.restore(
+            row, parse_experiment_config(row.config), trials, self.store,
+            ClusterHost(self.cluster, self.launcher, self.bus))
+
+    async def searcher_state(self, experiment_id: int) -> dict[str, Any]:
+        """The experiment's search method's state as it is now, whole (what the master
+        stores of it, with the events stored since folded in).
+
+        Raises:
+            NotFound: No such experiment.
+        """
+        run = self.runs.get(experiment_id)
+        if run is not None:
+            return run.searcher.snapshot()
+        row = await self.get(experiment_id)
+        state, events = await self.store.load_searcher(experiment_id)
+        if not state and not events:
+            return {}  # never started
+        return SearcherJournal(row, None, state, events).snapshot()
 
     async def _job(self, row: Experiment) -> Job:
         position = row.queue_position
@@ -126,11 +147,9 @@ class ExperimentManager:
             raise Forbidden("training code cannot create experiments")
         if parent_id is not None and await self.store.get_experiment(parent_id) is None:
             raise BadRequest(f"parent_id: experiment {parent_id} not found")
-        try:
-            config = parse_experiment_config(config_text)
-        except ConfigError as e:
-            raise BadRequest("the experiment config is invalid", [
-                {"path": p.path, "message": p.message} for p in e.problems]) from None
+        # Parsed and checked off the event loop, under the configured limits.
+        config = await read_config(parse_experiment_config, config_text, self.config_limits,
+                                   "the experiment config")
         problems = self.check_runnable(config)
         context = await read_context(context_b64, self.context_limits)
         if problems:
@@ -197,11 +216,8 @@ class ExperimentManager:
         if row.archived:
             raise Conflict(f"experiment {experiment_id} is archived; unarchive it first")
         merged = merge_config(row.config, overrides)
-        try:
-            config = parse_experiment_config(merged)
-        except ConfigError as e:
-            raise BadRequest("the continued experiment's config is invalid", [
-                {"path": p.path, "message": p.message} for p in e.problems]) from None
+        config = await read_config(parse_experiment_config, merged, self.config_limits,
+                                   "the continued experiment's config")
         name = row.config["searcher"]["name"]
         single = name == "single"
         problems = self.check_runnable(config)
@@ -222,7 +238,7 @@ class ExperimentManager:
                            "nothing to continue (fork it to search again)")
         updated = config.to_dict()
         # Refuse before anything is written: the stored experiment stays as it was.
-        method = restored_search_method(row, updated)
+        method = SearcherJournal(row, updated, *await self.store.load_searcher(row.id)).method
         try:
             for trial in reopen:
                 method.reopen(trial.request_id)
@@ -461,7 +477,8 @@ class ExperimentManager:
         trials = await self.trials(experiment_id)
         run = self.runs.get(experiment_id)
         searcher = row.config["searcher"]
-        method = run.method if run is not None else restored_search_method(row)
+        method = run.method if run is not None else SearcherJournal(
+            row, None, *await self.store.load_searcher(row.id)).method
         by_request = {t.request_id: t.id for t in trials}
         rungs = None
         table = getattr(method, "rung_table", None)

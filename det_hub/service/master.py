@@ -32,11 +32,14 @@ from typing import TYPE_CHECKING
 
 from det_hub.agents import Agent
 from det_hub.archive import ContextLimits
+from det_hub.config import ConfigLimits
+from det_hub.config.limited_yaml import DEFAULT_LIMITS
 from det_hub.service.auth import Principal, UserManager
 from det_hub.service.bus import EventBus
 from det_hub.service.checkpoint_gc import CheckpointGC
 from det_hub.service.checkpoints import CheckpointManager
 from det_hub.service.cluster import Allocation, Cluster, PoolSettings
+from det_hub.service.errors import Unavailable
 from det_hub.service.experiments import ExperimentManager
 from det_hub.service.jobs import JobQueue
 from det_hub.service.launch import Launcher
@@ -46,7 +49,7 @@ from det_hub.service.tasks import TaskManager
 from det_hub.service.trials import TrialManager
 from det_hub.service.unix_accounts import task_account as named_task_account
 from det_hub.service.webhooks import WebhookManager
-from det_hub.store import Store
+from det_hub.store import Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from det_hub.service.hub import HubIdentity
@@ -72,12 +75,14 @@ class Master:
         task_account: tuple[int, int] | None = None,
         private_paths: Sequence[Path] = (),
         context_limits: ContextLimits | None = None,
+        config_limits: ConfigLimits = DEFAULT_LIMITS,
         webhooks: WebhookManager | None = None,
     ) -> None:
         """``task_account``: the Unix ``(uid, gid)`` that runs the tasks of users linked to no
         account of their own (``nobody`` by default). ``private_paths``: besides the data
         directory, what no task may have mounted (the config file, keys). ``context_limits``:
         the bounds an uploaded context archive must keep (default: ``ContextLimits()``).
+        ``config_limits``: the bounds of the configs users send.
         ``webhooks``: delivers events to registered webhooks (default:
         ``WebhookManager(store)``)."""
         self.store = store
@@ -98,9 +103,10 @@ class Master:
                                  private_paths=private_paths)
         # Subscribers of allocations' events, in the order they hear of them.
         self.experiments = ExperimentManager(store, self.cluster, self.users, self.launcher,
-                                             self.bus, limits)
+                                             self.bus, limits, config_limits)
         self.tasks = TaskManager(store, self.cluster, self.users, self.launcher, self.bus,
-                                 base_url=base_url, context_limits=limits)
+                                 base_url=base_url, context_limits=limits,
+                                 config_limits=config_limits)
         #: Deletes checkpoints, by hand and by retention policy.
         self.checkpoint_gc = CheckpointGC(store)
         self.checkpoints = CheckpointManager(store, self.experiments, self.checkpoint_gc,
@@ -151,6 +157,17 @@ class Master:
         with contextlib.suppress(ValueError):
             self.store.experiment_state_listeners.remove(self.webhooks.on_experiment_state)
         await self.webhooks.stop()
+
+    async def check_database(self) -> None:
+        """Whether the database answers a read (one whose disk is full still does).
+
+        Raises:
+            Unavailable: It does not (down, restarting, unreachable); with Retry-After.
+        """
+        try:
+            await self.store.ping()
+        except StoreUnavailable as e:
+            raise Unavailable.from_store(e) from None
 
     def begin_shutdown(self) -> None:
         """Answer new requests with 503 and end long-polls, so in-flight work drains."""

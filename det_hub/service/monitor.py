@@ -6,20 +6,29 @@ stays silent past ``agent_timeout``), ships each running task's new log lines in
 notices exits (a multi-node allocation ends once every node has, and a failed node stops the
 others), and kills what outstays its preemption deadline or its idle timeout. An allocation
 that has ended is handed back to the cluster (:meth:`Cluster.finish`).
+
+This polling is also what reconciles the master's view with what runs: every round, each
+allocation the master holds as running has its process or container asked whether it is
+still there, so one that is gone (exited, killed, its container removed) ends within a round;
+at start, :meth:`Cluster.adopt` does the same for what the previous master left. While the
+database cannot be used, log lines wait in memory with their allocation (:func:`keep_logs`)
+and the watch goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 import signal
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from det_hub.agents import AgentUnreachable, ExitStatus, TaskHandle
 from det_hub.states import AllocationState
+from det_hub.store import StoreUnavailable
 
 if TYPE_CHECKING:
     from det_hub.service.cluster import Allocation, Cluster, Node
@@ -166,9 +175,10 @@ class AllocationMonitor:
 
     async def _ship_logs(self, alloc: Allocation, handle: TaskHandle) -> None:
         lines = await asyncio.to_thread(handle.read_logs)
-        if not lines:
+        if not lines and not alloc.unstored_logs:
             return
-        alloc.last_activity = time.monotonic()
+        if lines:
+            alloc.last_activity = time.monotonic()
         rows = []
         for line in lines:
             # Distributed launchers prefix each worker's lines with its rank.
@@ -179,16 +189,61 @@ class AllocationMonitor:
                 "rank": int(ranked.group(1)) if ranked else None, "stdtype": line.stdtype,
                 "message": ranked.group(2) if ranked else line.message,
             })
-        await self.cluster.store.add_logs(rows)
-        chief = alloc.nodes[0].handle
-        await self.cluster.store.update_allocation(
-            alloc.id, log_offset=chief.log_offset if chief else 0,
-            placements=[n.record() for n in alloc.nodes])
+        keep_logs(alloc, rows)
+        try:
+            await store_logs(self.cluster.store, alloc)
+            chief = alloc.nodes[0].handle
+            await self.cluster.store.update_allocation(
+                alloc.id, log_offset=chief.log_offset if chief else 0,
+                placements=[n.record() for n in alloc.nodes])
+        except StoreUnavailable:
+            pass  # the lines wait with the allocation; the store has logged the outage
+
+
+#: The most log lines an allocation keeps in memory while the database cannot take them; past
+#: it the oldest go, and a line saying how many is stored once the database is back.
+MAX_UNSTORED_LOG_LINES = 100_000
+
+
+def keep_logs(alloc: Allocation, rows: list[dict[str, Any]]) -> None:
+    """Queue log rows of an allocation's, to be stored by :func:`store_logs` in order."""
+    alloc.unstored_logs.extend(rows)
+    excess = len(alloc.unstored_logs) - MAX_UNSTORED_LOG_LINES
+    if excess > 0:
+        del alloc.unstored_logs[:excess]
+        alloc.lost_log_lines += excess
+
+
+async def store_logs(store: Store, alloc: Allocation) -> None:
+    """Store the log rows queued for an allocation (:func:`keep_logs`).
+
+    Raises:
+        StoreUnavailable: The database cannot take them now; they stay queued.
+    """
+    # Taken off the queue before the write, so that a second writer (a system line) cannot
+    # store them too; put back in front if the database refuses them.
+    rows, alloc.unstored_logs = alloc.unstored_logs, []
+    lost, alloc.lost_log_lines = alloc.lost_log_lines, 0
+    if not rows and not lost:
+        return
+    notice = [{**alloc.spec.log_key, "allocation_id": alloc.id,
+               "timestamp": datetime.now(timezone.utc), "rank": None, "stdtype": "system",
+               "message": f"{lost} log lines were lost while the database could not be used"}]
+    try:
+        await store.add_logs(rows + notice if lost else rows)
+    except StoreUnavailable:
+        later, alloc.unstored_logs = alloc.unstored_logs, []
+        alloc.lost_log_lines += lost
+        keep_logs(alloc, rows + later)
+        raise
 
 
 async def allocation_system_log(store: Store, alloc: Allocation, message: str) -> None:
-    """Store a line of the master's own in an allocation's trial or task log."""
-    await store.add_logs([{
+    """Store a line of the master's own in an allocation's trial or task log, after the lines
+    still waiting for the database; while it cannot be used, the line waits with them."""
+    keep_logs(alloc, [{
         **alloc.spec.log_key, "allocation_id": alloc.id,
         "timestamp": datetime.now(timezone.utc), "rank": None, "stdtype": "system",
         "message": message}])
+    with contextlib.suppress(StoreUnavailable):
+        await store_logs(store, alloc)

@@ -190,6 +190,10 @@ def _responses(handler: type[APIHandler], method: str, arguments: dict[str, Any]
     error = {"content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
     responses: dict[str, Any] = {ok: _answer(handler.answers.get(method, "ok"), arguments,
                                              schemas)}
+    if method in handler.repeatable:
+        responses["200"] = {**responses[ok], "description": (
+            "the same report was stored before (a retry whose answer was lost): nothing "
+            "changed, and this is what it stored")}
     responses["400"] = {"description": "bad input", **error}
     if not handler.public:
         responses["401"] = {"description": "no or bad token", **error}

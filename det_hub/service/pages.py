@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
@@ -36,7 +37,15 @@ from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authentica
 from det_hub import __version__
 from det_hub.scopes import MANAGE_SCOPE
 from det_hub.service import wire
-from det_hub.service.errors import APIError, BadRequest, Forbidden, NotFound, Unavailable
+from det_hub.service.errors import (
+    APIError,
+    BadRequest,
+    Forbidden,
+    NotFound,
+    Unavailable,
+    answered_error,
+    logged_as_traceback,
+)
 from det_hub.service.handlers.base import check_path_ids
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
@@ -282,8 +291,14 @@ class PageHandler(_PageBase):
                 f'{self.xsrf_form_html()}{back}<button type="submit"{attrs}>'
                 f"{html.escape(label)}</button></form>")
 
+    def log_exception(self, typ: type[BaseException] | None, value: BaseException | None,
+                      tb: TracebackType | None) -> None:
+        if logged_as_traceback(value):
+            super().log_exception(typ, value, tb)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
+        exc = answered_error(self, kwargs.get("exc_info", (None, None, None))[1])
+        status_code = self.get_status()
         details: list[Any] = []
         if isinstance(exc, APIError):
             message, details = exc.message, exc.details
@@ -322,7 +337,7 @@ class DataHandler(PageHandler):
             raise Forbidden("not signed in: open the page first")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
+        exc = answered_error(self, kwargs.get("exc_info", (None, None, None))[1])
         if isinstance(exc, APIError):
             body = exc.body()
         else:

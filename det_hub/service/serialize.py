@@ -14,6 +14,7 @@ if TYPE_CHECKING:
         MetricRow,
         Model,
         ModelVersion,
+        RolledBackMetric,
         Task,
         Trial,
         TrialSourceInfo,
@@ -57,7 +58,7 @@ def trial_json(t: Trial) -> dict[str, Any]:
     return {
         "id": t.id, "experiment_id": t.experiment_id, "request_id": t.request_id,
         "state": shown_trial_state(t.state, t.run_state), "run_state": t.run_state, "hparams": t.hparams, "seed": t.seed,
-        "restarts": t.restarts, "created_at": iso(t.created_at), "ended_at": iso(t.ended_at),
+        "restarts": t.restarts, "run_id": t.run_id, "created_at": iso(t.created_at), "ended_at": iso(t.ended_at),
         "steps_completed": t.steps_completed, "progress": t.progress,
         "latest_checkpoint": t.latest_checkpoint, "best_validation": t.best_validation,
         "latest_validation": t.latest_validation,
@@ -70,6 +71,14 @@ def metric_json(r: MetricRow) -> dict[str, Any]:
     return {"id": r.id, "trial_id": r.trial_id, "group": r.group,
             "steps_completed": r.steps_completed, "report_time": iso(r.report_time),
             "metrics": r.metrics}
+
+
+def rolled_back_metric_json(r: RolledBackMetric) -> dict[str, Any]:
+    """A metric row a later run of its trial rolled back, with the runs involved."""
+    return {"id": r.id, "trial_id": r.trial_id, "group": r.group,
+            "steps_completed": r.steps_completed, "report_time": iso(r.report_time),
+            "metrics": r.metrics, "trial_run": r.trial_run,
+            "rolled_back_by_run": r.rolled_back_by_run, "rolled_back_at": iso(r.rolled_back_at)}
 
 
 def trial_source_json(link: TrialSourceInfo, model_name: str | None = None,

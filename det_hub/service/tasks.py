@@ -29,15 +29,16 @@ from det_hub.agents.slots import slot_resources
 from det_hub.archive import ContextLimits
 from det_hub.config import (
     CommandConfig,
-    ConfigError,
+    ConfigLimits,
     TaskConfig,
     parse_command_config,
     parse_task_config,
 )
+from det_hub.config.limited_yaml import DEFAULT_LIMITS
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
 from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
 from det_hub.service.cluster import Allocation, Cluster, Job
-from det_hub.service.context import read_context
+from det_hub.service.context import read_config, read_context
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady
 from det_hub.service.serialize import task_json
 from det_hub.states import AllocationState, TaskState, TaskType, check_task_transition
@@ -92,13 +93,15 @@ class TaskManager:
 
     def __init__(self, store: Store, cluster: Cluster, users: UserManager, launcher: Launcher,
                  bus: EventBus, *, base_url: str = "/",
-                 context_limits: ContextLimits | None = None) -> None:
+                 context_limits: ContextLimits | None = None,
+                 config_limits: ConfigLimits = DEFAULT_LIMITS) -> None:
         self.store = store
         self.base_url = base_url
         self.cluster = cluster
         self.users = users
         self.launcher = launcher
         self.context_limits = context_limits or ContextLimits()
+        self.config_limits = config_limits
         self.live: dict[int, Task] = {}
         #: Tasks their owner (or an admin) killed, so that their end says so.
         self._killed: set[int] = set()
@@ -276,12 +279,10 @@ class TaskManager:
             raise Forbidden(f"training code cannot start a {kind.word}")
         if kind.proxied and not config_text.strip():
             config_text = "{}"  # every setting has a default
-        try:
-            config = (parse_command_config(config_text) if kind is TaskType.COMMAND
-                      else parse_task_config(config_text))
-        except ConfigError as e:
-            raise BadRequest(f"the {kind.word} config is invalid", [
-                {"path": p.path, "message": p.message} for p in e.problems]) from None
+        # Parsed and checked off the event loop, under the configured limits.
+        parse: Any = parse_command_config if kind is TaskType.COMMAND else parse_task_config
+        config: CommandConfig | TaskConfig = await read_config(
+            parse, config_text, self.config_limits, f"the {kind.word} config")
         problems = self.launcher.placement_problems(config.resources.resource_pool,
                                             config.resources.slots, "resources.slots")
         problems += self.launcher.path_problems(config.to_dict(), who.user.username)

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from det_hub.service.experiments import ExperimentManager
     from det_hub.service.registry import ModelRegistry
     from det_hub.store import LogRow, MetricRow, Trial
+    from det_hub.store.models import RolledBackMetric
 
 
 class TrialManager:
@@ -65,6 +66,18 @@ class TrialManager:
         await self.experiments.get_trial(who, trial_id)
         return await self.store.get_metrics(trial_id, group=group, max_points=max_points,
                                             after=after, metric=metric)
+
+    async def rolled_back_metrics(self, who: Principal,
+                                  trial_id: int) -> list[RolledBackMetric]:
+        """The rows of a trial that a later run of it rolled back (reported past the
+        checkpoint that run started from), oldest first: they count nowhere else.
+
+        Raises:
+            NotFound: No such trial.
+            Forbidden: Training code asking for another trial's.
+        """
+        await self.experiments.get_trial(who, trial_id)
+        return await self.store.rolled_back_metrics(trial_id)
 
     async def chart_metrics(self, trials: Iterable[Trial],
                             max_points: int) -> dict[int, list[MetricRow]]:
@@ -129,7 +142,7 @@ class TrialManager:
                 setattr(trial, k, v)
             await self.store.update_trial(trial_id, **fields)
             if run is not None and "steps_completed" in fields:
-                await run._update_progress()
+                await run.update_progress()
         if group == "validation" and run is not None:
             # Every validation with the searcher metric is a searcher event, as in Determined
             # 0.38: ASHA can stop a trial at any rung it passes, not only at operation ends.

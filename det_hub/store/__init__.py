@@ -26,7 +26,7 @@ column types, :mod:`.engine` the URLs, engines and migrations, :mod:`.errors` th
 """
 
 from .columns import MAX_BIG_INTEGER, MAX_INTEGER, utcnow
-from .errors import NotFound, StoreConflict, StoreError
+from .errors import NotFound, StoreConflict, StoreError, StoreUnavailable
 from .models import (
     AgentSetting,
     Allocation,
@@ -69,6 +69,7 @@ __all__ = [
     "Store",
     "StoreConflict",
     "StoreError",
+    "StoreUnavailable",
     "Task",
     "TaskContext",
     "TaskLog",

@@ -3,7 +3,8 @@
 :class:`Queries` is the base of every query mixin of :class:`det_hub.store.Store`: it names,
 for the type checker only, the parts of the store the mixins use (the transaction helpers and
 the store's attributes). The functions here turn values into the form they are stored in, and
-the databases' errors into the store's.
+the databases' errors into the store's: constraint violations (:func:`translate`) and a
+database that cannot be used now (:func:`unavailable`).
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import enum
+import sqlite3
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import ColumnElement
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.orm import InstrumentedAttribute
 
 from .columns import UTC
-from .errors import NotFound, StoreConflict
+from .errors import NotFound, StoreConflict, StoreUnavailable
 from .models import Base
 
 if TYPE_CHECKING:
@@ -70,6 +72,54 @@ def translate(exc: IntegrityError) -> Exception | None:
     return None
 
 
+#: PostgreSQL SQLSTATEs of a server that is going away, coming up, or cannot take more
+#: connections (besides class 08, connection exceptions): the same call can work later.
+_PG_UNAVAILABLE = {"57P01": "it is shutting down (admin shutdown)",
+                   "57P02": "it is shutting down (crash shutdown)",
+                   "57P03": "it cannot accept connections now",
+                   "53300": "it has too many connections"}
+#: PostgreSQL's disk_full; 53200 (out of memory) is not ours to outwait.
+_PG_DISK_FULL = "53100"
+#: SQLite's primary result codes meaning the file cannot be written or opened, by what they
+#: mean: full (or at its page limit), an I/O error (often a full disk), not openable.
+_SQLITE_FULL = sqlite3.SQLITE_FULL
+_SQLITE_UNAVAILABLE = {sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN}
+_SQLITE_MESSAGES = ("database or disk is full", "disk i/o error", "unable to open database file")
+
+
+def unavailable(exc: BaseException) -> StoreUnavailable | None:
+    """The :class:`StoreUnavailable` for a database error that a later try may not meet (the
+    server is down, restarting or unreachable, the connection was lost, the disk is full), or
+    None for any other error. ``exc`` is SQLAlchemy's wrapper or the driver's own error."""
+    orig: BaseException = exc.orig if isinstance(exc, DBAPIError) and exc.orig else exc
+    cause = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        primary = code & 0xFF if isinstance(code, int) else None
+        text = str(orig).lower()
+        if primary == _SQLITE_FULL or "database or disk is full" in text:
+            return StoreUnavailable(f"SQLite: {cause}", disk_full=True)
+        if primary in _SQLITE_UNAVAILABLE or any(m in text for m in _SQLITE_MESSAGES):
+            return StoreUnavailable(f"SQLite: {cause}")
+        return None
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate == _PG_DISK_FULL:
+        return StoreUnavailable(f"PostgreSQL: {cause}", disk_full=True)
+    if sqlstate in _PG_UNAVAILABLE:
+        return StoreUnavailable(f"PostgreSQL: {_PG_UNAVAILABLE[sqlstate]}: {cause}")
+    if isinstance(sqlstate, str) and sqlstate.startswith("08"):
+        return StoreUnavailable(f"PostgreSQL: the connection failed: {cause}")
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return StoreUnavailable(f"the connection was lost: {cause}")
+    # psycopg's own errors without a SQLSTATE come from the client side: the connection
+    # could not be made, or broke (refused, reset, closed by the server).
+    module = type(orig).__module__ or ""
+    if module.startswith("psycopg") and sqlstate is None and type(orig).__name__ in (
+            "OperationalError", "InterfaceError"):
+        return StoreUnavailable(f"PostgreSQL: {cause}")
+    return None
+
+
 def check_fields(model: type[Base], fields: Mapping[str, Any]) -> None:
     """Refuse to set what is not a column of ``model``, or is its primary key.
 
@@ -93,4 +143,5 @@ def contains_text(column: InstrumentedAttribute[str], text: str) -> ColumnElemen
     return column.ilike(f"%{escaped}%", escape="\\")
 
 
-__all__ = ["ModelT", "Queries", "check_fields", "contains_text", "plain", "translate"]
+__all__ = ["ModelT", "Queries", "check_fields", "contains_text", "plain", "translate",
+           "unavailable"]

@@ -22,6 +22,8 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent / "migrations"
 WRITE_OPTION = "det_hub_write"
 
 SQLITE_BUSY_TIMEOUT_S = 30
+#: Seconds a new PostgreSQL connection may take before the attempt fails.
+PG_CONNECT_TIMEOUT_S = 5
 
 _SQLITE_DRIVERS = {"sqlite", "sqlite+pysqlite", "sqlite+aiosqlite"}
 _PG_DRIVERS = {
@@ -107,11 +109,19 @@ def create_store_engine(async_url: URL, *, echo: bool = False) -> AsyncEngine:
         )
         _configure_sqlite(engine.sync_engine, always_immediate=False)
         return engine
-    # The service runs ~30 concurrent request handlers and background tasks.
+    # The service runs ~30 concurrent request handlers and background tasks. A server that
+    # went away is noticed by pre-ping before a pooled connection is used, and a connection
+    # that breaks in use is dropped from the pool (SQLAlchemy's disconnect handling), so the
+    # pool recovers by itself once the server is back. A connection attempt gives up after
+    # PG_CONNECT_TIMEOUT_S rather than the system's TCP timeout, so that calls fail fast (503)
+    # while the server is unreachable.
     return create_async_engine(
         async_url,
         echo=echo,
         json_serializer=nonfinite.dumps,
+        # A connect_timeout in the URL is the operator's and wins.
+        connect_args={} if "connect_timeout" in async_url.query
+        else {"connect_timeout": PG_CONNECT_TIMEOUT_S},
         pool_size=20,
         max_overflow=20,
         pool_timeout=60,

@@ -8,16 +8,17 @@ its ``experiment_state_listeners`` too.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, func, or_, select
+from sqlalchemy import ColumnElement, delete, func, insert, or_, select
 
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
 
 from ._common import Queries, contains_text, plain
 from .columns import utcnow
-from .models import Experiment, ExperimentContext
+from .errors import NotFound
+from .models import Experiment, ExperimentContext, SearcherEvent
 
 
 class ExperimentQueries(Queries):
@@ -150,6 +151,56 @@ class ExperimentQueries(Queries):
             for listener in list(self.experiment_state_listeners):
                 listener(experiment)
         return experiment
+
+    async def add_searcher_events(self, experiment_id: int, first_seq: int,
+                                  events: Sequence[Mapping[str, Any]]) -> None:
+        """Append what the experiment's search method was told, numbered from ``first_seq``.
+
+        Raises:
+            StoreConflict: a number is taken.
+            NotFound: no such experiment.
+        """
+        if not events:
+            return
+        rows = [{"experiment_id": experiment_id, "seq": first_seq + i, "event": dict(event)}
+                for i, event in enumerate(events)]
+        async with self._writing() as session:
+            await session.execute(insert(SearcherEvent), rows)
+
+    async def compact_searcher(self, experiment_id: int, state: Mapping[str, Any],
+                               through_seq: int) -> Experiment:
+        """Store the search method's whole state, which has every event up to
+        ``through_seq`` in it, and drop those events; in one transaction.
+
+        Raises:
+            NotFound: no such experiment.
+        """
+        async with self._writing() as session:
+            experiment = await session.get(Experiment, experiment_id)
+            if experiment is None:
+                raise NotFound(f"experiment {experiment_id} does not exist")
+            experiment.searcher_state = dict(state)
+            await session.execute(delete(SearcherEvent).where(
+                SearcherEvent.experiment_id == experiment_id, SearcherEvent.seq <= through_seq))
+        self._experiment_changed(experiment_id)
+        return experiment
+
+    async def load_searcher(
+        self, experiment_id: int
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+        """The experiment's search method as stored: its state stored whole (None before it
+        first was), and the events stored after it, in order, each with its number as
+        ``seq``."""
+        async with self._reading() as session:
+            state = await session.scalar(
+                select(Experiment.searcher_state).where(Experiment.id == experiment_id))
+            after = int((state or {}).get("events_through", 0))
+            rows = await session.execute(
+                select(SearcherEvent.seq, SearcherEvent.event)
+                .where(SearcherEvent.experiment_id == experiment_id,
+                       SearcherEvent.seq > after)
+                .order_by(SearcherEvent.seq))
+            return state, [{**event, "seq": seq} for seq, event in rows]
 
     async def get_experiment_context(self, experiment_id: int) -> bytes | None:
         """The experiment's context archive, or ``None`` when it has none."""

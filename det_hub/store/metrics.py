@@ -9,13 +9,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, and_, delete, func, insert, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    and_,
+    delete,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 
 from ._common import Queries, plain
-from .columns import utcnow
-from .models import Metric, MetricBatch, MetricRow, Trial
+from .columns import UTCDateTime, utcnow
+from .errors import NotFound
+from .models import Metric, MetricBatch, MetricRow, RolledBackMetric, Trial
 from .summaries import summarize
 
 if TYPE_CHECKING:
@@ -96,6 +108,11 @@ class MetricQueries(Queries):
                 first = await self._claim_batch_key(session, trial_id, key, len(params))
                 if first is not None:
                     return first
+            run = await session.scalar(select(Trial.run_id).where(Trial.id == trial_id))
+            if run is None:
+                raise NotFound(f"trial {trial_id} not found")
+            for p in params:
+                p["trial_run"] = run
             result = await session.execute(stmt, params)
             ids = list(result.scalars())
             blocks = summarize(
@@ -266,20 +283,43 @@ class MetricQueries(Queries):
         async with self._reading() as session:
             return await session.scalar(stmt)
 
-    async def delete_metrics_after(self, trial_id: int, steps_completed: int) -> int:
-        """Drop a trial's metric rows (every group) reported past ``steps_completed``: what a
-        trial that resumes from an earlier checkpoint will report again.
+    async def start_trial_run(self, trial_id: int, from_steps: int) -> tuple[int, int]:
+        """Number a new run of a trial, which trains on from ``from_steps`` (its checkpoint's
+        step count, 0 without one), and roll back what earlier runs reported past that point:
+        those rows move to ``rolled_back_metrics``, out of every read, and the summaries are
+        cut to match; all in one transaction.
 
         Returns:
-            The number of rows deleted.
-        """
-        stmt = delete(Metric).where(
-            Metric.trial_id == trial_id, Metric.steps_completed > steps_completed
-        )
-        async with self._writing() as session:
-            result = await session.execute(stmt)
-            await self._cut_summaries(session, trial_id, steps_completed)
-            return int(getattr(result, "rowcount", 0) or 0)
+            The new run's number, and how many rows were rolled back.
 
+        Raises:
+            NotFound: no such trial.
+        """
+        past = (Metric.trial_id == trial_id, Metric.steps_completed > from_steps)
+        async with self._writing() as session:
+            run = await session.scalar(
+                update(Trial).where(Trial.id == trial_id)
+                .values(run_id=Trial.run_id + 1).returning(Trial.run_id))
+            if run is None:
+                raise NotFound(f"trial {trial_id} not found")
+            moved = await session.execute(insert(RolledBackMetric).from_select(
+                ["id", "trial_id", "group_name", "steps_completed", "report_time", "metrics",
+                 "trial_run", "rolled_back_by_run", "rolled_back_at"],
+                select(Metric.id, Metric.trial_id, Metric.group, Metric.steps_completed,
+                       Metric.report_time, Metric.metrics, Metric.trial_run,
+                       literal(run, Integer), literal(utcnow(), UTCDateTime()))
+                .where(*past)).returning(RolledBackMetric.id))
+            count = len(moved.all())
+            if count:
+                await session.execute(delete(Metric).where(*past))
+                await self._cut_summaries(session, trial_id, from_steps)
+        return int(run), count
+
+    async def rolled_back_metrics(self, trial_id: int) -> list[RolledBackMetric]:
+        """The rows of a trial that later runs rolled back, oldest first (for audit)."""
+        async with self._reading() as session:
+            return list(await session.scalars(
+                select(RolledBackMetric).where(RolledBackMetric.trial_id == trial_id)
+                .order_by(RolledBackMetric.id)))
 
 __all__ = ["MetricQueries"]

@@ -99,7 +99,11 @@ class Experiment(Base):
     #: creation time; `det-hub job update --ahead-of` sets it.
     queue_position: Mapped[float | None] = mapped_column(Float, default=None)
     seed: Mapped[int] = mapped_column(BigInteger, default=0)
-    searcher_state: Mapped[dict[str, Any] | None] = mapped_column(json_type(), default=None)
+    #: The search method's state stored whole (up to ``events_through`` of its
+    #: ``searcher_events``), which grows with the search's trials: deferred, so that loading
+    #: an experiment does not read it; :meth:`Store.load_searcher` does.
+    searcher_state: Mapped[dict[str, Any] | None] = mapped_column(
+        json_type(), default=None, deferred=True)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     ended_at: Mapped[dt.datetime | None] = mapped_column(default=None)
     labels: Mapped[list[str]] = mapped_column(json_type(), default=list)
@@ -143,6 +147,9 @@ class Trial(Base):
     latest_validation: Mapped[dict[str, Any] | None] = mapped_column(json_type(), default=None)
     searcher_metric_value: Mapped[float | None] = mapped_column(Float, default=None)
     runner_state: Mapped[str | None] = mapped_column(String(255), default=None)
+    #: The trial's runs so far: each start of its process (the first, and every restart or
+    #: resume) is the next run. Metric rows carry the run that reported them.
+    run_id: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Task(Base):
@@ -242,6 +249,48 @@ class Metric(Base):
     steps_completed: Mapped[int] = mapped_column(BigInteger)
     report_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
     metrics: Mapped[dict[str, Any]] = mapped_column(json_type())
+    #: The trial's run that reported the row (see ``Trial.run_id``).
+    trial_run: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class RolledBackMetric(Base):
+    """A metric row a trial reported past the checkpoint a later run of it restarted from.
+
+    That run trains those steps again, so the row no longer counts: it is moved here, out of
+    every query, chart, stream, searcher decision and best-metric figure, and kept for audit.
+    """
+
+    __tablename__ = "rolled_back_metrics"
+
+    #: The row's id in ``metrics``.
+    id: Mapped[int] = mapped_column(big_id_type(), primary_key=True, autoincrement=False)
+    trial_id: Mapped[int] = mapped_column(
+        ForeignKey("trials.id", ondelete="CASCADE"), index=True)
+    group: Mapped[str] = mapped_column("group_name", String(64))
+    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    report_time: Mapped[dt.datetime] = mapped_column()
+    metrics: Mapped[dict[str, Any]] = mapped_column(json_type())
+    trial_run: Mapped[int] = mapped_column(Integer)
+    #: The run whose start rolled the row back, and when.
+    rolled_back_by_run: Mapped[int] = mapped_column(Integer)
+    rolled_back_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class SearcherEvent(Base):
+    """What an experiment's search method was told (a trial created, a validation, a trial
+    closed, ...), after its state was last stored whole in ``experiments.searcher_state``.
+
+    The method's state is that document with these events replayed in ``seq`` order. The
+    master appends a few small rows per event instead of rewriting the whole state, and now
+    and then stores the whole state again and drops the events it holds.
+    """
+
+    __tablename__ = "searcher_events"
+
+    experiment_id: Mapped[int] = mapped_column(
+        ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    event: Mapped[dict[str, Any]] = mapped_column(json_type())
 
 
 class MetricBatch(Base):
@@ -468,6 +517,8 @@ __all__ = [
     "Metric",
     "MetricBatch",
     "MetricRow",
+    "RolledBackMetric",
+    "SearcherEvent",
     "Model",
     "ModelVersion",
     "Task",

@@ -8,18 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from ._common import ModelT, check_fields, plain, translate
+from ._common import ModelT, check_fields, plain, translate, unavailable
 from .checkpoints import CheckpointQueries
 from .cluster import ClusterQueries
 from .engine import WRITE_OPTION, create_store_engine, normalize_url, upgrade_to_head
-from .errors import NotFound
+from .errors import NotFound, StoreUnavailable
 from .experiments import ExperimentQueries
 from .logs import LogQueries
 from .metric_summaries import MetricSummaryQueries
@@ -35,6 +38,8 @@ from .webhooks import WebhookQueries
 # Alembic keeps the running migration in module globals, so two upgrades in one process (two
 # stores opened at once) must not overlap.
 _MIGRATION_LOCK = threading.Lock()
+
+log = logging.getLogger("det_hub.store")
 
 
 class Store(
@@ -66,6 +71,10 @@ class Store(
             the event loop and must not block; the master's live experiment list is one.
         experiment_state_listeners: callables given an experiment's row after each committed
             write of its ``state`` (webhooks); they run on the event loop and must not block.
+
+    A database that cannot be used (stopped, restarting, unreachable, its disk full) makes a
+    call raise :class:`~det_hub.store.errors.StoreUnavailable`; the outage is logged once, at
+    its start, and its end once a call succeeds again (see :attr:`outage`).
     """
 
     def __init__(self, url: str, dialect: str, engine: AsyncEngine) -> None:
@@ -82,6 +91,9 @@ class Store(
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if dialect == "sqlite" else None
         self.experiment_listeners: list[Callable[[int], None]] = []
         self.experiment_state_listeners: list[Callable[[Experiment], None]] = []
+        self._outage: StoreUnavailable | None = None
+        self._outage_since = 0.0
+        self._outage_writes_only = False
 
     @classmethod
     async def open(cls, url: str, *, echo: bool = False) -> Store:
@@ -117,24 +129,80 @@ class Store(
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
+    async def ping(self) -> None:
+        """Ask the database for nothing, to see that it answers.
+
+        Raises:
+            StoreUnavailable: It does not.
+        """
+        async with self._reading() as session:
+            await session.execute(text("SELECT 1"))
+
+    @property
+    def outage(self) -> StoreUnavailable | None:
+        """The error of the database outage under way, None while the database answers."""
+        return self._outage
+
     @contextlib.asynccontextmanager
     async def _reading(self) -> AsyncIterator[AsyncSession]:
-        async with self._read_sessions() as session:
-            yield session
+        """One read-only session; a database that cannot be used raises StoreUnavailable."""
+        try:
+            async with self._read_sessions() as session:
+                yield session
+        except DBAPIError as exc:
+            error = self._unavailable(exc, writing=False)
+            if error is None:
+                raise
+            raise error from exc
+        self._answered(wrote=False)
 
     @contextlib.asynccontextmanager
     async def _writing(self) -> AsyncIterator[AsyncSession]:
-        """One write transaction, committed on success; constraint violations become errors."""
+        """One write transaction, committed on success; constraint violations become errors,
+        and a database that cannot be used (down, unreachable, disk full) StoreUnavailable."""
         lock = self._write_lock or contextlib.nullcontext()
-        async with lock, self._write_sessions() as session:
+        async with lock:
             try:
-                async with session.begin():
+                async with self._write_sessions() as session, session.begin():
                     yield session
             except IntegrityError as exc:
                 translated = translate(exc)
                 if translated is None:
                     raise
                 raise translated from exc
+            except DBAPIError as exc:
+                error = self._unavailable(exc, writing=True)
+                if error is None:
+                    raise
+                raise error from exc
+        self._answered(wrote=True)
+
+    def _unavailable(self, exc: DBAPIError, *, writing: bool) -> StoreUnavailable | None:
+        """The StoreUnavailable for ``exc``, if it is one; the first of an outage is logged.
+
+        SQLAlchemy has already dropped a connection it saw break (PostgreSQL's pool also
+        checks each one before use), so the pool recovers by itself once the database does.
+        """
+        error = unavailable(exc)
+        if error is None:
+            return None
+        if self._outage is None:
+            self._outage_since = time.monotonic()
+            log.warning("%s (%s); calls that need it fail until it is back",
+                        error.what, error.cause)
+            self._outage_writes_only = writing
+        elif not writing:
+            self._outage_writes_only = False
+        self._outage = error
+        return error
+
+    def _answered(self, *, wrote: bool) -> None:
+        """A call succeeded: the outage under way is over, unless only writes failed (a full
+        disk, a file that cannot grow) and this was a read."""
+        if self._outage is not None and (wrote or not self._outage_writes_only):
+            log.warning("the database answers again after %.1f s (%s)",
+                        time.monotonic() - self._outage_since, self._outage.cause)
+            self._outage = None
 
     def _experiment_changed(self, experiment_id: int) -> None:
         for listener in list(self.experiment_listeners):

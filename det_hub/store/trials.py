@@ -31,9 +31,10 @@ class TrialQueries(Queries):
     """Queries of the ``trials`` table (see :class:`Store`)."""
 
     async def create_trial(
-        self, *, experiment_id: int, request_id: str, hparams: dict[str, Any], seed: int, state: str
+        self, *, experiment_id: int, request_id: str, hparams: dict[str, Any], seed: int,
+        state: str, run_state: str | None = None, run_id: int = 0
     ) -> Trial:
-        """Add a trial to an experiment.
+        """Add a trial to an experiment (``run_id``: 1 when its first run starts with it).
 
         Raises:
             NotFound: no such experiment.
@@ -42,7 +43,8 @@ class TrialQueries(Queries):
             experiment_id=experiment_id,
             request_id=request_id,
             state=plain(state),
-            run_state=None,
+            run_state=run_state,
+            run_id=run_id,
             hparams=hparams,
             seed=seed,
             restarts=0,

@@ -171,13 +171,14 @@ describe('DetHubClient.followExperimentList', () => {
 describe('DetHubClient.followExperiment', () => {
   const STREAM = 'api/v1/experiments/1/metrics/stream';
 
-  it('reads metric and state events cut anywhere, until the end event', async () => {
+  it('reads metric, state and rollback events cut anywhere, until the end event', async () => {
     const state = { experiment_id: 1, state: 'ACTIVE', progress: 0.5, trials: [] };
     const text =
       sse('state', state) +
       ': heartbeat\n\n' +
       sse('metrics', row(4, 7, 2, { loss: 0.5 }), 4) +
       sse('metrics', row(5, 7, 4, { loss: 0.25 }), 5) +
+      sse('rolled_back', { trial_id: 7, run_id: 2, steps_completed: 2 }) +
       sse('end', { after_id: 5, state: 'COMPLETED' });
     // Cut into 7-byte pieces: lines and frames span chunks.
     const chunks = text.match(/[\s\S]{1,7}/g) ?? [];
@@ -187,11 +188,15 @@ describe('DetHubClient.followExperiment', () => {
     const last = await client(server).followExperiment(1, e => events.push(e), { afterId: 3 });
 
     expect(last).toBe(5);
-    expect(events.map(e => (e.kind === 'metrics' ? e.row.id : e.state.state))).toEqual([
-      'ACTIVE',
-      4,
-      5
-    ]);
+    expect(
+      events.map(e =>
+        e.kind === 'metrics'
+          ? e.row.id
+          : e.kind === 'state'
+            ? e.state.state
+            : `trial ${e.rolledBack.trial_id} past ${e.rolledBack.steps_completed}`
+      )
+    ).toEqual(['ACTIVE', 4, 5, 'trial 7 past 2']);
     expect(server.requests).toHaveLength(1);
     expect(server.requests[0].url.searchParams.get('after_id')).toBe('3');
     expect(server.requests[0].headers.get('Accept')).toBe('text/event-stream');

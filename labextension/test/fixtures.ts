@@ -38,6 +38,7 @@ export function trial(fields: Partial<ITrial> = {}): ITrial {
     hparams: { lr: 0.1 },
     seed: 1,
     restarts: 0,
+    run_id: 1,
     created_at: '2026-11-22T10:00:00Z',
     ended_at: null,
     steps_completed: 10,

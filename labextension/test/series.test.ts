@@ -27,6 +27,24 @@ describe('MetricSeries', () => {
     expect(series.traces('loss')[0]).toMatchObject({ x: [2, 4], y: [2, 40] });
   });
 
+  it('drops what the master rolled back of a trial, in every group, and nothing else', () => {
+    const series = new MetricSeries();
+    [2, 4, 6].forEach((step, i) => series.add(row(i + 1, 7, step, { loss: step })));
+    series.add(row(4, 7, 6, { validation_loss: 0.5 }, 'validation'));
+    series.add(row(5, 8, 6, { loss: 60 }));
+    const before = series.revision;
+    series.rollBack(7, 3);
+    expect(series.traces('loss').map(t => [t.trialId, t.x])).toEqual([
+      [7, [2]],
+      [8, [6]]
+    ]);
+    expect(series.traces('validation_loss')).toEqual([]);
+    expect(series.revision).toBeGreaterThan(before);
+    const after = series.revision;
+    series.rollBack(7, 3);
+    expect(series.revision).toBe(after);
+  });
+
   it('counts a revision per report, and none for a report seen twice', () => {
     const series = new MetricSeries();
     series.add(row(1, 7, 2, { loss: 1 }));

@@ -48,7 +48,8 @@ GOOD = "name: x\nentrypoint: python3 train.py\nsearcher: {name: single, metric: 
      {"error": "context member '/etc/cron.d/x' has an absolute path"}),
     (GOOD, "not base64 !!", 400, {"error": "context: not valid base64"}),
     (GOOD, tar_b64(("big.bin", b"\0" * (97 * 1024 * 1024))), 413,
-     {"error": "the context is larger than 96 MiB unpacked (at member 'big.bin')"}),
+     {"error": "the context is larger than 96 MiB unpacked (MasterApp.context_max_bytes) "
+               "(at member 'big.bin')"}),
 ])
 def test_bad_input_is_refused_clearly_and_creates_nothing(
         master: MasterProcess, config: str, context: str | None, status: int,

@@ -8,7 +8,7 @@ import time
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from det_hub.testing import MasterProcess
+from det_hub.testing import MasterProcess, kill_trial_processes
 
 from .conftest import steps_config
 
@@ -54,6 +54,14 @@ def test_a_crash_restarts_from_the_latest_checkpoint(master: MasterProcess) -> N
     assert "crashing at 15" in logs and "resumed at 10" in logs
     assert any("exited with code 3; restarting from checkpoint" in line and
                "(restart 1 of 2)" in line for line in logs)
+    # Step 15 of run 1 came after its checkpoint at 10: run 2 reported it again, and only
+    # run 2's row counts.
+    assert trial["run_id"] == 2
+    assert any(line.startswith("run 2 trains on from checkpoint") and
+               line.endswith("1 metric row reported past step 10 is rolled back")
+               for line in logs), logs
+    training = master.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
+    assert [p["steps_completed"] for p in training] == list(range(5, 31, 5))
 
 
 def test_a_failing_trial_errors_after_max_restarts(master: MasterProcess) -> None:
@@ -131,3 +139,33 @@ def test_the_master_restarts_mid_experiment_and_the_trial_finishes(
     logs = m.logs(trial_id)
     assert logs.count("done") == 1
     assert not any(line.startswith("resumed at") for line in logs)
+
+
+def test_a_trial_that_died_while_the_master_was_down_resumes_and_counts_each_row_once(
+        master_any_db: MasterProcess) -> None:
+    """The restarted master finds the trial's process gone (a failure, within max_restarts);
+    its rows past the checkpoint it resumes from are rolled back: the steps it trains again
+    are stored once, not twice."""
+    m = master_any_db
+    eid = m.create_ok(steps_config(length=60, sleep=0.04, checkpoint_every=20, max_restarts=1))
+    trial_id = m.wait(lambda: m.trials(eid))[0]["id"]
+    m.wait(lambda: m.get(f"/trials/{trial_id}")["trial"]["steps_completed"] >= 30)
+    m.stop(signal.SIGKILL)
+    assert kill_trial_processes(trial_id) >= 1
+    m.start()
+    assert m.wait_state(eid)["state"] == "COMPLETED", m.logs(trial_id)
+    trial = m.get(f"/trials/{trial_id}")["trial"]
+    assert trial["run_id"] == 2 and trial["restarts"] == 1 and trial["steps_completed"] == 60
+    steps = [p["steps_completed"] for p in
+             m.get(f"/trials/{trial_id}/metrics?group=training")["metrics"]]
+    assert steps == list(range(5, 61, 5)), "every step counted exactly once"
+    charted = m.get(f"/trials/{trial_id}/metrics?group=training&max_points=1000")["metrics"]
+    assert [p["steps_completed"] for p in charted] == steps
+    rolled_back = m.get(f"/trials/{trial_id}/metrics/rolled_back")["metrics"]
+    assert rolled_back and all(
+        r["steps_completed"] > 20 and (r["trial_run"], r["rolled_back_by_run"]) == (1, 2)
+        for r in rolled_back)
+    logs = m.logs(trial_id)
+    assert "resumed at 20" in logs
+    assert any(line.startswith("run 2 trains on from checkpoint") and "past step 20" in line
+               for line in logs), logs

@@ -1,15 +1,34 @@
-"""The cluster's small pure parts: fitting rules, the job queue's order, container settings."""
+"""The cluster's small pure parts: fitting rules, the job queue's order, container settings;
+and an allocation's end outliving a database outage."""
 
 from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
+from det_hub.agents.local import LocalAgent
 from det_hub.config import parse_experiment_config
 from det_hub.config.resources import parse_size
-from det_hub.service.cluster import can_ever_fit, position_before, rendezvous_port
+from det_hub.service.bus import AllocationExited, EventBus
+from det_hub.service.cluster import (
+    Cluster,
+    LaunchSpec,
+    can_ever_fit,
+    position_before,
+    rendezvous_port,
+)
 from det_hub.service.launch import container_spec
+from det_hub.service.unix_accounts import task_account
+from det_hub.states import AllocationState
 from det_hub.storage import CONTAINER_SHARED_FS, storage_in_container
+from det_hub.store import Store, StoreUnavailable
 
 
 @pytest.mark.parametrize(("sizes", "slots", "fits"), [
@@ -97,3 +116,75 @@ def test_a_bad_shm_size_names_its_path() -> None:
                                               "max_length": {"batches": 1}}})
     assert [p.path for p in err.value.problems] == ["resources.shm_size"]
     assert "is not a size" in err.value.problems[0].message
+
+
+class _RefusingStore(Store):
+    """A store whose database refuses the writes an allocation's end makes, while ``refuse``
+    is set: a stand-in for an outage (tests/faults/test_database_outage.py has real ones)."""
+
+    refuse = False
+
+    async def update_allocation(self, allocation_id: str, **fields: Any) -> Any:
+        if self.refuse:
+            raise StoreUnavailable("PostgreSQL: connection refused")
+        return await super().update_allocation(allocation_id, **fields)
+
+    async def add_logs(self, rows: list[dict[str, Any]]) -> int:
+        if self.refuse:
+            raise StoreUnavailable("PostgreSQL: connection refused")
+        return await super().add_logs(rows)
+
+
+async def _until(what: Callable[[], object], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.05)
+
+
+async def test_an_allocation_end_the_database_refused_is_stored_and_announced_once_back(
+        sqlite_url: str, tmp_path: Path) -> None:
+    store = await _RefusingStore.open(sqlite_url)
+    user = await store.create_user("alice")
+    experiment = await store.create_experiment(
+        name="e", owner_id=user.id, config={}, original_config="", context=None,
+        state="ACTIVE", searcher_metric="loss", smaller_is_better=True)
+    trial = await store.create_trial(experiment_id=experiment.id, request_id="r", hparams={},
+                                     seed=1, state="ACTIVE")
+    bus = EventBus()
+    exits: list[AllocationExited] = []
+
+    async def on_exit(event: AllocationExited) -> None:
+        exits.append(event)
+
+    bus.subscribe(AllocationExited, on_exit)
+    cluster = Cluster(store, LocalAgent(work_root=tmp_path / "work", use_gpus=False), bus,
+                      poll_interval=0.05)
+    cluster.start()
+    try:
+        alloc = await cluster.request(LaunchSpec(
+            owner="alice", slots=1, cluster_info={}, context=None, env={},
+            argv=["python3", "-c", "import time; time.sleep(1); print('bye')"],
+            trial_id=trial.id, experiment_id=experiment.id,
+            run_as=task_account() if os.geteuid() == 0 else None))
+        await _until(lambda: alloc.state == AllocationState.RUNNING)
+        store.refuse = True
+        await _until(lambda: alloc.id in cluster.endings.waiting)
+        await asyncio.sleep(1)
+        # Not forgotten, not announced: it waits, tried again and again.
+        assert exits == [] and alloc.id not in cluster.allocations
+        assert cluster.endings.waiting[alloc.id].tries >= 2
+        assert [r["message"] for r in alloc.unstored_logs] == ["bye"]
+
+        store.refuse = False
+        await _until(lambda: exits)
+        await asyncio.sleep(0.5)
+        assert [e.alloc.id for e in exits] == [alloc.id]  # announced once
+        assert exits[0].status.exit_code == 0
+        assert cluster.endings.waiting == {}
+        row = await store.get_allocation(alloc.id)
+        assert row is not None and row.state == "TERMINATED" and row.exit_code == 0
+        assert [line.message for line in await store.get_logs(trial.id)] == ["bye"]
+    finally:
+        await cluster.stop()
+        await store.close()

@@ -8,6 +8,7 @@ the states the run stores, its counts, and what it asked of the host.
 
 from __future__ import annotations
 
+import math
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,8 @@ import pytest
 
 from det_hub.agents import ExitStatus
 from det_hub.config import ExperimentConfig, parse_experiment_config
-from det_hub.searcher import Action, AsyncHalvingSearch
+from det_hub.searcher import Action, AsyncHalvingSearch, build_search_method
+from det_hub.service import searcher_journal
 from det_hub.service.cluster import Allocation, LaunchSpec
 from det_hub.service.experiment import (
     WAITING,
@@ -25,8 +27,9 @@ from det_hub.service.experiment import (
     RunHost,
     validation_length,
 )
+from det_hub.service.searcher_journal import tell_searcher
 from det_hub.states import AllocationState, CheckpointState, ExperimentState, TrialState
-from det_hub.store import Store
+from det_hub.store import Store, StoreUnavailable
 from det_hub.store.models import Experiment, Trial
 
 E, T = ExperimentState, TrialState
@@ -36,7 +39,7 @@ class FakeHost:
     """A :class:`RunHost` that keeps allocations in a dict and records every call.
 
     ``calls`` lists ``(what, trial_id)`` in order: ``launch``, ``dequeue``, ``preempt`` and
-    ``kill``; ``ended`` lists ``(trial_id, state)`` for each :meth:`trial_ended`. Like the
+    ``kill``; ``ended`` lists ``(trial_id, state)`` for each trial :meth:`trials_ended` got. Like the
     cluster, it dequeues only allocations that have not started, and an allocation that exits
     is no longer the trial's before the run hears of it.
     """
@@ -44,6 +47,8 @@ class FakeHost:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int]] = []
         self.ended: list[tuple[int, str]] = []
+        #: How many trials each call of trials_ended handed over.
+        self.ended_together: list[int] = []
         self.open: dict[int, Allocation] = {}
         #: When set, launches are refused with this message.
         self.refusal: str | None = None
@@ -81,8 +86,9 @@ class FakeHost:
         self.calls.append(("kill", _trial_id(alloc)))
         alloc.killed = True
 
-    async def trial_ended(self, run: ExperimentRun, trial: Trial) -> None:
-        self.ended.append((trial.id, trial.state))
+    async def trials_ended(self, run: ExperimentRun, trials: list[Trial]) -> None:
+        self.ended.extend((trial.id, trial.state) for trial in trials)
+        self.ended_together.append(len(trials))
 
     # --- the cluster's side, driven by the tests ----------------------------------------
     def launches(self, trial_id: int | None = None) -> int:
@@ -191,6 +197,24 @@ async def validations(store: Store, trial: Trial, *steps: int) -> None:
     await store.update_trial(trial.id, steps_completed=trial.steps_completed)
 
 
+def count_searcher_saves(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record each store write of the search method's state: ``events`` or ``whole``."""
+    saves: list[str] = []
+    add, compact = store.add_searcher_events, store.compact_searcher
+
+    async def add_events(*args: Any) -> None:
+        saves.append("events")
+        await add(*args)
+
+    async def whole(*args: Any) -> Experiment:
+        saves.append("whole")
+        return await compact(*args)
+
+    monkeypatch.setattr(store, "add_searcher_events", add_events)
+    monkeypatch.setattr(store, "compact_searcher", whole)
+    return saves
+
+
 # --- a single trial ------------------------------------------------------------------------
 async def test_a_single_trial_completes(store: Store, host: FakeHost) -> None:
     run = await new_run(store, host, config())
@@ -214,8 +238,9 @@ async def test_a_single_trial_completes(store: Store, host: FakeHost) -> None:
     assert (row.state, row.progress) == ("COMPLETED", 1.0) and row.ended_at is not None
     assert (saved.state, saved.run_state, saved.restarts) == ("COMPLETED", None, 0)
     assert saved.ended_at is not None
-    assert row.searcher_state is not None
-    assert row.searcher_state["completed_lengths"] == {trial.request_id: 10}
+    state, events = await store.load_searcher(run.id)
+    assert state is not None and events == []  # stored whole as the search ended
+    assert state["completed_lengths"] == {trial.request_id: 10}
     assert host.ended == [(trial.id, "COMPLETED")]
     assert host.calls == [("launch", trial.id)]
 
@@ -295,11 +320,74 @@ async def test_a_restart_forgets_what_was_reported_after_the_latest_checkpoint(
     assert trial.latest_validation == {"steps_completed": 4, "metrics": {"loss": 0.25}}
     kept = await store.get_metrics(trial.id, group="validation")
     assert [m.steps_completed for m in kept] == [2, 4]
+    [gone] = await store.rolled_back_metrics(trial.id)
+    assert (gone.steps_completed, gone.trial_run, gone.rolled_back_by_run) == (6, 1, 2)
     [saved] = await store.list_trials(run.id)
-    assert (saved.steps_completed, saved.restarts) == (4, 1)
+    assert (saved.steps_completed, saved.restarts, saved.run_id) == (4, 1, 2)
     assert (await messages(store, trial)) == [
         f"the trial's process exited with code 1; restarting from checkpoint {uuid_} "
-        "(restart 1 of 1)"]
+        "(restart 1 of 1)",
+        f"run 2 trains on from checkpoint {uuid_}: 1 metric row reported past step 4 is "
+        "rolled back"]
+
+
+async def test_a_trial_requeued_after_a_master_restart_rolls_back_past_its_checkpoint(
+        store: Store, host: FakeHost) -> None:
+    """A trial whose allocation did not survive a master restart starts a new run from its
+    checkpoint: what it reported past that is rolled back, so each step counts once."""
+    run = await new_run(store, host, config())
+    [trial] = run.trials.values()
+    await host.start(run, trial)
+    await validations(store, trial, 2, 4)
+    uuid_ = await checkpoint(store, trial, 4)
+    await validations(store, trial, 6, 8)
+    # The master stops; the allocation is gone when it starts again.
+    row, trials = await stored(store, run)
+    after = FakeHost()
+    recovered = await ExperimentRun.restore(row, parse_experiment_config(row.config), trials,
+                                            store, after)
+    await recovered.recover()
+    [trial] = recovered.trials.values()
+    assert after.calls == [("launch", trial.id)] and trial.run_id == 2
+    assert trial.steps_completed == 4
+    assert trial.latest_validation == {"steps_completed": 4, "metrics": {"loss": 0.25}}
+    assert [m.steps_completed for m in await store.get_metrics(trial.id)] == [2, 4]
+    assert [m.steps_completed for m in await store.rolled_back_metrics(trial.id)] == [6, 8]
+    assert await messages(store, trial) == [
+        f"run 2 trains on from checkpoint {uuid_}: 2 metric rows reported past step 4 are "
+        "rolled back"]
+
+
+@pytest.mark.parametrize("failing", ["start_trial_run", "update_trial"])
+async def test_an_exit_handled_again_after_a_failed_write_counts_one_restart(
+        store: Store, host: FakeHost, monkeypatch: pytest.MonkeyPatch, failing: str) -> None:
+    """The cluster hands an exit over again when the database failed while it was handled:
+    the trial restarts once, queued once, whichever write failed (its new run's, or its
+    queued state once the allocation was asked for)."""
+    run = await new_run(store, host, config(max_restarts=3))
+    [trial] = run.trials.values()
+    await host.start(run, trial)
+    alloc = host.open.pop(trial.id)
+    alloc.state = AllocationState.TERMINATED
+    real = getattr(store, failing)
+    failed: list[str] = []
+
+    async def once(*args: Any, **fields: Any) -> Any:
+        if not failed and (failing == "start_trial_run" or fields.get("run_state") == "QUEUED"):
+            failed.append(failing)
+            raise StoreUnavailable("connection refused")
+        return await real(*args, **fields)
+
+    monkeypatch.setattr(store, failing, once)
+    status = ExitStatus(3)
+    with pytest.raises(StoreUnavailable):
+        await run.on_allocation_exit(alloc, status)
+    assert failed == [failing]
+    await run.on_allocation_exit(alloc, status)
+    [saved] = await store.list_trials(run.id)
+    assert (trial.restarts, trial.run_state, saved.restarts, saved.run_state) == (
+        1, "QUEUED", 1, "QUEUED")
+    assert host.launches(trial.id) == 2 and saved.run_id == 2
 
 
 async def test_a_refused_launch_fails_the_trial(store: Store, host: FakeHost) -> None:
@@ -382,6 +470,90 @@ async def test_asha_parks_a_trial_at_its_rung_then_promotes_it(
     assert row.state == "COMPLETED" and row.progress == 1.0
     assert [(t.state, t.restarts) for t in trials] == [("COMPLETED", 0), ("COMPLETED", 0)]
     assert host.ended == [(bad.id, "COMPLETED"), (good.id, "COMPLETED")]
+
+
+async def test_a_search_that_closes_out_stops_its_waiting_trials_together(
+        store: Store, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once every trial has a result at the bottom rung, the trials waiting there that can no
+    longer be promoted are stopped in that one event: with one save of the searcher's state
+    and one hand-over to the host (one checkpoint GC pass), not one per trial."""
+    run = await new_run(store, host, asha(stop_once=False, max_trials=6,
+                                          max_concurrent_trials=6))
+    trials = list(run.trials.values())
+    assert len(trials) == 6
+    for trial in trials:
+        await host.start(run, trial)
+    for i, trial in enumerate(trials[:-1]):
+        await run.on_validation(trial, 8, 0.1 * (i + 1))
+        await host.exit(run, trial, 0)  # promoted ones are queued again, the others wait
+    waiting = [t for t in trials if t.run_state == WAITING]
+    assert len(waiting) >= 2
+
+    saves = count_searcher_saves(store, monkeypatch)
+    host.ended_together.clear()
+    await run.on_validation(trials[-1], 8, 0.9)  # the last result at the bottom rung
+    closed = [t for t in waiting if t.state == "COMPLETED"]
+    assert len(closed) >= 2 and host.ended_together == [len(closed)] and len(saves) == 1
+    assert all(t.run_state is None and t.ended_at is not None for t in closed)
+    [saved] = [t for t in await store.list_trials(run.id) if t.id == closed[0].id]
+    assert (saved.state, saved.run_state) == ("COMPLETED", None)
+
+
+async def test_the_searcher_is_stored_as_events_then_whole_and_restores_exactly(
+        store: Store, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each event stores what the method was told, not its whole state; after
+    SEARCHER_EVENTS_BEFORE_WHOLE events the whole state replaces them, and when the search
+    ends it is stored whole. A run restored at any point has the method exactly as it was."""
+    monkeypatch.setattr(searcher_journal, "SEARCHER_EVENTS_BEFORE_WHOLE", 12)
+    saves = count_searcher_saves(store, monkeypatch)
+    run = await new_run(store, host, asha(stop_once=False, max_trials=6,
+                                          max_concurrent_trials=6))
+    assert saves == ["events"]  # the first trials, created in one batch
+    trials = list(run.trials.values())
+    for trial in trials:
+        await host.start(run, trial)
+
+    async def restored_matches() -> None:
+        row, stored_trials = await stored(store, run)
+        again = await ExperimentRun.restore(row, parse_experiment_config(row.config),
+                                            stored_trials, store, FakeHost())
+        assert again.method.snapshot() == run.method.snapshot()
+        assert again.completed_lengths == run.completed_lengths
+
+    for i, trial in enumerate(trials):
+        await run.on_validation(trial, 8, 0.1 * (i + 1))
+        await restored_matches()
+        await host.exit(run, trial, 0)
+    assert "whole" in saves and saves[0] == "events"  # 6 created + 6 validations + closes
+    state, _ = await store.load_searcher(run.id)
+    assert state is not None and state["events_through"] > 0
+    for trial in [t for t in trials if t.run_state == "QUEUED"]:
+        await host.start(run, trial)
+        await run.on_validation(trial, 16, 0.05)
+        await restored_matches()
+        await host.exit(run, trial, 0)
+    assert run.state == E.COMPLETED
+    assert saves[-1] == "whole" and (await store.load_searcher(run.id))[1] == []
+
+
+async def test_a_nonfinite_result_is_stored_and_told_again(
+        store: Store, host: FakeHost) -> None:
+    run = await new_run(store, host, asha(stop_once=False))
+    good, bad = run.trials.values()
+    await host.start(run, bad)
+    await run.on_validation(bad, 8, math.nan)
+    row, trials = await stored(store, run)
+    [event] = [e for e in (await store.load_searcher(run.id))[1] if e["event"] == "validation"]
+    assert event["metric"] == "NaN"
+    again = await ExperimentRun.restore(row, parse_experiment_config(row.config), trials,
+                                        store, FakeHost())
+    assert again.method.snapshot() == run.method.snapshot()
+
+
+def test_an_unknown_searcher_event_is_refused_with_its_number(store: Store) -> None:
+    method = build_search_method(config().searcher, {}, 7)
+    with pytest.raises(ValueError, match="searcher event 9: unknown kind 'jump'"):
+        tell_searcher(method, {}, {"event": "jump", "seq": 9})
 
 
 # --- pause, activate, preemption -----------------------------------------------------------
@@ -552,7 +724,8 @@ async def test_a_recovered_experiment_whose_trials_all_ended_completes(
                                   progress=0.5)
     row, trials = await stored(store, run)
     after = FakeHost()
-    recovered = ExperimentRun(row, parse_experiment_config(row.config), trials, store, after)
+    recovered = await ExperimentRun.restore(row, parse_experiment_config(row.config), trials,
+                                            store, after)
     await recovered.recover()
     assert recovered.done.is_set()
     row, _ = await stored(store, recovered)
@@ -589,7 +762,8 @@ async def test_a_recovered_run_requeues_active_trials_and_finishes_stopping_ones
     # The master restarts; neither allocation survives it.
     row, trials = await stored(store, first_run)
     after = FakeHost()
-    run = ExperimentRun(row, parse_experiment_config(row.config), trials, store, after)
+    run = await ExperimentRun.restore(row, parse_experiment_config(row.config), trials, store,
+                                      after)
     await run.recover()
     again, stopped = run.trials.values()
     assert (again.state, again.run_state) == ("ACTIVE", "QUEUED")

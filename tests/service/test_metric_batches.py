@@ -54,3 +54,30 @@ def test_a_repeated_batch_is_stored_once_and_answered_as_a_repeat(
         assert len(master.get(f"{path}?group=training")["metrics"]) == 5
     finally:
         master.api("POST", f"/experiments/{eid}/kill")
+
+
+@pytest.mark.slow
+def test_a_repeated_checkpoint_report_changes_nothing_and_says_so(
+        master: MasterProcess) -> None:
+    """The uuid is a checkpoint report's key: the same report again answers 200 with what was
+    stored; another checkpoint under a taken uuid is a 409."""
+    eid = master.create_ok({
+        "name": "checkpoint reports", "entrypoint": "sleep 300", "max_restarts": 0,
+        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
+    try:
+        trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+        report = {"uuid": "5b8f4e4e-8f0e-4c4f-9a55-000000000001", "trial_id": trial_id,
+                  "steps_completed": 4, "resources": {"model.pt": 10}, "metadata": {},
+                  "state": "COMPLETED"}
+        first = master.api("POST", "/checkpoints", json=report)
+        assert first.status_code == 201, first.text
+        again = master.api("POST", "/checkpoints", json=report)
+        assert again.status_code == 200, again.text
+        assert again.json() == first.json()
+        other = master.api("POST", "/checkpoints", json={**report, "steps_completed": 5})
+        assert other.status_code == 409 and "already exists" in other.json()["error"]
+        assert [c["uuid"] for c in master.get(f"/experiments/{eid}/checkpoints")[
+            "checkpoints"]] == [report["uuid"]]
+        assert master.get(f"/trials/{trial_id}")["trial"]["latest_checkpoint"] == report["uuid"]
+    finally:
+        master.api("POST", f"/experiments/{eid}/kill")

@@ -75,7 +75,7 @@ def _experiment(**fields: Any) -> orm.Experiment:
 def _trial(**fields: Any) -> orm.Trial:
     return orm.Trial(**{
         "id": 7, "experiment_id": 3, "request_id": "0f3c", "state": "ACTIVE",
-        "run_state": None, "hparams": {"lr": 0.1}, "seed": 123, "restarts": 0,
+        "run_state": None, "hparams": {"lr": 0.1}, "seed": 123, "restarts": 0, "run_id": 1,
         "created_at": NOW, "ended_at": None, "steps_completed": 0, "progress": None,
         "latest_checkpoint": None, "best_validation": None, "latest_validation": None,
         "searcher_metric_value": None, **fields})
@@ -289,6 +289,7 @@ def test_every_answer_of_a_real_master_is_what_its_handler_declares(
     answered("get", f"/trials/{tid}")
     answered("get", f"/trials/{tid}/metrics")
     answered("get", f"/trials/{tid}/metrics?max_points=2&metric=validation_loss")
+    assert answered("get", f"/trials/{tid}/metrics/rolled_back") == {"metrics": []}
     assert answered("get", f"/trials/{tid}/logs")
     answered("get", f"/experiments/{eid}/searcher")
     answered("get", f"/experiments/{eid}/searcher_state")

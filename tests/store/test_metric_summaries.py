@@ -145,11 +145,11 @@ async def test_summaries_follow_inserts_in_any_order_and_cuts(store: Store, tria
         {"steps_completed": s, "metrics": {"loss": 1.0 / (s + 1)}} for s in range(0, 3000, 50)])
     assert await _stored(store, trial.id) == await _expected(store, trial.id)
 
-    # A resumed trial drops rows past its checkpoint; blocks cut in two are rebuilt.
+    # A resumed trial rolls back rows past its checkpoint; blocks cut in two are rebuilt.
     for cut in (2345, 1024, 1023, 17):
-        await store.delete_metrics_after(trial.id, cut)
+        await store.start_trial_run(trial.id, cut)
         assert await _stored(store, trial.id) == await _expected(store, trial.id), cut
-    await store.delete_metrics_after(trial.id, -1)
+    await store.start_trial_run(trial.id, -1)
     assert await _stored(store, trial.id) == {}
 
 

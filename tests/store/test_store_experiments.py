@@ -2,16 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import event
 
 from det_hub.states import ExperimentState
-from det_hub.store import NotFound, Store, User, utcnow
+from det_hub.store import NotFound, Store, StoreConflict, User, utcnow
+
+
+@contextlib.contextmanager
+def recorded_sql(store: Store) -> Iterator[list[str]]:
+    """Every SQL statement the store sends within."""
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    engine = store._engine.sync_engine
+    event.listen(engine, "before_cursor_execute", record)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", record)
 
 
 async def test_create_and_get(store: Store, user: User) -> None:
@@ -43,9 +61,9 @@ async def test_create_and_get(store: Store, user: User) -> None:
     assert got.original_config == "name: mnist\n"
     assert (got.searcher_metric, got.smaller_is_better) == ("validation_loss", False)
     assert (got.resource_pool, got.priority, got.seed) == ("gpus", 10, 1234)
-    assert (got.archived, got.progress, got.searcher_state, got.ended_at) == (
+    assert await store.load_searcher(got.id) == (None, [])
+    assert (got.archived, got.progress, got.ended_at) == (
         False,
-        None,
         None,
         None,
     )
@@ -91,7 +109,7 @@ async def test_update(store: Store, user: User, make_experiment: Any) -> None:
     assert got.ended_at == ended
     assert got.ended_at is not None and got.ended_at.tzinfo is not None
     assert got.ended_at.utcoffset() == dt.timedelta(0)
-    assert got.searcher_state == {"trials": {"1": {"rung": 2}}}
+    assert (await store.load_searcher(exp.id))[0] == {"trials": {"1": {"rung": 2}}}
     assert got.labels == ["a", "b"]
 
     with pytest.raises(NotFound):
@@ -167,22 +185,40 @@ async def test_context_round_trip_and_not_loaded_by_list(
     assert await store.get_experiment_context(bare.id) is None
     assert await store.get_experiment_context(9999) is None
 
-    statements: list[str] = []
-
-    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        statements.append(statement)
-
-    engine = store._engine.sync_engine
-    event.listen(engine, "before_cursor_execute", record)
-    try:
+    with recorded_sql(store) as statements:
         page, total = await store.list_experiments()
         got = await store.get_experiment(exp.id)
-    finally:
-        event.remove(engine, "before_cursor_execute", record)
     assert total == 2 and got is not None
     assert statements, "no SQL captured"
     assert not any(re.search(r"experiment_contexts|\barchive\b", s) for s in statements)
     assert "archive" not in vars(got)
+
+
+async def test_the_searcher_is_stored_as_events_then_whole(
+    store: Store, user: User, make_experiment: Any
+) -> None:
+    """Events append after the state stored whole; storing it whole again drops those it
+    holds, in one transaction; an experiment's load never reads the state."""
+    exp = await make_experiment(user.id)
+    await store.add_searcher_events(exp.id, 1, [{"event": "initial"},
+                                                {"event": "created", "request_id": "a"}])
+    assert await store.load_searcher(exp.id) == (None, [
+        {"event": "initial", "seq": 1}, {"event": "created", "request_id": "a", "seq": 2}])
+    with pytest.raises(StoreConflict):
+        await store.add_searcher_events(exp.id, 2, [{"event": "closed", "request_id": "a"}])
+    await store.add_searcher_events(exp.id, 3, [{"event": "closed", "request_id": "a"}])
+    whole = {"method": {"x": 1}, "events_through": 2}
+    await store.compact_searcher(exp.id, whole, 2)
+    assert await store.load_searcher(exp.id) == (
+        whole, [{"event": "closed", "request_id": "a", "seq": 3}])
+    with pytest.raises(NotFound):
+        await store.compact_searcher(exp.id + 100, whole, 2)
+
+    with recorded_sql(store) as statements:
+        await store.get_experiment(exp.id)
+        await store.list_experiments()
+        await store.update_experiment(exp.id, progress=0.5)
+    assert statements and not any("searcher_state" in s for s in statements)
 
 
 async def test_returned_objects_are_usable_after_the_call(

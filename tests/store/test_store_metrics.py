@@ -152,15 +152,34 @@ async def test_million_points_downsample_to_a_thousand(store: Store, trial: Tria
     assert [m.steps_completed for m in tail] == list(range(n - 4, n + 1))
 
 
-async def test_metrics_past_a_step_are_deleted_in_every_group(store: Store, trial: Trial) -> None:
+async def test_a_new_run_rolls_back_rows_past_its_start_in_every_group(
+        store: Store, trial: Trial) -> None:
+    """Rows an earlier run reported past the step a new run starts from leave every read and
+    are kept apart, with the run that reported them and the run that rolled them back."""
+    assert await store.start_trial_run(trial.id, 0) == (1, 0)
     for group in ("training", "validation"):
         await store.add_metrics(trial.id, group, [
             {"steps_completed": s, "metrics": {"loss": 1.0 / s}} for s in (10, 20, 30)])
-    assert await store.delete_metrics_after(trial.id, 20) == 2
+    assert await store.start_trial_run(trial.id, 20) == (2, 2)
     for group in ("training", "validation"):
         rows = await store.get_metrics(trial.id, group=group)
-        assert [r.steps_completed for r in rows] == [10, 20]
-    assert await store.delete_metrics_after(trial.id, 20) == 0
+        assert [(r.steps_completed, r.trial_run) for r in rows] == [(10, 1), (20, 1)]
+        assert [r.steps_completed for r in await store.get_metrics(
+            trial.id, group=group, max_points=2)] == [10, 20]
+    assert await store.latest_metrics(trial.id, "training") is not None
+    assert (await store.latest_metrics(trial.id, "training")).steps_completed == 20
+    [gone_t, gone_v] = sorted(await store.rolled_back_metrics(trial.id), key=lambda r: r.group)
+    assert (gone_t.group, gone_t.steps_completed, gone_t.trial_run,
+            gone_t.rolled_back_by_run) == ("training", 30, 1, 2)
+    assert gone_v.metrics == {"loss": 1.0 / 30} and gone_v.report_time.tzinfo is not None
+
+    # Run 2 reports step 30 again: one row of it counts.
+    await store.add_metrics(trial.id, "training", [{"steps_completed": 30, "metrics": {}}])
+    rows = await store.get_metrics(trial.id, group="training")
+    assert [(r.steps_completed, r.trial_run) for r in rows] == [(10, 1), (20, 1), (30, 2)]
+    assert await store.start_trial_run(trial.id, 30) == (3, 0)
+    with pytest.raises(NotFound):
+        await store.start_trial_run(trial.id + 1000, 0)
 
 
 async def test_a_batch_stored_again_under_its_key_stores_nothing(

@@ -16,7 +16,7 @@ from det_hub.store.models import Base, MetricSummary
 from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0012"
+HEAD = "0014"
 
 EXPECTED_TABLES = {
     "users",
@@ -28,6 +28,8 @@ EXPECTED_TABLES = {
     "allocations",
     "metrics",
     "metric_batches",
+    "rolled_back_metrics",
+    "searcher_events",
     "metric_summaries",
     "checkpoints",
     "task_logs",

@@ -6,6 +6,7 @@ import asyncio
 import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -14,7 +15,15 @@ from tornado.web import HTTPError, RequestHandler
 
 from det_hub import nonfinite
 from det_hub.service import wire
-from det_hub.service.errors import APIError, BadRequest, Forbidden, Unauthorized, Unavailable
+from det_hub.service.errors import (
+    APIError,
+    BadRequest,
+    Forbidden,
+    Unauthorized,
+    Unavailable,
+    answered_error,
+    logged_as_traceback,
+)
 from det_hub.service.serialize import iso
 from det_hub.states import ExperimentState
 from det_hub.store import MAX_BIG_INTEGER, MAX_INTEGER
@@ -79,6 +88,9 @@ class APIHandler(RequestHandler):
     answers: dict[str, Answer] = {}
     #: Methods that answer 201 Created.
     created: frozenset[str] = frozenset()
+    #: Methods of :attr:`created` whose repeat (the same report again, by its key) answers 200
+    #: with what the first stored, instead of 201.
+    repeatable: frozenset[str] = frozenset()
     #: Further error statuses per method, for the OpenAPI document.
     extra_responses: dict[str, dict[str, str]] = {}
 
@@ -94,7 +106,7 @@ class APIHandler(RequestHandler):
 
     async def prepare(self) -> None:
         if self.master.stopping:
-            raise Unavailable("the master is shutting down; try again shortly")
+            raise Unavailable("the master is shutting down; try again shortly", retry_after=5)
         check_path_ids(self.path_kwargs)
         self.master.active_requests.add(id(self))
         if self.public:
@@ -123,8 +135,13 @@ class APIHandler(RequestHandler):
             raise Forbidden("this endpoint is not open to training code's allocation tokens")
         return self.principal.user
 
+    def log_exception(self, typ: type[BaseException] | None, value: BaseException | None,
+                      tb: TracebackType | None) -> None:
+        if logged_as_traceback(value):
+            super().log_exception(typ, value, tb)
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
+        exc = answered_error(self, kwargs.get("exc_info", (None, None, None))[1])
         if isinstance(exc, APIError):
             body = exc.body()
         elif isinstance(exc, HTTPError) and exc.log_message:
@@ -141,7 +158,9 @@ class APIHandler(RequestHandler):
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
         except RecursionError:
             raise BadRequest("the request body is nested too deeply") from None
-        if _NUL.search(self.request.body):
+        # The substring first: the pattern alone holds the interpreter for a second or more
+        # on a body of tens of megabytes.
+        if b"\\u0000" in self.request.body and _NUL.search(self.request.body):
             # Neither database stores one in text or JSON.
             raise BadRequest("the request body holds a NUL character (\\u0000), which the "
                              "master does not store")

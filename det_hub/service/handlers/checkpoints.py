@@ -15,14 +15,15 @@ SOURCE_METRICS_QUERY = {"get": {
 
 class CheckpointsHandler(APIHandler):
     allow_allocation = True
-    created = frozenset({"post"})
+    created = repeatable = frozenset({"post"})
     body = {"post": wire.CheckpointReport}
     answers = {"post": ("checkpoint", wire.Checkpoint)}
+    extra_responses = {"post": {"409": "the uuid is another checkpoint's"}}
 
     async def post(self) -> None:
         """Record a checkpoint the training code has written (training code)."""
-        ckpt = await self.master.checkpoints.report(self.principal, self.parsed_body())
-        self.send({"checkpoint": checkpoint_json(ckpt)}, status=201)
+        ckpt, repeat = await self.master.checkpoints.report(self.principal, self.parsed_body())
+        self.send({"checkpoint": checkpoint_json(ckpt)}, status=200 if repeat else 201)
 
 
 class CheckpointHandler(APIHandler):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-import yaml
-
 from det_hub.service import wire
+from det_hub.service.context import read_yaml
 from det_hub.service.errors import BadRequest
 from det_hub.service.handlers.base import NO_OWNER, APIHandler
 from det_hub.service.serialize import checkpoint_json, trial_json
@@ -16,7 +16,8 @@ ID = r"(?P<experiment_id>\d+)"
 
 class ExperimentsHandler(APIHandler):
     created = frozenset({"post"})
-    extra_responses = {"post": {"413": "the context is larger than 96 MiB unpacked"}}
+    extra_responses = {"post": {"413": "the request body, the config or the unpacked context "
+                                       "is larger than its limit"}}
     query = {"get": {
         "state": ("string", "only experiments in this state (repeat for several)"),
         "archived": ("boolean", "only archived (true) or unarchived (false) experiments"),
@@ -43,7 +44,8 @@ class ExperimentsHandler(APIHandler):
 
     async def post(self) -> None:
         """Create an experiment from a config and a context archive."""
-        body: wire.ExperimentCreate = self.parsed_body()
+        # A body may be 160 MiB: read it off the event loop, as the config and context are.
+        body: wire.ExperimentCreate = await asyncio.to_thread(self.parsed_body)
         config, activate, parent_id = body.config, body.activate, body.parent_id
         row = await self.master.experiments.create(
             self.principal, config, body.context, activate=activate, parent_id=parent_id)
@@ -88,14 +90,17 @@ class ExperimentActionHandler(APIHandler):
 class ContinueHandler(APIHandler):
     answers = {"post": ("experiment", wire.Experiment)}
     body = {"post": wire.ExperimentContinue}
+    extra_responses = {"post": {"413": "the request body or the config is larger than its "
+                                       "limit"}}
 
     async def post(self, experiment_id: str) -> None:
         """Train a finished experiment on from its latest checkpoints, in place."""
-        text = self.parsed_body().config
-        try:
-            overrides = yaml.safe_load(text) if text else {}
-        except yaml.YAMLError as e:
-            raise BadRequest(f"config: invalid YAML: {e}") from None
+        body: wire.ExperimentContinue = await asyncio.to_thread(self.parsed_body)
+        text = body.config
+        limits = self.master.experiments.config_limits
+        overrides = await read_yaml(text, limits, "config") if text else {}
+        if overrides is None:
+            overrides = {}
         if not isinstance(overrides, dict):
             raise BadRequest("config: must be a mapping of settings")
         row = await self.master.experiments.continue_experiment(self.principal, int(experiment_id),
@@ -136,9 +141,9 @@ class SearcherStateHandler(APIHandler):
     answers = {"get": ("searcher", dict[str, Any])}
 
     async def get(self, experiment_id: str) -> None:
-        """The experiment's searcher state."""
-        row = await self.master.experiments.get(int(experiment_id))
-        self.send({"searcher": row.searcher_state or {}})
+        """The experiment's searcher state: its search method's, and each trial's length
+        done as the searcher counts it."""
+        self.send({"searcher": await self.master.experiments.searcher_state(int(experiment_id))})
 
 
 class SearcherHandler(APIHandler):

@@ -11,9 +11,13 @@ from det_hub.service.serialize import user_json
 class HealthHandler(APIHandler):
     public = True
     answers = {"get": wire.Health}
+    extra_responses = {"get": {"503": "the master is up but its database does not answer "
+                                      "(down, restarting, unreachable); with Retry-After"}}
 
     async def get(self) -> None:
-        """Whether the master is up."""
+        """Whether the master is up, and its database answers (a read: a database whose disk
+        is full still does)."""
+        await self.master.check_database()
         self.send({"status": "ok", "version": __version__})
 
 

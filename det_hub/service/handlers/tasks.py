@@ -4,6 +4,7 @@ kill one, stream its logs. A proxied task's own process says when it serves (``/
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from det_hub.service import wire
@@ -30,7 +31,8 @@ class TaskHandlerBase(APIHandler):
 
 class TasksHandler(TaskHandlerBase):
     created = frozenset({"post"})
-    extra_responses = {"post": {"413": "the context is larger than 96 MiB unpacked"}}
+    extra_responses = {"post": {"413": "the request body, the config or the unpacked context "
+                                       "is larger than its limit"}}
     body = {"post": wire.TaskCreate}
     answers = {"get": ("{kind.key}s", list[wire.Task]), "post": ("{kind.key}", wire.Task)}
 
@@ -42,7 +44,8 @@ class TasksHandler(TaskHandlerBase):
     async def post(self) -> None:
         """Start a task: run a command, or start a notebook, shell or TensorBoard."""
         kind = self.kind
-        body: wire.TaskCreate = self.parsed_body()
+        # A body may be 160 MiB: read it off the event loop, as the config and context are.
+        body: wire.TaskCreate = await asyncio.to_thread(self.parsed_body)
         config = body.config if "config" in body.model_fields_set else (
             "" if kind.proxied else None)
         if config is None:

@@ -7,7 +7,7 @@ from typing import Any
 from det_hub import nonfinite
 from det_hub.service import wire
 from det_hub.service.handlers.base import APIHandler, log_query
-from det_hub.service.serialize import metric_json, trial_json
+from det_hub.service.serialize import metric_json, rolled_back_metric_json, trial_json
 
 ID = r"(?P<trial_id>\d+)"
 
@@ -51,6 +51,17 @@ class TrialMetricsHandler(APIHandler):
         count, repeat = await self.master.trials.report_metrics(
             self.principal, int(trial_id), self.parsed_body())
         self.send({"count": count, "repeat": repeat})
+
+
+class RolledBackMetricsHandler(APIHandler):
+    allow_allocation = True
+    answers = {"get": ("metrics", list[wire.RolledBackMetricRow])}
+
+    async def get(self, trial_id: str) -> None:
+        """The rows a later run of the trial rolled back: reported past the checkpoint that
+        run started from, they count nowhere else and are kept for audit."""
+        rows = await self.master.trials.rolled_back_metrics(self.principal, int(trial_id))
+        self.send({"metrics": [rolled_back_metric_json(r) for r in rows]})
 
 
 class TrialSourceInfoHandler(APIHandler):
@@ -147,6 +158,7 @@ class CompletedOperationHandler(APIHandler):
 routes = [
     (rf"/trials/{ID}", TrialHandler),
     (rf"/trials/{ID}/metrics", TrialMetricsHandler),
+    (rf"/trials/{ID}/metrics/rolled_back", RolledBackMetricsHandler),
     (rf"/trials/{ID}/logs", TrialLogsHandler),
     (rf"/trials/{ID}/source_info", TrialSourceInfoHandler),
     (rf"/trials/{ID}/progress", TrialProgressHandler),

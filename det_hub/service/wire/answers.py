@@ -127,6 +127,9 @@ class Trial(AnswerModel):
     hparams: dict[str, Any]
     seed: int
     restarts: int
+    #: Its process's starts so far (the first, restarts and resumes); metric rows of earlier
+    #: runs past the checkpoint a later run started from are rolled back.
+    run_id: int
     created_at: Time
     ended_at: Time | None
     steps_completed: int
@@ -147,6 +150,16 @@ class MetricRow(AnswerModel):
     steps_completed: int
     report_time: Time
     metrics: Metrics
+
+
+class RolledBackMetricRow(MetricRow):
+    """A row a trial reported past the checkpoint a later run of it started from: it no longer
+    counts anywhere, and is kept for audit with the run that reported it and the run that
+    rolled it back."""
+
+    trial_run: int
+    rolled_back_by_run: int
+    rolled_back_at: Time
 
 
 class MetricsStored(AnswerModel):

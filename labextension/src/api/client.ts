@@ -23,6 +23,7 @@ import {
   IModel,
   IModelVersion,
   IResourcePool,
+  IRolledBack,
   ISearcherView,
   IStreamState,
   ITrial,
@@ -418,6 +419,8 @@ export class DetHubClient {
             }
           } else if (sse.event === 'state') {
             onEvent({ kind: 'state', state: JSON.parse(sse.data) as IStreamState });
+          } else if (sse.event === 'rolled_back') {
+            onEvent({ kind: 'rolled_back', rolledBack: JSON.parse(sse.data) as IRolledBack });
           } else if (sse.event === 'end') {
             ended = true;
           }

@@ -109,6 +109,8 @@ export interface ITrial {
   hparams: Record<string, unknown>;
   seed: number;
   restarts: number;
+  /** Starts of its process so far: the first, and every restart or resume. */
+  run_id: number;
   created_at: string;
   ended_at: string | null;
   steps_completed: number;
@@ -236,9 +238,21 @@ export interface IStreamState {
   trials: IStreamTrial[];
 }
 
+/**
+ * `event: rolled_back` of the metric stream: a new run of the trial trains on from
+ * `steps_completed`, and the rows it reported past that no longer count.
+ */
+export interface IRolledBack {
+  trial_id: number;
+  run_id: number;
+  steps_completed: number;
+}
+
 /** An event of an experiment's metric stream, as the panel gets it. */
 export type ExperimentEvent =
-  { kind: 'metrics'; row: IMetricRow } | { kind: 'state'; state: IStreamState };
+  | { kind: 'metrics'; row: IMetricRow }
+  | { kind: 'state'; state: IStreamState }
+  | { kind: 'rolled_back'; rolledBack: IRolledBack };
 
 /** An event of the experiment list stream (`/experiments/stream`), as the panel gets it. */
 export type ExperimentListEvent =

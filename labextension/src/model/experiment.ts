@@ -150,6 +150,9 @@ export class ExperimentModel {
           if (event.kind === 'metrics') {
             this._series.add(event.row);
             this._emit();
+          } else if (event.kind === 'rolled_back') {
+            this._series.rollBack(event.rolledBack.trial_id, event.rolledBack.steps_completed);
+            this._emit();
           } else {
             this._onState(event.state);
           }

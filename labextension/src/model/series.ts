@@ -71,6 +71,23 @@ export class MetricSeries {
     this._lastId = Math.max(this._lastId, row.id);
   }
 
+  /**
+   * Drops a trial's reports past `steps`, in every group: the master rolled them back, as a
+   * new run of the trial trains those steps again.
+   */
+  rollBack(trialId: number, steps: number): void {
+    for (const [key, reports] of this._reports) {
+      if (Number(key.split('\u0000')[0]) !== trialId) {
+        continue;
+      }
+      const cut = reports.findIndex(r => r.step > steps);
+      if (cut >= 0) {
+        reports.splice(cut);
+        this._revision += 1;
+      }
+    }
+  }
+
   /** The names of the metrics with at least one number, sorted. */
   metricNames(): string[] {
     return [...this._names].sort();
