@@ -95,6 +95,9 @@ class Host:
         self.ended += len(trials)
         await self.gc.collect(run.row, run.trials.values())
 
+    async def rolled_back(self, run: ExperimentRun, trial: Trial, steps: int) -> None:
+        pass  # no stream follows the bench's metrics
+
     async def start_launched(self, run: ExperimentRun) -> list[Trial]:
         """Every queued allocation gets its slot and runs."""
         started = []

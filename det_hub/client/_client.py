@@ -1159,8 +1159,10 @@ class Client:
         max_reconnects: int = 10,
     ) -> Iterator[tuple[str, dict[str, Any]]]:
         """Yields ``(event, data)`` from an experiment's live stream: ``("metrics", row)`` for
-        every metric row of its trials with an id above ``after_id`` and ``("state", {...})``
-        whenever the experiment or a trial changes state or progress.
+        every metric row of its trials with an id above ``after_id``, ``("state", {...})``
+        whenever the experiment or a trial changes state or progress, and ``("rolled_back",
+        {"trial_id", "run_id", "steps_completed"})`` when a new run of a trial rolled back the
+        rows its earlier runs reported past ``steps_completed`` (drop those yielded before).
 
         A dropped connection, or the master asking to be reconnected to, is taken up again from
         the last row id seen, so no row is yielded twice or skipped. The iterator ends when the
@@ -1207,7 +1209,7 @@ class Client:
                                         continue
                                     last_id = row_id
                                 yield name, data
-                            elif name == "state":
+                            elif name in ("state", "rolled_back"):
                                 yield name, data
                             elif name == "end":
                                 return

@@ -52,6 +52,17 @@ class TrialsEnded:
     trials: tuple[Trial, ...]
 
 
+@dataclass(frozen=True)
+class MetricsRolledBack:
+    """A new run of a trial trains on from ``steps_completed``: the metric rows its earlier
+    runs reported past that were rolled back (they no longer count)."""
+
+    experiment_id: int
+    trial_id: int
+    run_id: int
+    steps_completed: int
+
+
 class EventBus:
     """Subscriptions by event type, and their delivery (see the module's docstring)."""
 
@@ -70,4 +81,5 @@ class EventBus:
             await handler(event)
 
 
-__all__ = ["AllocationExited", "AllocationStateChanged", "EventBus", "TrialsEnded"]
+__all__ = ["AllocationExited", "AllocationStateChanged", "EventBus", "MetricsRolledBack",
+           "TrialsEnded"]

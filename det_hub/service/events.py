@@ -42,7 +42,9 @@ async def experiment_events(
     """The events one client streaming an experiment gets, in batches to send together.
 
     Events: ``metrics`` (a row, see :func:`metric_json`) for every row with an id above
-    ``after_id``, each once, ascending per trial; ``state`` (``{"experiment_id", "state",
+    ``after_id``, each once, ascending per trial; ``rolled_back`` (``{"trial_id", "run_id",
+    "steps_completed"}``) when a new run of a trial rolled back the rows its earlier runs
+    reported past ``steps_completed``, so that a client drops those it has; ``state`` (``{"experiment_id", "state",
     "progress", "trials": [{"id", "state", "steps_completed", "progress"}]}``) first and
     whenever it changes; a comment at least every ``heartbeat`` seconds; and last either ``end``
     (``{"after_id", "state"}``: the experiment is over and every row was sent) or ``reconnect``
@@ -63,6 +65,9 @@ async def experiment_events(
         nonlocal last
         out: list[Event] = []
         for r in rows:
+            if "rolled_back" in r:
+                out.append(("rolled_back", r["rolled_back"]))
+                continue
             if r["id"] <= sent.get(r["trial_id"], after_id):
                 continue
             sent[r["trial_id"]] = r["id"]

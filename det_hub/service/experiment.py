@@ -29,7 +29,7 @@ from det_hub.searcher import (
     Stop,
     ValidateAfter,
 )
-from det_hub.service.bus import TrialsEnded
+from det_hub.service.bus import MetricsRolledBack, TrialsEnded
 from det_hub.service.searcher_journal import SearcherJournal
 from det_hub.states import (
     ExperimentState,
@@ -106,6 +106,10 @@ class RunHost(Protocol):
         """``trials`` of ``run`` have reached a terminal state (several at once when a search
         closes out): apply the experiment's checkpoint GC policy, once."""
 
+    async def rolled_back(self, run: ExperimentRun, trial: Trial, steps: int) -> None:
+        """``trial``'s new run trains on from ``steps``, and what its earlier runs reported
+        past that was rolled back: tell those who follow its metrics."""
+
 
 class ClusterHost:
     """The :class:`RunHost` of the master's runs: allocations on its :class:`Cluster`, made
@@ -141,6 +145,9 @@ class ClusterHost:
 
     async def trials_ended(self, run: ExperimentRun, trials: list[Trial]) -> None:
         await self.bus.publish(TrialsEnded(run, tuple(trials)))
+
+    async def rolled_back(self, run: ExperimentRun, trial: Trial, steps: int) -> None:
+        await self.bus.publish(MetricsRolledBack(run.id, trial.id, trial.run_id, steps))
 
 
 class _Deferred:
@@ -565,7 +572,9 @@ class ExperimentRun:
             await self._set_run_state(trial, "QUEUED")
             return
         if not first_run:
-            await start_trial_run(self.store, trial, self.row)
+            steps, rolled_back = await start_trial_run(self.store, trial, self.row)
+            if rolled_back:
+                await self.host.rolled_back(self, trial, steps)
         try:
             await self.host.launch(self.row, self.config, trial)
         except LaunchRefused as e:
@@ -686,11 +695,16 @@ class ExperimentRun:
             self.row = await self.store.update_experiment(self.id, progress=progress)
 
 
-async def start_trial_run(store: Store, trial: Trial, experiment: Experiment) -> None:
+async def start_trial_run(store: Store, trial: Trial,
+                          experiment: Experiment) -> tuple[int, int]:
     """Number the trial's next run, which trains on from its latest checkpoint (or from the
     beginning), and roll back what earlier runs reported past that point: those rows no
     longer count, and the trial's figures are recomputed from what is left. The searcher
-    keeps what it saw; a result it already has is not given to it twice."""
+    keeps what it saw; a result it already has is not given to it twice.
+
+    Returns:
+        The steps the run starts from, and how many rows were rolled back.
+    """
     steps = 0
     if trial.latest_checkpoint:
         checkpoint = await store.get_checkpoint(trial.latest_checkpoint)
@@ -703,7 +717,7 @@ async def start_trial_run(store: Store, trial: Trial, experiment: Experiment) ->
                if rolled_back > 1 else f"1 metric row reported past step {steps} is")
             + " rolled back")
     if not rolled_back and (trial.steps_completed or 0) <= steps:
-        return
+        return steps, 0
     kept = await store.get_metrics(trial.id, group="validation")
     fields: dict[str, Any] = {
         "steps_completed": steps, "latest_validation": None, "best_validation": None,
@@ -715,6 +729,7 @@ async def start_trial_run(store: Store, trial: Trial, experiment: Experiment) ->
     await store.update_trial(trial.id, **fields)
     for key, value in fields.items():
         setattr(trial, key, value)
+    return steps, rolled_back
 
 
 async def trial_system_log(store: Store, trial: Trial, message: str) -> None:

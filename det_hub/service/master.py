@@ -115,7 +115,7 @@ class Master:
         #: Subscribers of metric rows as they are stored (the live metric streams).
         self.metric_events = MetricEvents()
         self.trials = TrialManager(store, self.cluster, self.experiments, self.registry,
-                                   self.metric_events)
+                                   self.metric_events, self.bus)
         self.jobs = JobQueue(store, self.cluster, self.experiments, self.tasks)
         #: Subscribers of experiment changes (the live experiment list). The store tells it of
         #: every committed write that may change an experiment's summary, wherever it is made.

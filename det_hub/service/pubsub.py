@@ -76,6 +76,19 @@ class MetricEvents:
         """How many subscriptions the experiment has."""
         return len(self._subscribers.get(experiment_id, ()))
 
+    def publish_rollback(self, experiment_id: int, rolled_back: Mapping[str, Any]) -> None:
+        """Tell every subscriber of the experiment, after the rows already handed over, that
+        a trial's rows past a step were rolled back (``{"trial_id", "run_id",
+        "steps_completed"}``); never blocks."""
+        for sub in self._subscribers.get(experiment_id, ()):
+            if sub.overflowed:
+                continue
+            try:
+                sub.queue.put_nowait({"rolled_back": dict(rolled_back)})
+            except asyncio.QueueFull:
+                sub.overflowed = True
+                sub.wake.set()
+
     def publish(self, experiment_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
         """Hand committed rows to every subscriber of the experiment; never blocks."""
         subs = self._subscribers.get(experiment_id)

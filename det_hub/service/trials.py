@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from det_hub import nonfinite
 from det_hub.service import wire
+from det_hub.service.bus import EventBus, MetricsRolledBack
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.experiment import (
     validation_fields,
@@ -46,12 +47,19 @@ class TrialManager:
     """
 
     def __init__(self, store: Store, cluster: Cluster, experiments: ExperimentManager,
-                 registry: ModelRegistry, metric_events: MetricEvents) -> None:
+                 registry: ModelRegistry, metric_events: MetricEvents, bus: EventBus) -> None:
         self.store = store
         self.cluster = cluster
         self.experiments = experiments
         self.registry = registry
         self.metric_events = metric_events
+        bus.subscribe(MetricsRolledBack, self._on_rolled_back)
+
+    async def _on_rolled_back(self, event: MetricsRolledBack) -> None:
+        """A trial's rows past a step were rolled back: the live streams drop them too."""
+        self.metric_events.publish_rollback(event.experiment_id, {
+            "trial_id": event.trial_id, "run_id": event.run_id,
+            "steps_completed": event.steps_completed})
 
     async def metrics(self, who: Principal, trial_id: int, *, group: str | None = None,
                       max_points: int | None = None, after: int | None = None,

@@ -241,6 +241,9 @@ class Metric(Base):
         # Serves both the ordered scan of a trial's group and downsampling over it; ``id`` is
         # the tie-breaker of that order (SQLite appends the rowid by itself, PostgreSQL does not).
         Index("ix_metrics_trial_group_steps", "trial_id", "group_name", "steps_completed", "id"),
+        # A row's id is never given again, even once rolled back (see RolledBackMetric): a
+        # live stream resumes after the last id it sent.
+        {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(big_id_type(), primary_key=True, autoincrement=True)

@@ -11,6 +11,7 @@ from typing import Any
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from det_hub import nonfinite
 from det_hub.client import Client
 from det_hub.lttb import lttb_indices
 from det_hub.widgets._common import Background, client_or_default
@@ -27,6 +28,14 @@ class _Series:
         self.trial_id, self.group = trial_id, group
         self.steps: list[float] = []
         self.values: list[float] = []
+
+    def cut(self, steps: float) -> bool:
+        """Drop the points past ``steps`` (rolled back by the master); whether any went."""
+        keep = next((i for i, s in enumerate(self.steps) if s > steps), len(self.steps))
+        if keep == len(self.steps):
+            return False
+        del self.steps[keep:], self.values[keep:]
+        return True
 
     def add(self, step: float, value: float, max_points: int) -> None:
         if self.steps and step < self.steps[-1]:
@@ -75,7 +84,8 @@ class MetricsPlot:
         self.max_points = max_points
         self._lock = threading.RLock()
         self._series: dict[tuple[int, str], _Series] = {}
-        self._pending: queue.Queue[dict[str, Any]] = queue.Queue()
+        #: Stream events waiting to be drawn: ``("metrics", row)`` and ``("rolled_back", ...)``.
+        self._pending: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         # The rows to follow, per experiment: None for all of its trials.
         self._follow: dict[int, set[int] | None] = {}
         # The last row id drawn per experiment, where its stream resumes.
@@ -188,11 +198,13 @@ class MetricsPlot:
 
     def _read(self, experiment_id: int, stop: threading.Event) -> None:
         follow = self._follow[experiment_id]
-        for row in self.client.stream_metrics(experiment_id, self._after[experiment_id],
-                                              stop=stop):
-            self._after[experiment_id] = max(self._after[experiment_id], row["id"])
-            if follow is None or row["trial_id"] in follow:
-                self._pending.put(row)
+        for name, data in self.client.stream_experiment_events(
+                experiment_id, self._after[experiment_id], stop=stop):
+            if name == "metrics":
+                self._after[experiment_id] = max(self._after[experiment_id], data["id"])
+            if name in ("metrics", "rolled_back") and (
+                    follow is None or data["trial_id"] in follow):
+                self._pending.put((name, data))
 
     def _paint(self, stop: threading.Event) -> None:
         while not stop.is_set():
@@ -206,9 +218,14 @@ class MetricsPlot:
             while not self._pending.empty():
                 rows.append(self._pending.get_nowait())
             with self._lock:
-                changed = {(r["trial_id"], r["group"]) for r in rows
-                           if self._add(r["trial_id"], r["group"], r["steps_completed"],
-                                        r["metrics"])}
+                changed: set[tuple[int, str]] = set()
+                for name, r in rows:
+                    if name == "rolled_back":
+                        changed |= {key for key, s in self._series.items()
+                                    if key[0] == r["trial_id"] and s.cut(r["steps_completed"])}
+                    elif self._add(r["trial_id"], r["group"], r["steps_completed"],
+                                   nonfinite.decode(r["metrics"])):
+                        changed.add((r["trial_id"], r["group"]))
                 with self.figure.batch_update():
                     for key in sorted(changed):
                         self._draw(key)

@@ -49,6 +49,8 @@ class FakeHost:
         self.ended: list[tuple[int, str]] = []
         #: How many trials each call of trials_ended handed over.
         self.ended_together: list[int] = []
+        #: ``(trial_id, run_id, steps)`` of each rollback announced.
+        self.rolled_back_at: list[tuple[int, int, int]] = []
         self.open: dict[int, Allocation] = {}
         #: When set, launches are refused with this message.
         self.refusal: str | None = None
@@ -89,6 +91,10 @@ class FakeHost:
     async def trials_ended(self, run: ExperimentRun, trials: list[Trial]) -> None:
         self.ended.extend((trial.id, trial.state) for trial in trials)
         self.ended_together.append(len(trials))
+
+    async def rolled_back(self, run: ExperimentRun, trial: Trial, steps: int) -> None:
+        self.calls.append(("rolled_back", trial.id))
+        self.rolled_back_at.append((trial.id, trial.run_id, steps))
 
     # --- the cluster's side, driven by the tests ----------------------------------------
     def launches(self, trial_id: int | None = None) -> int:
@@ -348,7 +354,8 @@ async def test_a_trial_requeued_after_a_master_restart_rolls_back_past_its_check
                                             store, after)
     await recovered.recover()
     [trial] = recovered.trials.values()
-    assert after.calls == [("launch", trial.id)] and trial.run_id == 2
+    assert after.calls == [("rolled_back", trial.id), ("launch", trial.id)]
+    assert trial.run_id == 2 and after.rolled_back_at == [(trial.id, 2, 4)]
     assert trial.steps_completed == 4
     assert trial.latest_validation == {"steps_completed": 4, "metrics": {"loss": 0.25}}
     assert [m.steps_completed for m in await store.get_metrics(trial.id)] == [2, 4]

@@ -92,6 +92,30 @@ def test_after_id_resumes_and_a_finished_experiment_ends_at_once(
 
 
 @pytest.mark.slow
+def test_a_trial_restarted_from_its_checkpoint_streams_its_rollback(
+        master: MasterProcess, steps_experiment: Any) -> None:
+    """A follower applying the rollback event holds exactly the rows the master keeps."""
+    config = steps_experiment(length=30, sleep=0.05, report_every=1)
+    config["hyperparameters"].update(checkpoint_every=10, crash_once_at=15)
+    eid = master.create_ok({**config, "max_restarts": 1})
+    client = Client(master.url, master.token)
+    held: dict[int, dict[str, Any]] = {}
+    rollbacks: list[dict[str, Any]] = []
+    for name, data in client.stream_experiment_events(eid, heartbeat=1):
+        if name == "metrics":
+            held[data["id"]] = data
+        elif name == "rolled_back":
+            rollbacks.append(data)
+            held = {i: r for i, r in held.items() if r["trial_id"] != data["trial_id"]
+                    or r["steps_completed"] <= data["steps_completed"]}
+    [trial] = master.trials(eid)
+    assert rollbacks == [{"trial_id": trial["id"], "run_id": 2, "steps_completed": 10}]
+    assert sorted(held) == stored_ids(master, eid)
+    assert sorted(r["steps_completed"] for r in held.values()
+                  if r["group"] == "training") == list(range(1, 31))
+
+
+@pytest.mark.slow
 def test_the_stream_needs_a_token_and_an_experiment(master: MasterProcess) -> None:
     url = f"{master.url}/api/v1/experiments/1/metrics/stream"
     assert requests.get(url, timeout=10).status_code == 401

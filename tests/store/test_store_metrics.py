@@ -182,6 +182,26 @@ async def test_a_new_run_rolls_back_rows_past_its_start_in_every_group(
         await store.start_trial_run(trial.id + 1000, 0)
 
 
+async def test_ids_are_never_given_twice_and_a_step_may_be_rolled_back_again(
+        store: Store, trial: Trial) -> None:
+    """A live stream resumes after the last id it sent: a row stored after a rollback gets
+    an id above every id ever given, on SQLite too; and the same steps can be rolled back by
+    run after run (a trial that fails twice past the same checkpoint)."""
+    await store.start_trial_run(trial.id, 0)
+    first = await store.insert_metrics(trial.id, "training", _rows(range(1, 6)))
+    assert isinstance(first, list)
+    highest = max(r["id"] for r in first)
+    for run in (2, 3):
+        assert await store.start_trial_run(trial.id, 2) == (run, 3)
+        again = await store.insert_metrics(trial.id, "training", _rows(range(3, 6)))
+        assert isinstance(again, list) and min(r["id"] for r in again) > highest
+        highest = max(r["id"] for r in again)
+    gone = await store.rolled_back_metrics(trial.id)
+    assert [(r.steps_completed, r.trial_run, r.rolled_back_by_run) for r in gone] == [
+        (3, 1, 2), (4, 1, 2), (5, 1, 2), (3, 2, 3), (4, 2, 3), (5, 2, 3)]
+    assert [r.steps_completed for r in await store.get_metrics(trial.id)] == [1, 2, 3, 4, 5]
+
+
 async def test_a_batch_stored_again_under_its_key_stores_nothing(
     store: Store, trial: Trial
 ) -> None:

@@ -12,6 +12,7 @@ import pytest
 from det_hub.client import Client
 from det_hub.testing import MasterProcess
 from det_hub.widgets import ExperimentMonitor, MetricsPlot, ema
+from det_hub.widgets.metrics_plot import _Series
 
 pytestmark = pytest.mark.slow
 
@@ -79,6 +80,15 @@ def test_metrics_plot_grows_live_and_its_controls_change_the_traces(
         assert list(trace(plot, name).y) == raw
     finally:
         plot.stop()
+
+
+def test_a_rolled_back_tail_leaves_a_curve() -> None:
+    """The master rolled back a trial's rows past step 3: the chart's curve drops them."""
+    series = _Series(7, "training")
+    for step in (2, 4, 6):
+        series.add(step, 1 / step, max_points=100)
+    assert series.cut(3) and (series.steps, series.values) == ([2], [0.5])
+    assert not series.cut(3)
 
 
 def test_metrics_plot_of_trial_ids_draws_validation_points(

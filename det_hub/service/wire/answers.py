@@ -251,6 +251,16 @@ class ExperimentStreamState(AnswerModel):
     trials: list[TrialStreamState]
 
 
+class StreamRollback(AnswerModel):
+    """``event: rolled_back`` of an experiment's metric stream: a new run of the trial trains
+    on from ``steps_completed``, and the rows its earlier runs reported past that no longer
+    count."""
+
+    trial_id: int
+    run_id: int
+    steps_completed: int
+
+
 # --- the searcher ----------------------------------------------------------------------------
 
 

@@ -22,8 +22,16 @@ def upgrade() -> None:
     # Existing trials and rows belong to run 0: the runs before runs were counted.
     op.add_column("trials", sa.Column("run_id", sa.Integer(), nullable=False,
                                       server_default="0"))
-    op.add_column("metrics", sa.Column("trial_run", sa.Integer(), nullable=False,
-                                       server_default="0"))
+    trial_run = sa.Column("trial_run", sa.Integer(), nullable=False, server_default="0")
+    if op.get_bind().dialect.name == "sqlite":
+        # A row rolled back leaves ``metrics``; SQLite would give its id to the next row
+        # stored, and a live stream resumes by id. AUTOINCREMENT never gives an id twice: the
+        # table is copied into one declared so (PostgreSQL's sequence never did).
+        with op.batch_alter_table("metrics", recreate="always",
+                                  table_kwargs={"sqlite_autoincrement": True}) as batch:
+            batch.add_column(trial_run)
+    else:
+        op.add_column("metrics", trial_run)
     op.create_table(
         "rolled_back_metrics",
         sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
@@ -51,7 +59,7 @@ def downgrade() -> None:
     # Rolled-back rows go with their table; the rows that count stay in ``metrics``.
     op.drop_index("ix_rolled_back_metrics_trial_id", table_name="rolled_back_metrics")
     op.drop_table("rolled_back_metrics")
-    with op.batch_alter_table("metrics") as batch:
+    with op.batch_alter_table("metrics", recreate="auto") as batch:
         batch.drop_column("trial_run")
     with op.batch_alter_table("trials") as batch:
         batch.drop_column("run_id")
