@@ -17,6 +17,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     or_,
     select,
     update,
@@ -100,9 +101,6 @@ class MetricQueries(Queries):
             }
             for row in rows
         ]
-        # RETURNING makes SQLAlchemy send multi-row VALUES batches ("insertmanyvalues") on both
-        # databases instead of one statement per row.
-        stmt = insert(Metric).returning(Metric.id, sort_by_parameter_order=True)
         async with self._writing() as session:
             if key is not None:
                 first = await self._claim_batch_key(session, trial_id, key, len(params))
@@ -111,8 +109,11 @@ class MetricQueries(Queries):
             run = await session.scalar(select(Trial.run_id).where(Trial.id == trial_id))
             if run is None:
                 raise NotFound(f"trial {trial_id} not found")
-            for p in params:
-                p["trial_run"] = run
+            # RETURNING makes SQLAlchemy send multi-row VALUES batches ("insertmanyvalues") on
+            # both databases instead of one statement per row. The run is one number for the
+            # whole batch: written into the statement, not bound once per row.
+            stmt = (insert(Metric).values(trial_run=literal_column(str(int(run))))
+                    .returning(Metric.id, sort_by_parameter_order=True))
             result = await session.execute(stmt, params)
             ids = list(result.scalars())
             blocks = summarize(
@@ -120,7 +121,8 @@ class MetricQueries(Queries):
                 for row_id, p in zip(ids, params, strict=True)
             )
             await self._save_summaries(session, trial_id, group, blocks.values())
-        return [{"id": row_id, **p} for row_id, p in zip(ids, params, strict=True)]
+        return [{"id": row_id, **p, "trial_run": run}
+                for row_id, p in zip(ids, params, strict=True)]
 
     async def _claim_batch_key(
         self, session: AsyncSession, trial_id: int, key: str, rows: int
