@@ -16,7 +16,7 @@ import socket
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -107,16 +107,6 @@ def _trial_processes(under: Path) -> int:
     return found
 
 
-def _wait_for(what: Callable[[], Any], timeout: float, why: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = what()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting until {why}")
-
-
 def _assert_all_stored_once(rows: list[tuple[str, int, int]]) -> None:
     counts = {(group, steps): n for group, steps, n in rows}
     assert {k: n for k, n in counts.items() if n != 1} == {}, "rows stored more than once"
@@ -147,7 +137,7 @@ def test_a_postgresql_restart_under_a_running_trial(
                 refusals.append(error)
             if time.monotonic() - down_at > 2 and not released:
                 release.listen()  # the waiter's trial ends while the database is down
-                _wait_for(lambda: _trial_processes(tmp_path) == 1, 10, "the waiter ends")
+                master.wait(lambda: _trial_processes(tmp_path) == 1, 10)  # the waiter ends
                 released = True
             time.sleep(0.5)
         assert _trial_processes(tmp_path) == 1
@@ -208,7 +198,7 @@ def test_a_sqlite_file_that_cannot_grow_while_trials_report_and_end(
             time.sleep(0.5)
         with release:
             release.listen()  # the waiter's trial ends now, with nothing stored
-            _wait_for(lambda: _trial_processes(tmp_path) == 1, 10, "the waiter ends")
+            master.wait(lambda: _trial_processes(tmp_path) == 1, 10)  # the waiter ends
         time.sleep(2)
         # Reads still work, and tell the truth: nothing has been settled yet.
         assert master.experiment(waiter_eid)["state"] not in TERMINAL
