@@ -151,6 +151,19 @@ class MasterProcess:
             "config": text, "context": pack(context) if context else None,
             "activate": activate})
 
+    @contextlib.contextmanager
+    def idle_trial(self, name: str) -> Iterator[tuple[int, int]]:
+        """An experiment of one trial that sleeps and reports nothing, for a test that reports
+        for it: ``(experiment id, trial id)`` once the trial exists; the experiment is killed
+        at the end."""
+        eid = self.create_ok({
+            "name": name, "entrypoint": "sleep 300", "max_restarts": 0,
+            "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
+        try:
+            yield eid, self.wait(lambda: self.trials(eid))[0]["id"]
+        finally:
+            self.api("POST", f"/experiments/{eid}/kill")
+
     def create_ok(self, config: dict[str, Any], **kwargs: Any) -> int:
         r = self.create(config, **kwargs)
         assert r.status_code == 201, r.text

@@ -36,11 +36,7 @@ def _rows(*steps: int, **metrics: Any) -> dict[str, Any]:
 @pytest.mark.slow
 def test_numbers_past_the_database_and_nul_characters_are_refused(
         master: MasterProcess) -> None:
-    eid = master.create_ok({
-        "name": "bounds", "entrypoint": "sleep 300", "max_restarts": 0,
-        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
-    try:
-        trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    with master.idle_trial("bounds") as (eid, trial_id):
         metrics = f"/trials/{trial_id}/metrics"
 
         # Ids in the path, and whole numbers in the query.
@@ -84,5 +80,3 @@ def test_numbers_past_the_database_and_nul_characters_are_refused(
         assert [(m["steps_completed"], m["metrics"]) for m in stored] == [
             (2, {"note": "a\\u0000b"}), (MAX_BIG_INTEGER, {"loss": 0.5})]
         assert len(master.get("/experiments")["experiments"]) == 1
-    finally:
-        master.api("POST", f"/experiments/{eid}/kill")

@@ -26,11 +26,7 @@ def _batch(steps: range, key: str | None) -> dict[str, Any]:
 @pytest.mark.slow
 def test_a_repeated_batch_is_stored_once_and_answered_as_a_repeat(
         master: MasterProcess) -> None:
-    eid = master.create_ok({
-        "name": "batches", "entrypoint": "sleep 300", "max_restarts": 0,
-        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
-    try:
-        trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    with master.idle_trial("batches") as (eid, trial_id):
         path = f"/trials/{trial_id}/metrics"
 
         first = master.api("POST", path, json=_batch(range(1, 4), "run-a:1"))
@@ -52,8 +48,6 @@ def test_a_repeated_batch_is_stored_once_and_answered_as_a_repeat(
             assert r.status_code == 400, (bad, r.text)
             assert ("NUL" if "\x00" in str(bad) else "key") in r.json()["error"]
         assert len(master.get(f"{path}?group=training")["metrics"]) == 5
-    finally:
-        master.api("POST", f"/experiments/{eid}/kill")
 
 
 @pytest.mark.slow
@@ -61,11 +55,7 @@ def test_a_repeated_checkpoint_report_changes_nothing_and_says_so(
         master: MasterProcess) -> None:
     """The uuid is a checkpoint report's key: the same report again answers 200 with what was
     stored; another checkpoint under a taken uuid is a 409."""
-    eid = master.create_ok({
-        "name": "checkpoint reports", "entrypoint": "sleep 300", "max_restarts": 0,
-        "searcher": {"name": "single", "metric": "loss", "max_length": {"batches": 10}}})
-    try:
-        trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    with master.idle_trial("checkpoint reports") as (eid, trial_id):
         report = {"uuid": "5b8f4e4e-8f0e-4c4f-9a55-000000000001", "trial_id": trial_id,
                   "steps_completed": 4, "resources": {"model.pt": 10}, "metadata": {},
                   "state": "COMPLETED"}
@@ -79,5 +69,3 @@ def test_a_repeated_checkpoint_report_changes_nothing_and_says_so(
         assert [c["uuid"] for c in master.get(f"/experiments/{eid}/checkpoints")[
             "checkpoints"]] == [report["uuid"]]
         assert master.get(f"/trials/{trial_id}")["trial"]["latest_checkpoint"] == report["uuid"]
-    finally:
-        master.api("POST", f"/experiments/{eid}/kill")
