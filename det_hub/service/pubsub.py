@@ -80,22 +80,17 @@ class MetricEvents:
         """Tell every subscriber of the experiment, after the rows already handed over, that
         a trial's rows past a step were rolled back (``{"trial_id", "run_id",
         "steps_completed"}``); never blocks."""
-        for sub in self._subscribers.get(experiment_id, ()):
-            if sub.overflowed:
-                continue
-            try:
-                sub.queue.put_nowait({"rolled_back": dict(rolled_back)})
-            except asyncio.QueueFull:
-                sub.overflowed = True
-                sub.wake.set()
+        self._offer(experiment_id, [{"rolled_back": dict(rolled_back)}])
 
     def publish(self, experiment_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
         """Hand committed rows to every subscriber of the experiment; never blocks."""
-        subs = self._subscribers.get(experiment_id)
-        if not subs or not rows:
-            return
-        events = [metric_json(r) for r in rows]
-        for sub in subs:
+        if rows and self._subscribers.get(experiment_id):
+            self._offer(experiment_id, [metric_json(r) for r in rows])
+
+    def _offer(self, experiment_id: int, events: list[dict[str, Any]]) -> None:
+        """Queue ``events`` for each subscriber of the experiment; one that has no room is
+        marked overflowed, and woken."""
+        for sub in self._subscribers.get(experiment_id, ()):
             if sub.overflowed:
                 continue
             for event in events:
