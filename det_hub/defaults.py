@@ -21,6 +21,11 @@ DEFAULT_RESOURCE_POOL = "default"
 #: The slots a trial, a task or a notebook server holds when its config says nothing.
 DEFAULT_SLOTS = 1
 
+#: The master's URL when neither the caller nor ``DET_HUB_MASTER`` names one: where
+#: ``det-hub master`` listens by default. Read by the SDK and shown in the CLI's help, which
+#: takes it from here so that ``det-hub --help`` does not load the SDK.
+DEFAULT_MASTER = "http://127.0.0.1:8080"
+
 #: The data directory of ``det-hub master`` and ``det-hub up``, where the SDK looks for a local
 #: master's admin token (``DET_HUB_DATA_DIR`` overrides it for the SDK and ``det-hub up``).
 DEFAULT_DATA_DIR = "~/.det_hub"
@@ -31,5 +36,5 @@ DEFAULT_DATA_DIR = "~/.det_hub"
 RETENTION_DEFAULTS: dict[str, int] = {
     "save_experiment_best": 0, "save_trial_best": 1, "save_trial_latest": 1}
 
-__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_PRIORITY", "DEFAULT_RESOURCE_POOL", "DEFAULT_SLOTS",
-           "RETENTION_DEFAULTS"]
+__all__ = ["DEFAULT_DATA_DIR", "DEFAULT_MASTER", "DEFAULT_PRIORITY", "DEFAULT_RESOURCE_POOL",
+           "DEFAULT_SLOTS", "RETENTION_DEFAULTS"]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sys
 
-from det_hub.console import UserError
-
 
 def confirm(question: str) -> bool:
     """Asks ``question`` on the terminal; True for an answer starting with ``y``.
@@ -18,6 +16,8 @@ def confirm(question: str) -> bool:
     try:
         answer = input()
     except EOFError:
+        from det_hub.console import UserError
+
         print(file=sys.stderr)
         raise UserError("no answer to the confirmation question; pass --yes to go on without "
                         "asking") from None

@@ -3,23 +3,28 @@
 from __future__ import annotations
 
 import argparse
-
-from det_hub.client import Agent
-from det_hub.console import render as r
+from typing import TYPE_CHECKING
 
 from ._connect import client_from_args
+
+if TYPE_CHECKING:
+    from det_hub.client import Agent
 
 HEADERS = ["ID", "Type", "Pool", "Enabled", "Connected", "Slots", "Used", "Slot types",
            "Address"]
 
 
 def _agent_row(a: Agent) -> list[object]:
+    from det_hub.console import render as r
+
     return [a.id, a.type, r.or_none(a.resource_pool), r.fmt_bool(a.enabled),
             r.fmt_bool(a.connected), len(a.slots), sum(1 for s in a.slots if s.allocation_id),
             ", ".join(sorted({s.type for s in a.slots})) or r.NONE, r.or_none(a.address)]
 
 
 def _list_agents(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     agents = client_from_args(args).list_agents()
     if args.json:
         r.print_json(agents.raw)
@@ -29,6 +34,8 @@ def _list_agents(args: argparse.Namespace) -> int:
 
 
 def _show(agent: Agent, args: argparse.Namespace) -> None:
+    from det_hub.console import render as r
+
     if args.json:
         r.print_json({"agent": agent.raw})
     else:
@@ -47,6 +54,8 @@ def _disable(args: argparse.Namespace) -> int:
 
 
 def _list_slots(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     agents = client_from_args(args).list_agents()
     if args.json:
         # Slots live inside agents in the API; flattened here with their agent's id, as

@@ -5,14 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from det_hub.client import MasterError
-from det_hub.console import render as r
-
 from ._confirm import confirm
 from ._connect import client_from_args
 
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     checkpoints = client_from_args(args).list_checkpoints(args.experiment_id)
     if args.json:
         r.print_json(checkpoints.raw)
@@ -29,6 +28,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     checkpoint = client_from_args(args).get_checkpoint(args.uuid)
     if args.json:
         r.print_json({"checkpoint": checkpoint.raw})
@@ -60,6 +61,8 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
+    from det_hub.client import MasterError
+
     uuids = list(dict.fromkeys(args.uuids))
     if not args.yes and not confirm(
             f"Delete the files of {len(uuids)} checkpoint(s): {', '.join(uuids)}?"):
@@ -80,6 +83,8 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _download(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     checkpoint = client_from_args(args).get_checkpoint(args.uuid)
     target = checkpoint.download(args.output)
     print(f"Checkpoint {checkpoint.uuid} ({r.fmt_bytes(checkpoint.size)}, "

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-
-from det_hub.client import Client
-from det_hub.console import UserError, config_overrides
+from typing import TYPE_CHECKING
 
 from ._connect import client_from_args
 from .task import add_config_options, add_manage_verbs
 from .trial import print_logs
+
+if TYPE_CHECKING:
+    from det_hub.client import Client
 
 
 def follow_command(client: Client, command_id: int, *, as_json: bool = False) -> int:
@@ -27,6 +28,8 @@ def follow_command(client: Client, command_id: int, *, as_json: bool = False) ->
 
 
 def _run(args: argparse.Namespace) -> int:
+    from det_hub.console import UserError, config_overrides
+
     config = config_overrides(args)
     if not args.entrypoint and not config.get("entrypoint"):
         raise UserError("no command to run: give it after the options (det-hub command run "

@@ -6,25 +6,15 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
-
-from tqdm import tqdm
-
-from det_hub.client import Client, Experiment, Trial
-from det_hub.config import merge_config
-from det_hub.console import (
-    UserError,
-    best_trial,
-    config_overrides,
-    format_log_line,
-    read_config,
-    read_config_mapping,
-    trial_rows,
-)
-from det_hub.console import render as r
+from typing import TYPE_CHECKING, Any
 
 from ._confirm import confirm
 from ._connect import client_from_args
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+    from det_hub.client import Client, Experiment, Trial
 
 #: Seconds between checks while waiting for an experiment's first trial.
 TRIAL_POLL_SECONDS = 1.0
@@ -38,6 +28,8 @@ class _UploadBar:
 
     def __call__(self, sent: int, total: int) -> None:
         if self._bar is None:
+            from tqdm import tqdm
+
             self._bar = tqdm(
                 total=total, unit="B", unit_scale=True, unit_divisor=1024,
                 desc="Uploading", file=sys.stderr, leave=False,
@@ -50,6 +42,9 @@ class _UploadBar:
 
 
 def _create(args: argparse.Namespace) -> int:
+    from det_hub.config import merge_config
+    from det_hub.console import UserError, config_overrides, read_config, read_config_mapping
+
     if args.fork is None and (args.config is None or args.context is None):
         raise UserError("experiment create needs CONFIG and CONTEXT (or --fork ID to start "
                         "from another experiment)")
@@ -80,6 +75,8 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _continue(args: argparse.Namespace) -> int:
+    from det_hub.console import config_overrides
+
     overrides = config_overrides(args)
     client = client_from_args(args)
     start = None
@@ -118,6 +115,8 @@ def follow_experiment(client: Client, experiment_id: int, *,
         0 if the experiment COMPLETED, 1 if it ended otherwise, 130 if the user pressed Ctrl-C
         (which stops following only; the experiment goes on).
     """
+    from det_hub.console import format_log_line
+
     try:
         if start is None:
             trial = _wait_first_trial(client, experiment_id)
@@ -141,6 +140,8 @@ def follow_experiment(client: Client, experiment_id: int, *,
 
 
 def _experiment_row(e: Experiment, show_archived: bool) -> list[Any]:
+    from det_hub.console import render as r
+
     row: list[Any] = [
         e.id, e.owner or r.NONE, e.name or r.NONE, e.state, r.fmt_percent(e.progress), e.num_trials,
         e.resource_pool or r.NONE, r.fmt_time(e.created_at), r.fmt_duration(e.created_at, e.ended_at),
@@ -151,6 +152,8 @@ def _experiment_row(e: Experiment, show_archived: bool) -> list[Any]:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     client = client_from_args(args)
     # Like Determined's `det e list`: your own unarchived experiments unless asked otherwise.
     owner = None if args.all else client.me().username
@@ -175,6 +178,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from det_hub.console import best_trial, trial_rows
+    from det_hub.console import render as r
+
     client = client_from_args(args)
     experiment = client.get_experiment(args.id)
     trials = client.list_trials(args.id)
@@ -223,6 +229,8 @@ def _describe(args: argparse.Namespace) -> int:
 
 def rung_rows(table: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
     """One row per rung of each ASHA bracket: its length, results, best value, promotions."""
+    from det_hub.console import render as r
+
     carried = "continued" if table.get("stop_once", True) else "promoted"
     headers = ["Bracket", "Rung", "Length", "Reported", "Best", carried.capitalize(),
                "Training", "Trials (best first)"]
@@ -240,6 +248,9 @@ def rung_rows(table: dict[str, Any]) -> tuple[list[str], list[list[Any]]]:
 
 
 def _list_trials(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+    from det_hub.console import trial_rows
+
     trials = client_from_args(args).list_trials(args.id)
     if args.json:
         r.print_json(trials.raw)
@@ -248,9 +259,14 @@ def _list_trials(args: argparse.Namespace) -> int:
     return 0
 
 
-def _action(method: Callable[[Client, int], Experiment]) -> Callable[[argparse.Namespace], int]:
+def _action(method: str) -> Callable[[argparse.Namespace], int]:
+    """A verb that calls the client's ``method`` (e.g. ``pause_experiment``) on one experiment
+    and prints its new state."""
+
     def run(args: argparse.Namespace) -> int:
-        experiment = method(client_from_args(args), args.id)
+        from det_hub.console import render as r
+
+        experiment: Experiment = getattr(client_from_args(args), method)(args.id)
         if args.json:
             r.print_json({"experiment": experiment.raw})
         else:
@@ -262,6 +278,8 @@ def _action(method: Callable[[Client, int], Experiment]) -> Callable[[argparse.N
 
 
 def _set_gc_policy(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     client = client_from_args(args)
     policy = {"save_experiment_best": args.save_experiment_best,
               "save_trial_best": args.save_trial_best,
@@ -288,15 +306,17 @@ def _set_gc_policy(args: argparse.Namespace) -> int:
     return 0
 
 
-_ACTIONS: dict[str, tuple[Callable[[Client, int], Experiment], str]] = {
-    "pause": (Client.pause_experiment, "pause an active experiment"),
-    "activate": (Client.activate_experiment, "activate a paused experiment"),
-    "cancel": (Client.cancel_experiment,
+#: Each verb that changes an experiment's state: the :class:`~det_hub.client.Client` method
+#: it calls (by name, so that building the parser does not load the SDK), and its help.
+_ACTIONS: dict[str, tuple[str, str]] = {
+    "pause": ("pause_experiment", "pause an active experiment"),
+    "activate": ("activate_experiment", "activate a paused experiment"),
+    "cancel": ("cancel_experiment",
                "stop an experiment gracefully: its trials checkpoint, then stop; it ends "
                "CANCELED"),
-    "kill": (Client.kill_experiment, "stop an experiment's trials now; it ends CANCELED"),
-    "archive": (Client.archive_experiment, "hide a finished experiment from lists"),
-    "unarchive": (Client.unarchive_experiment, "show an archived experiment again"),
+    "kill": ("kill_experiment", "stop an experiment's trials now; it ends CANCELED"),
+    "archive": ("archive_experiment", "hide a finished experiment from lists"),
+    "unarchive": ("unarchive_experiment", "show an archived experiment again"),
 }
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Iterable
-from typing import Any
-
-from det_hub.client import Job
-from det_hub.console import UserError
-from det_hub.console import render as r
+from typing import TYPE_CHECKING, Any
 
 from ._connect import client_from_args
+
+if TYPE_CHECKING:
+    from det_hub.client import Job
 
 HEADERS = ["#", "ID", "Type", "Name", "Priority", "Weight", "Submitted",
            "Slots (acquired/needed)", "Status", "User"]
@@ -19,6 +18,8 @@ HEADERS = ["#", "ID", "Type", "Name", "Priority", "Weight", "Submitted",
 
 def job_rows(jobs: Iterable[Job]) -> list[list[Any]]:
     """Rows of a jobs table, in the columns of :data:`HEADERS`."""
+    from det_hub.console import render as r
+
     return [
         [r.or_none(j.queue_position), j.job_id, j.type, r.or_none(j.name), r.or_none(j.priority),
          r.fmt_value(j.weight), r.fmt_time(j.submitted),
@@ -28,6 +29,8 @@ def job_rows(jobs: Iterable[Job]) -> list[list[Any]]:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     jobs = client_from_args(args).list_jobs(resource_pool=args.resource_pool)
     if args.json:
         r.print_json(jobs.raw)
@@ -37,6 +40,9 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _update(args: argparse.Namespace) -> int:
+    from det_hub.console import UserError
+    from det_hub.console import render as r
+
     if args.priority is None and args.weight is None and args.ahead_of is None:
         raise UserError("nothing to change: give --priority, --weight or --ahead-of")
     job = client_from_args(args).update_job(

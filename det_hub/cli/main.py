@@ -2,6 +2,12 @@
 
 Verbs follow Determined's ``det``. :func:`main` takes the argument list and returns the exit
 code, so tests and other programs can run it in-process; it keeps no state between calls.
+
+The arguments are parsed before anything heavy is imported: this module and the command
+modules load only the standard library and det_hub's constants at import time, and each
+command imports the SDK, the config parser or the renderer when it runs. ``det-hub --help`` and a usage error answer
+at once, and ``det-hub experiment list`` loads the REST client and the table renderer only
+(tests/cli/test_cli_start.py holds both to it).
 """
 
 from __future__ import annotations
@@ -12,14 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from det_hub import __version__
-from det_hub.client import (
-    DEFAULT_MASTER,
-    ContextError,
-    DetHubError,
-    MasterError,
-    MasterUnreachable,
-)
-from det_hub.console import UserError
+from det_hub.defaults import DEFAULT_MASTER
 from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 
 from . import (
@@ -98,8 +97,19 @@ def _service_call(argv: Sequence[str]) -> tuple[str, list[str]] | None:
     return None
 
 
+def _user_facing_errors() -> tuple[type[Exception], ...]:
+    """The errors reported as a message instead of a traceback. Imported when a command
+    raises, not before: a command that never reaches the SDK does not load it."""
+    from det_hub.client import ContextError, DetHubError, MasterError, MasterUnreachable
+    from det_hub.console import UserError
+
+    return (UserError, ContextError, MasterError, MasterUnreachable, DetHubError)
+
+
 def _report(error: BaseException) -> None:
     """Prints a user-facing error, with the master's details one per line."""
+    from det_hub.client import MasterError, MasterUnreachable
+
     if isinstance(error, MasterUnreachable):
         print(f"Error: cannot reach the master at {error.url} (is det-hub master running?)", file=sys.stderr)
         if error.reason:
@@ -130,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     try:
         return int(args.func(args))
-    except (UserError, ContextError, MasterError, MasterUnreachable, DetHubError) as error:
+    except _user_facing_errors() as error:
         _report(error)
         return 1
     except KeyboardInterrupt:

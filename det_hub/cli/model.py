@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
-
-from det_hub.client import Model, ModelVersion
-from det_hub.console import render as r
+from typing import TYPE_CHECKING, Any
 
 from ._confirm import confirm
 from ._connect import client_from_args
 
+if TYPE_CHECKING:
+    from det_hub.client import Model, ModelVersion
+
 
 def _labels(labels: list[str]) -> str:
+    from det_hub.console import render as r
+
     return ", ".join(labels) if labels else r.NONE
 
 
 def _print_versions(versions: list[ModelVersion]) -> None:
+    from det_hub.console import render as r
+
     r.print_table(
         ["Version", "Checkpoint", "Experiment", "Trial", "Steps", "State", "Name", "Owner",
          "Registered"],
@@ -28,6 +32,8 @@ def _print_versions(versions: list[ModelVersion]) -> None:
 
 
 def _print_model(model: Model) -> None:
+    from det_hub.console import render as r
+
     r.print_fields([
         ("Name", model.name),
         ("ID", model.id),
@@ -44,6 +50,8 @@ def _print_model(model: Model) -> None:
 
 
 def _create(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     model = client_from_args(args).create_model(
         args.name, description=args.description or "", labels=args.label or [])
     if args.json:
@@ -54,6 +62,8 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     models = client_from_args(args).list_models(
         archived=None if args.archived else False, label=args.label, name=args.name_contains,
         limit=args.limit, offset=args.offset)
@@ -70,6 +80,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     client = client_from_args(args)
     model = client.get_model(args.name)
     versions = client.list_model_versions(args.name)
@@ -84,6 +96,8 @@ def _describe(args: argparse.Namespace) -> int:
 
 
 def _register_version(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     version = client_from_args(args).register_model_version(
         args.name, args.checkpoint_uuid, name=args.version_name or "",
         comment=args.comment or "", labels=args.label or [])
@@ -96,6 +110,8 @@ def _register_version(args: argparse.Namespace) -> int:
 
 
 def _list_versions(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     versions = client_from_args(args).list_model_versions(args.name)
     if args.json:
         r.print_json(versions.raw)
@@ -133,6 +149,8 @@ def _delete_version(args: argparse.Namespace) -> int:
 
 def _archiving(archive: bool) -> Any:
     def run(args: argparse.Namespace) -> int:
+        from det_hub.console import render as r
+
         client = client_from_args(args)
         model = client.archive_model(args.name) if archive else client.unarchive_model(args.name)
         if args.json:

@@ -6,13 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from det_hub.console import config_overrides
-
 from ._connect import client_from_args
 from .task import add_config_options, add_manage_verbs, open_url, wait_until_ready
 
 
 def _start(args: argparse.Namespace) -> int:
+    from det_hub.console import config_overrides
+
     client = client_from_args(args)
     if args.kind == "tensorboard":
         task = client.start_tensorboard(args.experiment_ids, config=config_overrides(args))

@@ -4,17 +4,21 @@ worked out locally before anything is submitted."""
 from __future__ import annotations
 
 import argparse
-
-from det_hub.config import ConfigError, merge_config, parse_experiment_config
-from det_hub.console import UserError, config_overrides, read_config_mapping
-from det_hub.console import render as r
-from det_hub.searcher import SamplerUnavailable, UnsupportedSearcher
-from det_hub.searcher.preview import SearchPreview, preview_json, preview_search
+from typing import TYPE_CHECKING
 
 from .experiment import rung_rows
 
+if TYPE_CHECKING:
+    from det_hub.searcher.preview import SearchPreview
+
 
 def _preview(args: argparse.Namespace) -> int:
+    from det_hub.config import ConfigError, merge_config, parse_experiment_config
+    from det_hub.console import UserError, config_overrides, read_config_mapping
+    from det_hub.console import render as r
+    from det_hub.searcher import SamplerUnavailable, UnsupportedSearcher
+    from det_hub.searcher.preview import preview_json, preview_search
+
     config = merge_config(read_config_mapping(args.config), config_overrides(args))
     try:
         parsed = parse_experiment_config(config)
@@ -32,6 +36,8 @@ def _preview(args: argparse.Namespace) -> int:
 
 
 def _print(metric: str, smaller_is_better: bool, preview: SearchPreview) -> None:
+    from det_hub.console import render as r
+
     unit = preview.unit or "units"
     direction = "smaller is better" if smaller_is_better else "larger is better"
     print(f"Searcher {preview.searcher}: {preview.trials} trials, metric {metric} ({direction})")

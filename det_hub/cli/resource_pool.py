@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from det_hub.console import render as r
-
 from ._connect import client_from_args
 
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     pools = client_from_args(args).list_resource_pools()
     if args.json:
         r.print_json(pools.raw)

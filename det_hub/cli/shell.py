@@ -11,26 +11,28 @@ data directory.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import hashlib
 import os
-import shlex
-import shutil
-import subprocess
 import sys
-import threading
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-from det_hub.client import Client, Task, data_dir
-from det_hub.console import UserError, config_overrides
 from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 
 from ._connect import client_from_args
 from .task import add_config_options, add_manage_verbs, wait_until_ready
 
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from det_hub.client import Client, Task
+
 
 def key_file(client: Client, task: Task) -> Path:
     """The shell's private key, written (mode 0600) where ``ssh -i`` reads it."""
+    import hashlib
+
+    from det_hub.client import data_dir
+    from det_hub.console import UserError
+
     if not task.private_key:
         raise UserError(f"only the owner of shell {task.id} or an admin can open it")
     master = hashlib.sha256(client.master.encode()).hexdigest()[:10]
@@ -45,6 +47,11 @@ def key_file(client: Client, task: Task) -> Path:
 
 def ssh_argv(client: Client, task: Task, extra: list[str]) -> list[str]:
     """The ``ssh`` command line that reaches a shell through the master."""
+    import shlex
+    import shutil
+
+    from det_hub.console import UserError
+
     if shutil.which("ssh") is None:
         raise UserError("no ssh client found: install OpenSSH's client (ssh) to open shells")
     tunnel = shlex.join([sys.executable, "-m", "det_hub.cli.main", "shell", "tunnel",
@@ -61,6 +68,8 @@ def ssh_argv(client: Client, task: Task, extra: list[str]) -> list[str]:
 
 
 def _ssh(client: Client, task: Task, extra: list[str]) -> int:
+    import subprocess
+
     env = {**os.environ, MASTER_ENV: client.master}
     if client.token:
         env[TOKEN_ENV] = client.token  # for the tunnel, not on any command line
@@ -68,6 +77,8 @@ def _ssh(client: Client, task: Task, extra: list[str]) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
+    from det_hub.console import config_overrides
+
     client = client_from_args(args)
     task = client.start_shell(config=config_overrides(args), context_dir=args.context)
     if args.detach:
@@ -84,6 +95,8 @@ def _open(args: argparse.Namespace) -> int:
 
 
 def _show_ssh_command(args: argparse.Namespace) -> int:
+    import shlex
+
     client = client_from_args(args)
     task = client.get_task("shell", args.id)
     print(shlex.join(ssh_argv(client, task, args.ssh_args)))
@@ -91,12 +104,17 @@ def _show_ssh_command(args: argparse.Namespace) -> int:
 
 
 def _tunnel(args: argparse.Namespace) -> int:
+    import asyncio
+
     client = client_from_args(args)
     return asyncio.run(tunnel(client, args.id))
 
 
 async def tunnel(client: Client, task_id: int) -> int:
     """Join stdin and stdout to the shell's SSH server, through the master's proxy."""
+    import asyncio
+    import threading
+
     from tornado.httpclient import HTTPClientError, HTTPRequest
     from tornado.websocket import websocket_connect
 

@@ -6,16 +6,14 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import webbrowser
 from collections.abc import Iterable
-from typing import Any
-
-from det_hub.client import Client, MasterError, Task
-from det_hub.console import UserError
-from det_hub.console import render as r
+from typing import TYPE_CHECKING, Any
 
 from ._connect import client_from_args
 from .trial import print_logs
+
+if TYPE_CHECKING:
+    from det_hub.client import Client, Task
 
 HEADERS = ["ID", "Owner", "Description", "State", "Exit code", "Pool", "Slots", "Started",
            "Ended"]
@@ -26,6 +24,8 @@ POLL_SECONDS = 0.5
 
 def task_rows(tasks: Iterable[Task]) -> list[list[Any]]:
     """Rows of a tasks table, in the columns of :data:`HEADERS`."""
+    from det_hub.console import render as r
+
     return [
         [t.id, r.or_none(t.owner), t.description, t.state, r.or_none(t.exit_code),
          t.resource_pool, t.slots, r.fmt_time(t.created_at), r.fmt_time(t.ended_at)]
@@ -55,6 +55,8 @@ def wait_until_ready(client: Client, kind: str, task: Task) -> Task:
     Raises:
         UserError: It ended before it served.
     """
+    from det_hub.console import UserError
+
     said = ""
     while not task.ready:
         if task.is_terminal:
@@ -73,6 +75,8 @@ def wait_until_ready(client: Client, kind: str, task: Task) -> Task:
 
 
 def _queue_place(client: Client, task: Task) -> str:
+    from det_hub.client import MasterError
+
     try:
         job = client.get_job(task.job_id)
     except MasterError:
@@ -84,6 +88,10 @@ def _queue_place(client: Client, task: Task) -> str:
 
 def open_url(client: Client, task: Task, *, browser: bool) -> int:
     """Print the URL of a notebook or TensorBoard and open it in a browser if asked."""
+    import webbrowser
+
+    from det_hub.console import UserError
+
     if not task.url:
         raise UserError(f"only the owner of {task.type.lower()} {task.id} or an admin can "
                         "open it")
@@ -118,6 +126,8 @@ def add_manage_verbs(verbs: argparse._SubParsersAction[argparse.ArgumentParser],
 
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     tasks = client_from_args(args).list_tasks(args.kind)
     if args.json:
         r.print_json(tasks.raw)
@@ -135,6 +145,8 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _kill(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     task = client_from_args(args).kill_task(args.kind, args.id)
     if args.json:
         r.print_json({args.kind: task.raw})

@@ -8,9 +8,6 @@ import sys
 from collections.abc import Iterable
 from typing import Any
 
-from det_hub.console import format_log_line
-from det_hub.console import render as r
-
 from ._connect import client_from_args
 
 
@@ -19,6 +16,8 @@ def print_logs(lines: Iterable[dict[str, Any]], *, as_json: bool, follow: bool,
     """Prints log rows as they come, one JSON object per line with ``as_json`` (NDJSON, as the
     master streams it, so it pipes into jq). Ctrl-C while following prints ``stopped`` and
     returns 130; otherwise 0."""
+    from det_hub.console import format_log_line
+
     try:
         for line in lines:
             print(json.dumps(line) if as_json else format_log_line(line), flush=follow)
@@ -31,6 +30,8 @@ def print_logs(lines: Iterable[dict[str, Any]], *, as_json: bool, follow: bool,
 
 
 def _describe(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     trial = client_from_args(args).get_trial(args.id)
     if args.json:
         r.print_json({"trial": trial.raw})
@@ -65,6 +66,8 @@ def _logs(args: argparse.Namespace) -> int:
 
 
 def _metrics(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     reports = client_from_args(args).trial_metrics(args.id, group=args.group, max_points=args.max_points)
     if args.json:
         r.print_json(reports.raw)

@@ -4,18 +4,20 @@ sign in through JupyterHub."""
 from __future__ import annotations
 
 import argparse
-import getpass
 import sys
+from typing import TYPE_CHECKING
 
-from det_hub.client import AgentUserGroup, Client, resolve_master, save_token
-from det_hub.console import UserError
-from det_hub.console import render as r
 from det_hub.env_names import MASTER_ENV, TOKEN_ENV
 
 from ._connect import client_from_args
 
+if TYPE_CHECKING:
+    from det_hub.client import AgentUserGroup
+
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     users = client_from_args(args).list_users()
     if args.json:
         r.print_json(users.raw)
@@ -27,6 +29,8 @@ def _list(args: argparse.Namespace) -> int:
 
 def _agent_cells(link: AgentUserGroup | None) -> list[str]:
     """The linked account and group as ``name (id)``, or the id alone when the link has no name."""
+    from det_hub.console import render as r
+
     if link is None:
         return [r.NONE, r.NONE]
     return [f"{name} ({number})" if name else str(number)
@@ -34,6 +38,8 @@ def _agent_cells(link: AgentUserGroup | None) -> list[str]:
 
 
 def _link(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     user = client_from_args(args).link_with_agent_user(
         args.username, args.agent_uid, args.agent_gid, args.agent_user, args.agent_group)
     if args.json:
@@ -45,6 +51,8 @@ def _link(args: argparse.Namespace) -> int:
 
 
 def _unlink(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     user = client_from_args(args).unlink_agent_user(args.username)
     if args.json:
         r.print_json({"user": user.raw})
@@ -54,6 +62,8 @@ def _unlink(args: argparse.Namespace) -> int:
 
 
 def _create(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     created = client_from_args(args).create_user(args.username, admin=args.admin)
     if args.json:
         r.print_json(created.raw)
@@ -66,6 +76,8 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _whoami(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     client = client_from_args(args)
     user = client.me()
     if args.json:
@@ -82,6 +94,8 @@ def hub_url(master: str) -> str:
     Raises:
         UserError: The master is not behind a hub.
     """
+    from det_hub.console import UserError
+
     head, found, _ = master.partition("/services/")
     if not found:
         raise UserError(f"the master at {master} is not served by a JupyterHub (its URL has no "
@@ -92,6 +106,8 @@ def hub_url(master: str) -> str:
 def hub_token(hub: str, username: str, password: str) -> str:
     """A new API token of ``username``'s, from the hub's sign-in and token pages."""
     import requests
+
+    from det_hub.console import UserError
 
     browser = requests.Session()
     try:
@@ -117,6 +133,10 @@ def hub_token(hub: str, username: str, password: str) -> str:
 
 
 def _login(args: argparse.Namespace) -> int:
+    import getpass
+
+    from det_hub.client import Client, resolve_master, save_token
+
     master = resolve_master(getattr(args, "master", None))
     hub = hub_url(master)
     username = args.username or input("Hub user name: ").strip()
@@ -130,6 +150,8 @@ def _login(args: argparse.Namespace) -> int:
 
 
 def _logout(args: argparse.Namespace) -> int:
+    from det_hub.client import resolve_master, save_token
+
     master = resolve_master(getattr(args, "master", None))
     save_token(master, None)
     print(f"Forgot the saved token for {master}")

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 import argparse
-
-from det_hub.client import Webhook
-from det_hub.console import render as r
+from typing import TYPE_CHECKING
 
 from ._connect import client_from_args
+
+if TYPE_CHECKING:
+    from det_hub.client import Webhook
 
 HEADERS = ["ID", "Name", "Type", "URL", "Triggers"]
 
 
 def _row(h: Webhook) -> list[object]:
+    from det_hub.console import render as r
+
     return [h.id, h.name or r.NONE, h.webhook_type, h.url,
             ", ".join(str(t) for t in h.triggers) or r.NONE]
 
 
 def _list(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     hooks = client_from_args(args).list_webhooks()
     if args.json:
         r.print_json(hooks.raw)
@@ -27,6 +32,8 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _create(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     hook = client_from_args(args).create_webhook(
         args.url, args.trigger, webhook_type=args.type, name=args.name, mode=args.mode)
     if args.json:
@@ -38,6 +45,8 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     hook = client_from_args(args).delete_webhook(args.webhook_id)
     if args.json:
         r.print_json({"webhook": hook.raw})
@@ -47,6 +56,8 @@ def _delete(args: argparse.Namespace) -> int:
 
 
 def _test(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     result = client_from_args(args).test_webhook(args.webhook_id)
     if args.json:
         r.print_json(result)
@@ -58,6 +69,8 @@ def _test(args: argparse.Namespace) -> int:
 
 
 def _signing_key(args: argparse.Namespace) -> int:
+    from det_hub.console import render as r
+
     key = client_from_args(args).webhook_signing_key()
     if args.json:
         r.print_json({"signing_key": key})

@@ -11,37 +11,103 @@ Used by the ``det-hub`` CLI, the notebook magics and the widgets::
     print(client.wait_for_experiment(exp.id).state)
 """
 
-from ._checkpoint_files import checkpoint_directory
-from ._client import Client, ProgressCallback
-from ._context import ALWAYS_SKIPPED_DIRS, MAX_CONTEXT_BYTES, context_size, pack_context
-from ._errors import ContextError, ContextTooLarge, DetHubError, MasterError, MasterUnreachable
-from ._objects import (
-    Agent,
-    AgentUserGroup,
-    Checkpoint,
-    Command,
-    Experiment,
-    Job,
-    Listing,
-    MetricReport,
-    NewUser,
-    ResourcePool,
-    Slot,
-    Task,
-    Trial,
-    User,
-    parse_time,
-)
-from ._registry import CheckpointGCResult, Model, ModelVersion
-from ._settings import (
-    DEFAULT_MASTER,
-    data_dir,
-    is_local_master,
-    resolve_master,
-    resolve_token,
-    save_token,
-)
-from ._webhooks import Webhook, WebhookTrigger
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The names below are imported from their modules on first use (PEP 562), so that a program
+# needing one part of the SDK does not pay for the rest: ``det-hub experiment list`` loads the
+# REST client, not the context packer (pathspec) and its tar writer. Type checkers read the
+# imports under TYPE_CHECKING, which name the same modules as _EXPORTS.
+if TYPE_CHECKING:
+    from ._checkpoint_files import checkpoint_directory
+    from ._client import Client, ProgressCallback
+    from ._context import ALWAYS_SKIPPED_DIRS, MAX_CONTEXT_BYTES, context_size, pack_context
+    from ._errors import ContextError, ContextTooLarge, DetHubError, MasterError, MasterUnreachable
+    from ._objects import (
+        Agent,
+        AgentUserGroup,
+        Checkpoint,
+        Command,
+        Experiment,
+        Job,
+        Listing,
+        MetricReport,
+        NewUser,
+        ResourcePool,
+        Slot,
+        Task,
+        Trial,
+        User,
+        parse_time,
+    )
+    from ._registry import CheckpointGCResult, Model, ModelVersion
+    from ._settings import (
+        DEFAULT_MASTER,
+        data_dir,
+        is_local_master,
+        resolve_master,
+        resolve_token,
+        save_token,
+    )
+    from ._webhooks import Webhook, WebhookTrigger
+
+#: Each public name, by the module (of this package) that defines it.
+_EXPORTS: dict[str, str] = {
+    "checkpoint_directory": "_checkpoint_files",
+    "Client": "_client",
+    "ProgressCallback": "_client",
+    "ALWAYS_SKIPPED_DIRS": "_context",
+    "MAX_CONTEXT_BYTES": "_context",
+    "context_size": "_context",
+    "pack_context": "_context",
+    "ContextError": "_errors",
+    "ContextTooLarge": "_errors",
+    "DetHubError": "_errors",
+    "MasterError": "_errors",
+    "MasterUnreachable": "_errors",
+    "Agent": "_objects",
+    "AgentUserGroup": "_objects",
+    "Checkpoint": "_objects",
+    "Command": "_objects",
+    "Experiment": "_objects",
+    "Job": "_objects",
+    "Listing": "_objects",
+    "MetricReport": "_objects",
+    "NewUser": "_objects",
+    "ResourcePool": "_objects",
+    "Slot": "_objects",
+    "Task": "_objects",
+    "Trial": "_objects",
+    "User": "_objects",
+    "parse_time": "_objects",
+    "CheckpointGCResult": "_registry",
+    "Model": "_registry",
+    "ModelVersion": "_registry",
+    "DEFAULT_MASTER": "_settings",
+    "data_dir": "_settings",
+    "is_local_master": "_settings",
+    "resolve_master": "_settings",
+    "resolve_token": "_settings",
+    "save_token": "_settings",
+    "Webhook": "_webhooks",
+    "WebhookTrigger": "_webhooks",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "ALWAYS_SKIPPED_DIRS",

@@ -8,10 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from det_hub.defaults import DEFAULT_DATA_DIR
+from det_hub.defaults import DEFAULT_DATA_DIR, DEFAULT_MASTER
 from det_hub.env_names import DATA_DIR_ENV, MASTER_ENV, TOKEN_ENV
 
-DEFAULT_MASTER = "http://127.0.0.1:8080"
 ADMIN_TOKEN_FILE = "admin-token"
 #: Tokens saved by ``det-hub user login``, by master URL.
 SAVED_TOKENS_FILE = "tokens.json"

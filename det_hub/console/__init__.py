@@ -12,11 +12,46 @@ Both front ends import from here and neither imports the other::
 It sits on the SDK (:mod:`det_hub.client`) and the config parser (:mod:`det_hub.config`) only.
 """
 
-from det_hub.console import render
-from det_hub.console.configs import config_overrides, read_config, read_config_mapping
-from det_hub.console.errors import UserError
-from det_hub.console.render import format_log_line
-from det_hub.console.trials import best_trial, trial_rows
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# Imported on first use (PEP 562): a command that prints a table loads the renderer, not the
+# config parser (pydantic, yaml) that reading a config needs. Type checkers read these imports.
+if TYPE_CHECKING:
+    from det_hub.console import render
+    from det_hub.console.configs import config_overrides, read_config, read_config_mapping
+    from det_hub.console.errors import UserError
+    from det_hub.console.render import format_log_line
+    from det_hub.console.trials import best_trial, trial_rows
+
+#: Each public name, by the module (of this package) it comes from; ``render`` is one itself.
+_EXPORTS: dict[str, str] = {
+    "render": "render",
+    "config_overrides": "configs",
+    "read_config": "configs",
+    "read_config_mapping": "configs",
+    "UserError": "errors",
+    "format_log_line": "render",
+    "best_trial": "trials",
+    "trial_rows": "trials",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    loaded = importlib.import_module(f"{__name__}.{module}")
+    value = loaded if name == module else getattr(loaded, name)
+    globals()[name] = value  # later lookups find it without coming here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
 
 __all__ = [
     "UserError",
