@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from traitlets import Bool, MetaHasTraits, Unicode
@@ -168,6 +168,29 @@ class Agent(LoggingConfigurable, metaclass=_AgentMeta):
         Raises:
             AgentUnreachable: the host does not answer, so whether the task lives is unknown.
         """
+
+    def prepare(self, spec: TaskSpec) -> bool:
+        """Get a queued task ready to start, on the slots it will probably get, so that
+        :meth:`launch` of the same allocation only has to say go.
+
+        Returns False where the agent does not prepare tasks (the default) or not this one.
+        :meth:`launch` starts the task from scratch whenever what it is given differs from
+        what was prepared in a way that matters; :meth:`discard_prepared` drops a preparation
+        the task will not use.
+        """
+        return False
+
+    def discard_prepared(self, allocation_id: str) -> None:
+        """Drop what :meth:`prepare` made for an allocation that will not start here."""
+
+    def notify_exit(self, handle: TaskHandle, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` once the task has ended, from any thread, so that the cluster
+        frees its slots at once instead of at its next round.
+
+        Returns False where the agent cannot tell (the default): the cluster's rounds find the
+        end then. The callback only says "look now"; the exit status is read as usual.
+        """
+        return False
 
     @abc.abstractmethod
     def kill(self, handle: TaskHandle, *, force: bool = False) -> None:

@@ -21,11 +21,13 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import select
 import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from traitlets import Bool, Enum, Integer, List, Unicode, default
@@ -49,6 +51,7 @@ from det_hub.agents.sandbox import (
 )
 from det_hub.agents.slots import SlotInfo, discover_slots
 from det_hub.env_names import WHEEL_CACHE_ENV
+from det_hub.exec.warm_start import LATE_VARIABLES
 
 #: What a task takes of the host's environment: locale and time zone, nothing else. Everything
 #: else it gets is its own (``TaskSpec.env``, the agent's ``environment``) or set here.
@@ -186,6 +189,15 @@ class LocalAgent(Agent):
         read (the admin page shows a warning); refused when the master runs as root, since
         tasks would run as root.""")
     bwrap = Unicode("bwrap", config=True, help="The bubblewrap program.")
+    warm_start = Bool(
+        True, config=True,
+        help="""Prepare queued trials ahead of their start: while the slots are busy, the next
+        queued trials' tasks are started in their own sandboxes, as their own users, up to a
+        Python interpreter with det_hub.core (and torch, where installed) imported, which runs
+        the trial's Python entrypoint the moment its slots free up. Only `python3 SCRIPT` and
+        `python3 -m MODULE` entrypoints (the harness among them) start warm; anything else, or
+        a task whose start differs from what was prepared, starts from scratch. One prepared
+        task serves its own allocation only, never another task or user.""")
     read_only_paths = List(
         Unicode(), config=True,
         help="""Host paths every sandboxed task sees read-only at the same path, besides the
@@ -237,6 +249,9 @@ class LocalAgent(Agent):
             self.log.warning("local agent %s runs tasks WITHOUT a sandbox (isolation = 'none'): "
                              "a task can read whatever the master's account can", self.agent_id)
         self._python_paths: list[str] | None = None
+        #: Tasks prepared ahead of their start (see :meth:`prepare`), by allocation id.
+        self._spares: dict[str, _Spare] = {}
+        self._spares_lock = threading.Lock()
         bad = [v for v in self.environment if "=" not in v]
         if bad:
             raise ValueError(f"LocalAgent.environment: {bad[0]!r} is not NAME=value")
@@ -345,13 +360,111 @@ class LocalAgent(Agent):
                              devices=devices)
 
     def launch(self, spec: TaskSpec) -> LocalTaskHandle:
-        """Lay out the task's directory and start its runner.
+        """Lay out the task's directory and start its runner; or, for a task that
+        :meth:`prepare` got ready and that matches what was prepared, send it its go.
 
         Raises:
             SandboxUnavailable: the sandbox cannot run here and the task's owner is no admin.
             ValueError: a bind mount is not absolute or is missing. (Which host paths a task may
                 mount at all is the master's to check: see :mod:`det_hub.service.task_paths`.)
         """
+        with self._spares_lock:
+            spare = self._spares.pop(spec.allocation_id, None)
+        if spare is not None:
+            handle = self._go(spare, spec)
+            if handle is not None:
+                return handle
+        return self._start(spec, go=None)
+
+    def prepare(self, spec: TaskSpec) -> bool:
+        """Start a queued task's runner, sandbox and interpreter now, on the slots given, its
+        imports done, waiting for :meth:`launch` to send the go (see
+        :mod:`det_hub.exec.warm_start`).
+
+        Only a Python entrypoint of the agent's own Python is prepared (``python3 train.py``,
+        ``python3 -m module``, the harness); the spare is the task's own, in its own directory,
+        sandbox and Unix account, and runs nothing of the task's own before the go but its
+        startup-free imports. The early environment it starts with is the task's own, less
+        the variables that exist once its allocation runs (its token among them). False when
+        the task is not prepared; it then starts from scratch at :meth:`launch`.
+        """
+        if not self.warm_start or len(spec.argv) < 2:
+            return False
+        argv = self._resolve_argv(spec.argv)
+        if argv[0] != self.python or (argv[1] != "-m" and argv[1].startswith("-")):
+            return False
+        with self._spares_lock:
+            if spec.allocation_id in self._spares or self.task_root(spec.allocation_id).exists():
+                return False
+            try:
+                self._check_sandbox(spec)
+            except SandboxUnavailable:
+                return False
+            go_r, go_w = os.pipe()
+            try:
+                handle = self._start(spec, go=go_r)
+            except BaseException:
+                os.close(go_w)
+                raise
+            finally:
+                os.close(go_r)
+            slots = self._slots_of(spec)
+            self._spares[spec.allocation_id] = _Spare(
+                spec, handle, go_w, self.sandbox_layout(spec, slots, handle.root)
+                if self.sandboxed else None)
+        return True
+
+    def discard_prepared(self, allocation_id: str) -> None:
+        """Stop a prepared task that will not start here, and remove its directory."""
+        with self._spares_lock:
+            spare = self._spares.pop(allocation_id, None)
+        if spare is not None:
+            self._drop(spare)
+
+    def _drop(self, spare: _Spare) -> None:
+        os.close(spare.go)  # its interpreter reads the end and exits without running
+        spare.handle.signal(signal.SIGKILL)
+        self.reap(spare.handle)
+        shutil.rmtree(spare.handle.root, ignore_errors=True)
+
+    def _go(self, spare: _Spare, spec: TaskSpec) -> LocalTaskHandle | None:
+        """Start a prepared task: its files brought up to date, its whole environment and its
+        CPUs sent on the go pipe. None (the spare dropped) where ``spec`` differs from what
+        was prepared in anything but the slots' CPUs and the files' content, or the spare is
+        gone; the task then starts from scratch."""
+        prepared, handle = spare.spec, spare.handle
+        slots = self._slots_of(spec)
+        same = (spec.argv == prepared.argv and spec.context == prepared.context
+                and spec.run_as == prepared.run_as and spec.container == prepared.container
+                and set(spec.files) == set(prepared.files)
+                and len(spec.slot_ids) == len(prepared.slot_ids)
+                and handle.alive() and handle.exit_status() is None)
+        if same and spare.layout is not None:
+            same = self.sandbox_layout(spec, slots, handle.root) == spare.layout
+        if not same:
+            self.log.info("allocation %s: the prepared task does not match its start; it "
+                          "starts afresh", spec.allocation_id)
+            self._drop(spare)
+            return None
+        for name, text in spec.files.items():
+            _rewrite(handle.root / name, text.encode())
+        env = self.task_environment(spec, slots, handle.root / "home", handle.root / "tmp")
+        cpus = self._cpus_of(slots)
+        try:
+            with os.fdopen(spare.go, "wb") as go:
+                go.write(json.dumps({"env": env, "cpus": cpus}).encode())
+        except BrokenPipeError:
+            self.log.info("allocation %s: the prepared task had ended; it starts afresh",
+                          spec.allocation_id)
+            spare.go = os.open(os.devnull, os.O_RDONLY)  # _drop closes it
+            self._drop(spare)
+            return None
+        self.log.info("started allocation %s (pid %s, prepared%s): %s", spec.allocation_id,
+                      handle.pid, ", sandboxed" if self.sandboxed else "",
+                      " ".join(self._resolve_argv(spec.argv)))
+        return handle
+
+    def _check_sandbox(self, spec: TaskSpec) -> None:
         if self.isolation == "sandbox" and self.sandbox_problem and (
                 self.as_root or not spec.owner_is_admin):
             raise SandboxUnavailable(
@@ -360,6 +473,26 @@ class LocalAgent(Agent):
                    "an operator must install bubblewrap" if self.as_root else
                    "it runs only admins' tasks without one; an operator can install "
                    "bubblewrap, or set c.LocalAgent.isolation = 'none'"))
+
+    def _resolve_argv(self, argv: Sequence[str]) -> list[str]:
+        argv = list(argv)
+        if argv and argv[0] in PYTHON_NAMES:
+            argv[0] = self.python
+        return argv
+
+    def _slots_of(self, spec: TaskSpec) -> list[SlotInfo]:
+        return [s for s in self.slots if s.id in set(spec.slot_ids)]
+
+    @staticmethod
+    def _cpus_of(slots: Sequence[SlotInfo]) -> list[int]:
+        """The CPUs a task on ``slots`` is pinned to: its CPU slots' cores, none for GPUs."""
+        cpus = sorted({c for s in slots for c in s.cpus})
+        return cpus if cpus and slots and slots[0].kind == "cpu" else []
+
+    def _start(self, spec: TaskSpec, *, go: int | None) -> LocalTaskHandle:
+        """Lay out the task's directory and start its runner; with ``go``, a prepared task's
+        (its interpreter waits for the go on that pipe, with the early environment)."""
+        self._check_sandbox(spec)
         allocation_id = spec.allocation_id
         root = self.task_root(allocation_id)
         if root.exists():
@@ -380,11 +513,11 @@ class LocalAgent(Agent):
             for path in owned:
                 os.chown(path, uid, gid)
 
-        slots = [s for s in self.slots if s.id in set(spec.slot_ids)]
-        argv = list(spec.argv)
-        if argv and argv[0] in PYTHON_NAMES:
-            argv[0] = self.python
+        slots = self._slots_of(spec)
+        argv = self._resolve_argv(spec.argv)
         env = self.task_environment(spec, slots, root / "home", root / "tmp")
+        if go is not None:
+            env = {k: v for k, v in env.items() if k not in LATE_VARIABLES}
         prefix: list[str] = []
         if self.sandboxed:
             prefix = bwrap_argv(self.sandbox_layout(spec, slots, root), bwrap=self.bwrap)
@@ -394,25 +527,30 @@ class LocalAgent(Agent):
         if spec.context:
             entry += ["--context", str(root / "context.tar"), "--into", str(root / "run")]
         handle = LocalTaskHandle(allocation_id, root, pid=None)
-        cpus: list[int] = sorted({c for s in slots for c in s.cpus})
         _write_private(handle.spec_path, json.dumps({
             "argv": [*prefix, *entry], "command": argv, "env": env,
             "cwd": str(root / "run"), "sandboxed": self.sandboxed,
-            "cpus": cpus if cpus and slots and slots[0].kind == "cpu" else [],
+            "cpus": self._cpus_of(slots),
         }).encode(), 0o600)
         cmd = [self.python, "-I", "-m", "det_hub.agents.local_runner", "--log",
                str(handle.log_path), "--exit-file", str(handle.exit_path),
                "--start", str(handle.spec_path)]
+        if go is not None:
+            cmd += ["--go-fd", str(go)]
         with open(os.open(root / "runner.err", os.O_WRONLY | os.O_CREAT, 0o600),
                   "wb") as runner_err:
             proc = subprocess.Popen(
                 cmd, cwd=root, env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
                 start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=runner_err,
+                stderr=runner_err, pass_fds=() if go is None else (go,),
             )
         handle.pid, handle.process = proc.pid, proc
-        self.log.info("started allocation %s (pid %d%s): %s", allocation_id, proc.pid,
-                      ", sandboxed" if self.sandboxed else "", " ".join(argv))
+        if go is None:
+            self.log.info("started allocation %s (pid %d%s): %s", allocation_id, proc.pid,
+                          ", sandboxed" if self.sandboxed else "", " ".join(argv))
+        else:
+            self.log.info("prepared allocation %s (pid %d%s): %s", allocation_id, proc.pid,
+                          ", sandboxed" if self.sandboxed else "", " ".join(argv))
         return handle
 
     def attach(self, allocation_id: str, log_offset: int, pid: int | None) -> LocalTaskHandle | None:
@@ -434,13 +572,71 @@ class LocalAgent(Agent):
             except subprocess.TimeoutExpired:
                 pass
 
+    def notify_exit(self, handle: TaskHandle, callback: Callable[[], None]) -> bool:
+        """Call ``callback`` from a thread of its own once the task's runner has exited (it
+        writes the exit status first). The thread waits on the runner itself where this agent
+        started it, else on a pidfd of the adopted runner's process."""
+        assert isinstance(handle, LocalTaskHandle)
+        process = handle.process
+        if process is not None:
+            wait: Callable[[], object] = process.wait
+        elif handle.pid and hasattr(os, "pidfd_open"):
+            try:
+                pidfd = os.pidfd_open(handle.pid)
+            except OSError:  # gone already: the next round finds its end
+                return False
+            if not handle.alive():  # the pid was reused before the pidfd was taken
+                os.close(pidfd)
+                return False
+
+            def wait() -> object:
+                try:
+                    return select.select([pidfd], [], [])
+                finally:
+                    os.close(pidfd)
+        else:
+            return False
+
+        def watch() -> None:
+            wait()
+            callback()
+
+        threading.Thread(target=watch, name=f"exit-{handle.allocation_id}",
+                         daemon=True).start()
+        return True
+
     def kill(self, handle: TaskHandle, *, force: bool = False) -> None:
         assert isinstance(handle, LocalTaskHandle)
         handle.signal(signal.SIGKILL if force else signal.SIGTERM)
 
     def cleanup(self, allocation_id: str) -> None:
         """Remove a finished task's directory."""
+        self.discard_prepared(allocation_id)
         shutil.rmtree(self.task_root(allocation_id), ignore_errors=True)
+
+
+@dataclasses.dataclass
+class _Spare:
+    """A task :meth:`LocalAgent.prepare` started, waiting for its go."""
+
+    spec: TaskSpec
+    handle: LocalTaskHandle
+    #: The write end of the pipe its interpreter waits on.
+    go: int
+    #: Its sandbox, which the started task's must equal (None unsandboxed).
+    layout: SandboxLayout | None
+
+
+def _rewrite(path: Path, data: bytes) -> None:
+    """Replace a task file's content in place: the same inode, which its sandbox binds."""
+    mode = path.stat().st_mode & 0o777
+    os.chmod(path, mode | 0o200)
+    try:
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
+    finally:
+        os.chmod(path, mode)
 
 
 def _write_private(path: Path, data: bytes, mode: int) -> Path:

@@ -12,6 +12,13 @@ off. The runner stays outside the sandbox, as the master's account: the task can
 log or exit status.
 
     python -I -m det_hub.agents.local_runner --log LOG --exit-file EXIT --start START
+        [--go-fd N]
+
+A task the agent prepared ahead of its start (``--go-fd``) is started the same way, but its
+interpreter waits inside the sandbox for the go the agent writes on ``N``
+(:mod:`det_hub.exec.warm_start`); the environment in the start file is then the task's early
+one, and the go brings the rest. The pipe's write end is the master's alone: a prepared task
+whose master goes away reads its end, and exits without having run.
 """
 
 from __future__ import annotations
@@ -78,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", required=True)
     parser.add_argument("--exit-file", required=True)
     parser.add_argument("--start", required=True, help="the start file (JSON) the agent wrote")
+    parser.add_argument("--go-fd", type=int, help="a prepared task: the read end of the pipe "
+                        "the agent sends its go on, handed through to the task's interpreter")
     args = parser.parse_args(argv)
     start = _read_start(args.start)
     command: list[str] = list(start["command"])
@@ -86,13 +95,17 @@ def main(argv: list[str] | None = None) -> int:
 
     env_r, env_w = os.pipe()
     why_r, why_w = os.pipe()
-    argv_full = [*start["argv"], "--env-fd", str(env_r), "--status-fd", str(why_w), "--",
-                 *command]
+    passed = [env_r, why_w]
+    argv_full = [*start["argv"], "--env-fd", str(env_r), "--status-fd", str(why_w)]
+    if args.go_fd is not None:
+        passed.append(args.go_fd)
+        argv_full += ["--go-fd", str(args.go_fd)]
+    argv_full += ["--", *command]
     lock = threading.Lock()
     with open(args.log, "a", encoding="utf-8") as log:
         try:
             child = subprocess.Popen(argv_full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     stdin=subprocess.DEVNULL, pass_fds=(env_r, why_w),
+                                     stdin=subprocess.DEVNULL, pass_fds=passed,
                                      cwd=start.get("cwd"),
                                      env={"PATH": "/usr/local/bin:/usr/bin:/bin",
                                           "LANG": "C.UTF-8"},
@@ -105,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             _write_exit(args.exit_file, {"exit_code": 127, "signal": None, "reason": why})
             return 127
         finally:
-            os.close(env_r)
-            os.close(why_w)
+            for fd in passed:
+                os.close(fd)
         feeder = threading.Thread(target=_feed, args=(env_w, json.dumps(start["env"]).encode()),
                                   daemon=True)
         feeder.start()

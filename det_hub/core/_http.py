@@ -8,14 +8,14 @@ safe to repeat while the master is unreachable (it may restart in the middle of 
 from __future__ import annotations
 
 import datetime
-import email.utils
 import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import requests
+if TYPE_CHECKING:
+    import requests
 
 logger = logging.getLogger("det_hub.core")
 
@@ -94,6 +94,10 @@ class MasterSession:
         self._sessions_lock = threading.Lock()
 
     def _session(self) -> requests.Session:
+        # Imported on first use: `import det_hub.core` stays light for code that never talks
+        # to the master (and a warm task interpreter has it imported already).
+        import requests
+
         sess: requests.Session | None = getattr(self._local, "session", None)
         if sess is None:
             sess = requests.Session()
@@ -157,6 +161,8 @@ class MasterSession:
             MasterError: The master answered an error, or stayed unreachable past
                 ``retry_deadline`` (then ``status`` is 0).
         """
+        import requests
+
         url = self.base_url + (path if path.startswith("/") else "/" + path)
         deadline = time.monotonic() + self.retry_deadline
         delay = 0.25
@@ -205,6 +211,8 @@ def retry_after_seconds(value: str | None) -> float | None:
     """
     if value is None or not value.strip():
         return None
+    import email.utils
+
     value = value.strip()
     if value.isdigit():
         seconds = float(value)

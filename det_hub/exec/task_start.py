@@ -1,6 +1,6 @@
 """The first process of every task, inside its sandbox or container and as the task's user.
 
-    python -I -m det_hub.exec.task_start [--env-fd N] [--status-fd M]
+    python -I -m det_hub.exec.task_start [--env-fd N] [--status-fd M] [--go-fd G]
         [--context ARCHIVE --into DIR] -- CMD...
 
 It takes the task's environment from the agent (on file descriptor ``N``, as JSON, so that it
@@ -16,6 +16,10 @@ As in Determined, a ``startup-hook.sh`` at the top of the context is sourced by 
 working directory before the command (commonly ``pip install -r requirements.txt``): what it
 exports reaches the command, its output lands in the task's log, and a failure (a command that
 fails, or an ``exit``) stops the task before its command runs, with a message saying so.
+
+With ``--go-fd`` the task is prepared ahead of its start: the environment on ``N`` is the
+task's early one, and the command is handed to :mod:`det_hub.exec.warm_start`, which waits on
+``G`` for the go.
 """
 
 from __future__ import annotations
@@ -70,6 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--status-fd", type=int, help="say here why the task did not start")
     parser.add_argument("--context", help="the context archive to unpack")
     parser.add_argument("--into", help="where to unpack it (the working directory)")
+    parser.add_argument("--go-fd", type=int, help="start warm: the go comes here (see "
+                        "det_hub.exec.warm_start); the environment read is the early one")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -105,6 +111,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.set_inheritable(args.status_fd, True)  # the hook's failure is told on it
         status = "" if args.status_fd is None else str(args.status_fd)
         command = [bash, "-c", _RUN_HOOK, STARTUP_HOOK, status, *command]
+    if args.go_fd is not None:
+        # Wait for the go in an interpreter with the imports done; it becomes the command.
+        command = [sys.executable, "-m", "det_hub.exec.warm_start", "--go-fd", str(args.go_fd),
+                   "--", *command]
     program = command[0] if "/" in command[0] else shutil.which(command[0], path=env.get("PATH"))
     if program is None:
         return fail(EXIT_NOT_FOUND, f"cannot start {command[0]!r}: not found on the task's "

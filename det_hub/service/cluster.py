@@ -21,7 +21,7 @@ import logging
 import secrets
 import time
 import zlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -368,6 +368,88 @@ class OpenAllocations:
         return len(self._by_id)
 
 
+def wake_on_exit(agent: Agent, handle: TaskHandle, wake: asyncio.Event) -> None:
+    """Have the cluster's loop run a round (``wake``) as soon as the task ends, where its
+    agent can tell: its slots go to the next allocation at once rather than at the next
+    poll."""
+    loop = asyncio.get_running_loop()
+
+    def ended() -> None:
+        try:
+            loop.call_soon_threadsafe(wake.set)
+        except RuntimeError:  # the master has stopped; the next one adopts the end
+            pass
+
+    agent.notify_exit(handle, ended)
+
+
+class Preparations:
+    """Queued allocations that agents get ready ahead of their start (see
+    :meth:`Agent.prepare`), by allocation id: the agent asked. A placement elsewhere, an end
+    or a dequeue drops one."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.agents: dict[str, str] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    def next(self) -> None:
+        """Have agents get the allocations next in their pools' queues ready to start: as
+        many per agent as it has slots, on the slots such an allocation takes when it has the
+        agent to itself. The preparations run beside the cluster's loop."""
+        cluster = self.cluster
+        held = {a.id for a in cluster.allocations}
+        for alloc_id in [a for a in self.agents if a not in held]:
+            self.drop(alloc_id)
+        queued = sorted(
+            (a for a in cluster.allocations if a.state == AllocationState.QUEUED
+             and a.spec.trial_id is not None and not a.spec.reserve_only
+             and a.id not in self.agents),
+            key=lambda a: (cluster.job_fields(a).get("priority", DEFAULT_PRIORITY),
+                           cluster.job_fields(a).get("position", 0.0), a.queued_at))
+        for alloc in queued:
+            agent = next((ag for ag in cluster.pool_agents(cluster.pool_of(alloc))
+                          if ag.enabled and ag.agent_id not in cluster.unreachable
+                          and len(ag.slots) >= alloc.spec.slots
+                          and sum(1 for p in self.agents.values() if p == ag.agent_id)
+                          < len(ag.slots)), None)
+            if agent is None:
+                continue
+            self.agents[alloc.id] = agent.agent_id
+            node = Node(agent.agent_id, tuple(s.id for s in agent.slots[:alloc.spec.slots]))
+            spec = cluster.task_spec(alloc, 0, agent, [agent.address], nodes=[node])
+            self._beside(self._prepare(agent, spec))
+
+    async def _prepare(self, agent: Agent, spec: TaskSpec) -> None:
+        try:
+            await asyncio.to_thread(agent.prepare, spec)
+        except Exception as e:  # the allocation starts from scratch when placed
+            log.warning("could not prepare allocation %s on agent %s: %s",
+                        spec.allocation_id, agent.agent_id, e)
+
+    def drop(self, alloc_id: str, *, keep_on: str | None = None) -> None:
+        """Forget an allocation's preparation; drop it on its agent unless that is
+        ``keep_on`` (where it is about to be launched, which uses it)."""
+        agent_id = self.agents.pop(alloc_id, None)
+        agents = self.cluster.agents
+        if agent_id is None or agent_id == keep_on or agent_id not in agents:
+            return
+        self._beside(asyncio.to_thread(agents[agent_id].discard_prepared, alloc_id))
+
+    async def close(self) -> None:
+        """Drop every preparation: a prepared task waits on a pipe of this process's, and
+        would only end with it."""
+        prepared, self.agents = self.agents, {}
+        for alloc_id, agent_id in prepared.items():
+            if agent_id in self.cluster.agents:
+                await asyncio.to_thread(self.cluster.agents[agent_id].discard_prepared, alloc_id)
+
+    def _beside(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
 class Cluster:
     """Queue, placement and monitoring of allocations on the master's agents."""
 
@@ -409,6 +491,8 @@ class Cluster:
         #: Tasks on agents that were given up for lost, to stop once the agent answers again.
         self.orphans: dict[str, list[TaskHandle]] = {}
         self._launching: set[asyncio.Task[None]] = set()
+        #: Queued allocations agents get ready ahead of their start.
+        self.prepared = Preparations(self)
         #: Allocations that have ended, on their way to being stored and announced (see
         #: :meth:`finish`).
         self.endings = Endings(store, bus, self._reap)
@@ -435,6 +519,7 @@ class Cluster:
                 await self._task
             except asyncio.CancelledError:
                 pass
+        await self.prepared.close()
         if self.endings.waiting:
             # Still open in the database: the next master finds them ended when it adopts them.
             log.warning("the ends of allocations %s are not stored (the database could not be "
@@ -519,6 +604,7 @@ class Cluster:
             if node.handle is None:
                 await self._discard(alloc)
                 return None
+            wake_on_exit(self.agents[node.agent_id], node.handle, self._wake)
         if row.preempt:
             alloc.preempt_requested = True
             alloc.preempt.set()
@@ -546,6 +632,7 @@ class Cluster:
         """
         if alloc.state != AllocationState.QUEUED or not self.allocations.remove(alloc):
             return False
+        self.prepared.drop(alloc.id)
         alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()
         await self.store.update_allocation(
@@ -561,7 +648,7 @@ class Cluster:
         if alloc.preempt_requested:
             return
         alloc.preempt_requested = True
-        pool = self.pools.get(self._pool_of(alloc))
+        pool = self.pools.get(self.pool_of(alloc))
         timeout = pool.preemption_timeout if pool else PoolSettings("").preemption_timeout
         alloc.preempt_deadline = time.monotonic() + timeout
         alloc.preempt.set()
@@ -635,6 +722,7 @@ class Cluster:
                 await self.endings.retry()
                 await self.monitor.heartbeat()
                 await self._schedule()
+                self.prepared.next()
                 await self.monitor.watch()
                 await self.monitor.enforce_timeouts()
             except asyncio.CancelledError:
@@ -649,11 +737,11 @@ class Cluster:
                 pass
             self._wake.clear()
 
-    def _pool_of(self, alloc: Allocation) -> str:
+    def pool_of(self, alloc: Allocation) -> str:
         job = self.jobs.get(alloc.spec.job_id)
         return job.pool if job else DEFAULT_RESOURCE_POOL
 
-    def _job_fields(self, alloc: Allocation) -> dict[str, Any]:
+    def job_fields(self, alloc: Allocation) -> dict[str, Any]:
         job = self.jobs.get(alloc.spec.job_id)
         if job is None:
             return {"group": alloc.spec.job_id, "owner": alloc.spec.owner}
@@ -667,8 +755,8 @@ class Cluster:
         busy = self.busy_slots()
         for pool in self.pools:
             requests = [Request(a.id, a.spec.slots, queued_at=a.queued_at,
-                                **self._job_fields(a))
-                        for a in pending if self._pool_of(a) == pool]
+                                **self.job_fields(a))
+                        for a in pending if self.pool_of(a) == pool]
             if not requests:
                 continue
             agents = [SchedAgent(
@@ -677,9 +765,9 @@ class Cluster:
                 enabled=agent.enabled and agent.agent_id not in self.unreachable,
             ) for agent in self.pool_agents(pool)]
             running = [Running(a.id, a.spec.slots, queued_at=a.queued_at,
-                               preempting=a.preempt_requested, **self._job_fields(a))
+                               preempting=a.preempt_requested, **self.job_fields(a))
                        for a in self.allocations
-                       if a.state != AllocationState.QUEUED and self._pool_of(a) == pool]
+                       if a.state != AllocationState.QUEUED and self.pool_of(a) == pool]
             decision = self.schedulers[pool].schedule(agents, requests, running)
             for victim_id in decision.preemptions:
                 victim = self.allocations.get(victim_id)
@@ -708,6 +796,8 @@ class Cluster:
                 agent_id=chief.agent_id, placements=[n.record() for n in alloc.nodes])
             await self.bus.publish(AllocationStateChanged(alloc, AllocationState.STARTING))
 
+        self.prepared.drop(alloc.id, keep_on=chief.agent_id if len(alloc.nodes) == 1
+                            and not alloc.spec.reserve_only else None)
         try:
             if not await self._until_stored(alloc, "its start", starting):
                 return
@@ -767,16 +857,19 @@ class Cluster:
         node = alloc.nodes[rank]
         agent = self.agents[node.agent_id]
         node.handle = await asyncio.to_thread(
-            agent.launch, self._task_spec(alloc, rank, agent, addrs))
+            agent.launch, self.task_spec(alloc, rank, agent, addrs))
+        wake_on_exit(agent, node.handle, self._wake)
 
-    def _task_spec(self, alloc: Allocation, rank: int, agent: Agent,
-                   addrs: list[str]) -> TaskSpec:
-        node = alloc.nodes[rank]
+    def task_spec(self, alloc: Allocation, rank: int, agent: Agent,
+                   addrs: list[str], nodes: list[Node] | None = None) -> TaskSpec:
+        """The task of ``alloc`` at ``rank`` of its ``nodes`` (its placement, unless given)."""
+        nodes = alloc.nodes if nodes is None else nodes
+        node = nodes[rank]
         spec = alloc.spec
         info: ClusterInfoDocument = {
             **spec.cluster_info, "allocation_id": alloc.id, "slot_ids": list(node.slot_ids),
             "agent_id": node.agent_id, "container_addrs": addrs, "container_rank": rank,
-            "container_slot_counts": [len(n.slot_ids) for n in alloc.nodes]}
+            "container_slot_counts": [len(n.slot_ids) for n in nodes]}
         container = spec.container
         if agent.uses_containers:
             storage, mounts = storage_in_container(info.get("checkpoint_storage"))
@@ -798,9 +891,9 @@ class Cluster:
             # Where the master reaches the task: what a proxied task's server listens on.
             AGENT_ADDRESS_ENV: addrs[rank],
         })
-        if len(alloc.nodes) > 1:
+        if len(nodes) > 1:
             env.update({
-                NNODES_ENV: str(len(alloc.nodes)), NODE_RANK_ENV: str(rank),
+                NNODES_ENV: str(len(nodes)), NODE_RANK_ENV: str(rank),
                 CHIEF_ADDR_ENV: addrs[0],
                 CHIEF_PORT_ENV: str(rendezvous_port(alloc.id)),
             })
@@ -818,6 +911,7 @@ class Cluster:
         """
         if not self.allocations.remove(alloc):
             return
+        self.prepared.drop(alloc.id)
         alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()  # release any long-poll still waiting (answers true: stop)
         await self.endings.settle(Ending(alloc, status))

@@ -1,0 +1,249 @@
+"""A task's Python, started before its slots are free: imports done, waiting for its go.
+
+    python -m det_hub.exec.warm_start --go-fd N -- PYTHON ENTRY...
+
+The local agent prepares a queued trial's task ahead of time (see
+:meth:`det_hub.agents.local.LocalAgent.prepare`): its directory, its sandbox, its user, and,
+through :mod:`det_hub.exec.task_start`, this interpreter, started with the task's environment
+less what only exists once the allocation runs (its id, its token, where its cluster info is:
+:data:`LATE_VARIABLES`). It imports what every trial imports (``det_hub.core`` and its HTTP
+stack; torch too where it is installed and the task uses it), then blocks on ``N`` until the agent sends the go: the
+task's whole environment and its CPUs, as JSON. It serves exactly one task, the one it was
+started for, inside that task's own sandbox; nothing of another task or user ever reaches it.
+
+On the go it becomes the task's command:
+
+- ``PYTHON SCRIPT ARGS...`` and ``PYTHON -m MODULE ARGS...``, where ``PYTHON`` is this
+  interpreter and the environment it started with is the task's (the late variables aside),
+  run here, with ``sys.argv``, ``sys.path[0]``, ``__main__`` and the exit status as a fresh
+  ``python`` would have them, and an uncaught exception's traceback showing the task's frames
+  only;
+- anything else (another program, other interpreter flags, a startup hook, an environment that
+  differs in a variable the interpreter or a library may have read at start) is executed as
+  :mod:`det_hub.exec.task_start` would have: a fresh process with the task's environment.
+
+Without a go (the agent dropped the task, or the master went away) it exits with
+:data:`EXIT_NO_GO` when ``N`` closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import types
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from det_hub.env_names import (
+    AGENT_ADDRESS_ENV,
+    ALLOCATION_ID_ENV,
+    ALLOCATION_TOKEN_ENV,
+    CHIEF_ADDR_ENV,
+    CHIEF_PORT_ENV,
+    CLUSTER_INFO_ENV,
+    NNODES_ENV,
+    NODE_RANK_ENV,
+)
+
+#: The variables a task's environment gains only when its allocation runs; a warm
+#: interpreter starts without them and takes them with the go.
+LATE_VARIABLES = frozenset({ALLOCATION_ID_ENV, ALLOCATION_TOKEN_ENV, CLUSTER_INFO_ENV,
+                            AGENT_ADDRESS_ENV, NNODES_ENV, NODE_RANK_ENV, CHIEF_ADDR_ENV,
+                            CHIEF_PORT_ENV})
+
+#: The exit code when no go came (the spare was dropped before its task started).
+EXIT_NO_GO = 125
+EXIT_NOT_FOUND = 127
+EXIT_NOT_STARTED = 126
+
+#: What a warm interpreter imports ahead of every task, each where it is installed.
+PRELOAD = ("det_hub.core", "requests")
+#: Entrypoints that always use torch: det_hub's PyTorchTrial harness and its launchers.
+TORCH_MODULES = ("det_hub.exec.harness", "det_hub.launch.")
+#: A top-level line of Python that imports torch.
+_IMPORTS_TORCH = re.compile(rb"^(?:import|from)[ \t]+torch\b", re.MULTILINE)
+
+
+def python_entry(command: Sequence[str]) -> tuple[str, str, list[str]] | None:
+    """``("script", path, args)`` or ``("module", name, args)`` for a command this
+    interpreter can run itself; None for anything else."""
+    if len(command) < 2 or os.path.realpath(command[0]) != os.path.realpath(sys.executable):
+        return None
+    if command[1] == "-m" and len(command) >= 3 and command[2] \
+            and not command[2].startswith("-"):
+        return "module", command[2], list(command[3:])
+    if command[1] and not command[1].startswith("-"):
+        return "script", command[1], list(command[2:])
+    return None
+
+
+def same_start(started: Mapping[str, str], env: Mapping[str, str]) -> bool:
+    """Whether ``env`` is the environment this interpreter started with, up to the late
+    variables: only then is running here the same as a fresh start."""
+    def early(e: Mapping[str, str]) -> dict[str, str]:
+        return {k: v for k, v in e.items() if k not in LATE_VARIABLES}
+
+    return early(started) == early(env)
+
+
+def uses_torch(kind: str, target: str, workdir: str) -> bool:
+    """Whether the task imports torch as it starts: det_hub's harness does, and so does an
+    entry script or a module of the working directory that imports it at its top level (an
+    import inside a function may never run). torch is preloaded only then: it takes more than
+    a second of CPU to import and a good part of a second more to exit, which a task that
+    never imports it must not pay."""
+    if kind == "module" and any(target == m or (m.endswith(".") and target.startswith(m))
+                                for m in TORCH_MODULES):
+        return True
+    path = os.path.join(workdir, target) if kind == "script" else os.path.join(
+        workdir, *target.split(".")) + ".py"
+    try:
+        with open(path, "rb") as f:
+            return _IMPORTS_TORCH.search(f.read(1 << 20)) is not None
+    except OSError:
+        return False
+
+
+def preload(with_torch: bool) -> None:
+    """Import what the task will import anyway, each module where it is installed."""
+    for name in (*PRELOAD, *(("torch",) if with_torch else ())):
+        if importlib.util.find_spec(name.split(".")[0]) is not None:
+            __import__(name)
+
+
+def _pin(cpus: Sequence[int]) -> None:
+    """Pin every thread of this process (the imports may have started some) to ``cpus``."""
+    if not cpus or not hasattr(os, "sched_setaffinity"):
+        return
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            os.sched_setaffinity(int(tid), set(cpus))
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def _become(command: Sequence[str], env: Mapping[str, str]) -> int:
+    """Execute ``command`` as a fresh process (what task_start does)."""
+    program = command[0] if "/" in command[0] else shutil.which(command[0],
+                                                                 path=env.get("PATH"))
+    if program is None:
+        print(f"det_hub: cannot start {command[0]!r}: not found on the task's PATH "
+              f"({env.get('PATH', '')})", file=sys.stderr, flush=True)
+        return EXIT_NOT_FOUND
+    try:
+        os.execve(program, list(command), dict(env))
+    except OSError as e:
+        print(f"det_hub: cannot start {command[0]!r}: {e.strerror}", file=sys.stderr,
+              flush=True)
+        return EXIT_NOT_FOUND if e.errno == 2 else EXIT_NOT_STARTED
+    return EXIT_NOT_STARTED  # not reached
+
+
+def _fresh_main() -> types.ModuleType:
+    """A new, empty ``__main__`` in place of this module's."""
+    import builtins
+
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = builtins
+    sys.modules["__main__"] = main
+    return main
+
+
+def _report_uncaught(exc: BaseException, main: types.ModuleType) -> int:
+    """Print an uncaught exception as the interpreter would (the task's frames only) and give
+    its exit status; a KeyboardInterrupt ends the process by SIGINT, as Python's does."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_globals is not main.__dict__:
+        tb = tb.tb_next
+    if tb is not None:
+        exc = exc.with_traceback(tb)
+    sys.excepthook(type(exc), exc, exc.__traceback__)
+    if isinstance(exc, KeyboardInterrupt):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return 1
+
+
+def run_here(kind: str, target: str, args: list[str]) -> int:
+    """Run a script or a module as ``__main__`` of this process."""
+    import runpy
+
+    main = _fresh_main()
+    try:
+        if kind == "script":
+            path = os.path.abspath(target)
+            with open(path, "rb") as f:
+                source = f.read()
+            code = compile(source, path, "exec", dont_inherit=True)
+            from importlib.machinery import SourceFileLoader
+
+            main.__dict__.update(__file__=path, __cached__=None, __spec__=None,
+                                 __loader__=SourceFileLoader("__main__", path))
+            sys.argv = [target, *args]
+            sys.path[0] = os.path.dirname(path)
+            exec(code, main.__dict__)
+        else:
+            sys.argv = ["-m", *args]  # runpy puts the module's file first, as `-m` does
+            sys.path[0] = os.getcwd()
+            runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]
+    except SystemExit:
+        raise
+    except FileNotFoundError as e:
+        if kind == "script" and e.filename == os.path.abspath(target):
+            print(f"{sys.executable}: can't open file {os.path.abspath(target)!r}: "
+                  f"[Errno {e.errno}] {e.strerror}", file=sys.stderr)
+            return 2
+        return _report_uncaught(e, main)
+    except BaseException as e:  # noqa: BLE001 - reported as the interpreter would
+        return _report_uncaught(e, main)
+    return 0
+
+
+def read_go(fd: int) -> dict[str, Any] | None:
+    """The go message on ``fd`` (JSON), None when the fd closes without one."""
+    with os.fdopen(fd, "rb") as f:
+        data = f.read()
+    if not data:
+        return None
+    go = json.loads(data)
+    env = go.get("env")
+    if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ValueError("the go message's env must be a JSON object of strings")
+    return dict(go)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="det_hub.exec.warm_start")
+    parser.add_argument("--go-fd", type=int, required=True, help="the go (JSON) comes here")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("no command given")
+    os.set_inheritable(args.go_fd, False)
+    entry = python_entry(command)
+    if entry is not None:
+        preload(uses_torch(entry[0], entry[1], os.getcwd()))
+    go = read_go(args.go_fd)
+    if go is None:
+        return EXIT_NO_GO
+    env: dict[str, str] = go["env"]
+    _pin([int(c) for c in go.get("cpus") or ()])
+    if entry is None or not same_start(os.environ, env):
+        return _become(command, env)
+    os.environ.clear()
+    os.environ.update(env)
+    return run_here(*entry)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,271 @@
+"""Tasks prepared ahead of their start (a warm interpreter in the task's own sandbox) run as a
+fresh start would, serve their own allocation only, and the cluster starts the next queued
+trial the moment a slot frees up, without waiting for its next round."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from det_hub.agents import ExitStatus, TaskSpec
+from det_hub.agents.local import LocalAgent, LocalTaskHandle
+from det_hub.service.bus import AllocationExited, EventBus
+from det_hub.service.cluster import Cluster, LaunchSpec
+from det_hub.service.unix_accounts import task_account
+from det_hub.states import AllocationState
+from det_hub.store import Store
+from det_hub.testing import targz
+
+#: Who the tasks run as where the master runs as root (an unprivileged account).
+NOBODY = (65534, 65534)
+OTHER = (65533, 65533)
+
+#: Says what the task sees, as lines that a cold and a warm start must print alike.
+SCRIPT = """
+import os, sys
+preloaded = "det_hub.core" in sys.modules
+env = {k: v for k, v in os.environ.items() if k != "DET_HUB_CLUSTER_INFO"}
+print("argv", sys.argv)
+print("path0", sys.path[0])
+print("file", __file__, __name__)
+print("cwd", os.getcwd(), sorted(os.listdir(".")))
+print("env", sorted(env.items()))
+print("ids", os.getuid(), os.getgid())
+print("affinity", sorted(os.sched_getaffinity(0)))
+print("info", open(os.environ["DET_HUB_CLUSTER_INFO"]).read())
+print("to stderr", file=sys.stderr)
+if os.environ.get("RAISE"):
+    raise RuntimeError("the task failed")
+print("preloaded", preloaded)
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+
+
+def wait_exit(handle: LocalTaskHandle, timeout: float = 30.0) -> ExitStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = handle.exit_status()
+        if status is not None:
+            return status
+        time.sleep(0.02)
+    raise AssertionError(f"{handle.allocation_id} did not finish")
+
+
+def task(allocation_id: str, env: dict[str, str], slot: int, *, run_as: tuple[int, int] = NOBODY,
+         argv: tuple[str, ...] = ("python3", "train.py", "--lr", "0.1"),
+         info: str = '{"slot": 0}') -> TaskSpec:
+    env = {"DET_HUB_ALLOCATION_TOKEN": f"token-of-{allocation_id}",
+           "DET_HUB_ALLOCATION_ID": allocation_id,
+           "DET_HUB_CLUSTER_INFO": f"/unused/{allocation_id}", **env}
+    return TaskSpec(allocation_id, list(argv), env, targz({"train.py": SCRIPT}), [slot],
+                    {"cluster_info.json": info}, run_as=run_as)
+
+
+def with_info(spec: TaskSpec, agent: LocalAgent) -> TaskSpec:
+    """The spec with DET_HUB_CLUSTER_INFO naming its real file, as the cluster sets it."""
+    env = {**spec.env, "DET_HUB_CLUSTER_INFO": agent.file_path(spec.allocation_id,
+                                                               "cluster_info.json")}
+    return TaskSpec(spec.allocation_id, spec.argv, env, spec.context, spec.slot_ids,
+                    spec.files, run_as=spec.run_as)
+
+
+def run(agent: LocalAgent, spec: TaskSpec) -> tuple[ExitStatus, list[tuple[str, str]]]:
+    handle = agent.launch(with_info(spec, agent))
+    status = wait_exit(handle)
+    lines = [(line.stdtype, line.message.replace(spec.allocation_id, "ALLOC"))
+             for line in handle.read_logs()]
+    agent.reap(handle)
+    return status, lines
+
+
+def prepared_and_ready(agent: LocalAgent, spec: TaskSpec, timeout: float = 30.0) -> None:
+    """Prepare ``spec`` and wait until its interpreter has done its imports (it blocks on
+    the go pipe's read then)."""
+    assert agent.prepare(with_info(spec, agent))
+    handle = agent._spares[spec.allocation_id].handle
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(_waits_for_go(pid) for pid in _descendants(handle.pid or 0)):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{spec.allocation_id}'s prepared interpreter never got ready")
+
+
+def _descendants(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        kids = [int(p) for p in children.read_text().split()]
+    except OSError:
+        return []
+    return kids + [d for k in kids for d in _descendants(k)]
+
+
+def _waits_for_go(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+    return b"det_hub.exec.warm_start" in cmdline and "pipe" in wchan
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> LocalAgent:
+    return LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+
+
+@pytest.mark.parametrize("extra", [{}, {"EXIT": "3"}, {"RAISE": "1"}],
+                         ids=["exit-0", "exit-3", "uncaught"])
+def test_a_prepared_task_runs_as_a_fresh_one(agent: LocalAgent, extra: dict[str, str]) -> None:
+    slots = [s.id for s in agent.slots]
+    cold = task("5.cold", {"MY_VAR": "hi", **extra}, slots[-1])
+    warm = task("5.warm", {"MY_VAR": "hi", **extra}, slots[-1])
+    # Prepared on the first slot with an outdated cluster info; started on the last.
+    prepared_and_ready(agent, task("5.warm", {"MY_VAR": "hi", **extra}, slots[0],
+                                   info="outdated"))
+    cold_status, cold_lines = run(agent, cold)
+    warm_status, warm_lines = run(agent, warm)
+    assert warm_status == cold_status
+    assert warm_status.exit_code == {"EXIT": 3, "RAISE": 1}.get(next(iter(extra), ""), 0)
+    assert (("stdout", "preloaded True") in warm_lines) == (not extra.get("RAISE"))
+    assert (("stdout", "preloaded False") in cold_lines) == (not extra.get("RAISE"))
+
+    def same(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return sorted(line for line in lines if not line[1].startswith("preloaded "))
+
+    # argv, sys.path[0], __file__, cwd, environment, user, streams, and a traceback that
+    # shows the task's frames only: all as a fresh start has them.
+    assert same(warm_lines) == same(cold_lines)
+    assert ("stdout", f"affinity {sorted(agent.slots[-1].cpus)}") in warm_lines
+    assert ("stdout", 'info {"slot": 0}') in warm_lines
+    if extra.get("RAISE"):
+        assert ("stderr", "RuntimeError: the task failed") in warm_lines
+
+
+def test_a_prepared_task_is_killed_as_a_fresh_one(agent: LocalAgent) -> None:
+    def sleeper(allocation_id: str) -> TaskSpec:
+        return TaskSpec(allocation_id, ["python3", "sleep.py"], {}, targz(
+            {"sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(60)\n"}),
+            [agent.slots[0].id], {"cluster_info.json": "{}"}, run_as=NOBODY)
+
+    statuses = []
+    for spec, warm in ((sleeper("6.cold"), False), (sleeper("6.warm"), True)):
+        if warm:
+            prepared_and_ready(agent, spec)
+        handle = agent.launch(spec)
+        deadline = time.monotonic() + 30
+        while not handle.read_logs():
+            assert time.monotonic() < deadline, "the task never said it was up"
+            time.sleep(0.02)
+        agent.kill(handle)
+        statuses.append(wait_exit(handle))
+        agent.reap(handle)
+    assert statuses[0] == statuses[1]
+    assert statuses[1].signal == "SIGTERM"
+
+
+def test_a_prepared_interpreter_never_serves_another_task(agent: LocalAgent) -> None:
+    mine = task("7.a", {"MY_VAR": "alice's"}, agent.slots[0].id)
+    prepared_and_ready(agent, mine)
+    spare = agent._spares["7.a"].handle
+    # Another allocation does not take it, even with the same command and context.
+    status, lines = run(agent, task("7.b", {"MY_VAR": "bob's"}, agent.slots[0].id))
+    assert status.exit_code == 0 and ("stdout", "preloaded False") in lines
+    assert "7.a" in agent._spares and spare.alive()
+    # The prepared task's own allocation with another user (or anything else of its sandbox
+    # changed) starts afresh; the prepared interpreter is gone with its directory.
+    status, lines = run(agent, task("7.a", {"MY_VAR": "alice's"}, agent.slots[0].id,
+                                    run_as=OTHER))
+    assert "7.a" not in agent._spares
+    assert status.exit_code == 0 and ("stdout", "preloaded False") in lines
+    if os.geteuid() == 0:
+        assert ("stdout", f"ids {OTHER[0]} {OTHER[1]}") in lines
+
+
+def test_an_environment_changed_since_preparing_starts_fresh_in_its_own_sandbox(
+        agent: LocalAgent) -> None:
+    prepared_and_ready(agent, task("8.a", {"MY_VAR": "before"}, agent.slots[0].id))
+    status, lines = run(agent, task("8.a", {"MY_VAR": "after"}, agent.slots[0].id))
+    assert status.exit_code == 0
+    assert ("stdout", "preloaded False") in lines
+    env = next(m for s, m in lines if m.startswith("env "))
+    assert "('MY_VAR', 'after')" in env and "before" not in env
+
+
+def test_the_early_environment_holds_no_token_and_a_dropped_task_leaves_nothing(
+        agent: LocalAgent) -> None:
+    spec = task("9.a", {}, agent.slots[0].id)
+    prepared_and_ready(agent, spec)
+    handle = agent._spares["9.a"].handle
+    waiting = [p for p in _descendants(handle.pid or 0) if _waits_for_go(p)]
+    assert waiting
+    if os.geteuid() == 0 or os.stat(f"/proc/{waiting[0]}").st_uid == os.geteuid():
+        environ = Path(f"/proc/{waiting[0]}/environ").read_bytes()
+        assert b"MY_VAR" not in environ and b"token-of-9.a" not in environ
+        assert b"DET_HUB_ALLOCATION_TOKEN" not in environ
+    agent.discard_prepared("9.a")
+    assert not handle.root.exists() and not handle.alive()
+    assert "9.a" not in agent._spares
+
+
+def test_only_python_entrypoints_are_prepared(agent: LocalAgent) -> None:
+    assert not agent.prepare(task("10.a", {}, 0, argv=("bash", "-c", "true")))
+    assert not agent.prepare(task("10.b", {}, 0, argv=("python3", "-c", "pass")))
+    assert not agent._spares and not agent.task_root("10.a").exists()
+
+
+async def _until(what: Callable[[], object], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
+async def test_a_freed_slot_starts_the_next_queued_trial_without_waiting_for_a_round(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """One slot, two trials queued, a cluster whose rounds are 30 s apart: the second trial
+    starts (prepared, det_hub.core already imported) as soon as the first one ends."""
+    store = await Store.open(sqlite_url)
+    user = await store.create_user("alice")
+    experiment = await store.create_experiment(
+        name="e", owner_id=user.id, config={}, original_config="", context=None,
+        state="ACTIVE", searcher_metric="loss", smaller_is_better=True)
+    trials = [await store.create_trial(experiment_id=experiment.id, request_id=f"r{i}",
+                                       hparams={}, seed=1, state="ACTIVE") for i in range(2)]
+    bus = EventBus()
+    exits: dict[str, float] = {}
+
+    async def on_exit(event: AllocationExited) -> None:
+        exits[event.alloc.id] = time.monotonic()
+
+    bus.subscribe(AllocationExited, on_exit)
+    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False, max_cpu_slots=1)
+    cluster = Cluster(store, agent, bus, poll_interval=30.0, heartbeat_interval=30.0)
+    cluster.start()
+    script = ("import sys, time\nprint('preloaded', 'det_hub.core' in sys.modules, "
+              "time.time(), flush=True)\n")
+    try:
+        allocs = [await cluster.request(LaunchSpec(
+            owner="alice", slots=1, cluster_info={}, context=targz({"t.py": script}), env={},
+            argv=["python3", "t.py"], trial_id=t.id, experiment_id=experiment.id,
+            run_as=task_account() if os.geteuid() == 0 else None)) for t in trials]
+        await _until(lambda: len(exits) == 2)
+        logs = {a.id: [line.message for line in await store.get_logs(t.id)]
+                for a, t in zip(allocs, trials, strict=True)}
+    finally:
+        await cluster.stop()
+        await store.close()
+    first, second = allocs
+    # The second trial's process printed long before a round of the loop could have run it.
+    [line] = logs[second.id]
+    match = re.fullmatch(r"preloaded (True|False) ([0-9.]+)", line)
+    assert match, line
+    assert match.group(1) == "True"  # it was prepared while the first one ran
+    assert exits[second.id] - exits[first.id] < 10.0
+    assert second.state == AllocationState.TERMINATED
