@@ -1,78 +1,179 @@
 """Metric ingest: 8 concurrent reporters post batched metrics through the REST API.
 
-Prints metric rows per second stored in PostgreSQL (the production store), and the same for
-SQLite. Each reporter is its own process with its own HTTP connection, posting batches of
-BATCH rows as the Core API's background sender does.
+Prints metric rows (points) per second stored in PostgreSQL (the production store) and in
+SQLite (the embedded default), each beside the ceiling of the same database: the same
+reporters writing the same rows straight into a bare table (COPY on PostgreSQL, one
+executemany per batch on SQLite), with no master, no index and no checks. Each reporter is its
+own process with its own HTTP connection, posting batches of BATCH rows with a key, as the Core
+API's background sender does: as columns (``--form columns``, what the Core API sends) or as
+rows. Every row must be stored exactly once, or the bench fails.
 
     python bench/ingest.py [--seconds 10] [--batch 500] [--reporters 8] [--db postgresql]
+                           [--form columns|rows] [--no-ceiling]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
+import os
+import sqlite3
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import requests
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _setup import percentile, running_master, script_context, single_config  # noqa: E402
+from _setup import (  # noqa: E402
+    fresh_database,
+    percentile,
+    running_master,
+    script_context,
+    single_config,
+)
 
 SLEEPER = "import time\ntime.sleep(3600)\n"
 
 
-def reporter(url: str, token: str, trial_id: int, index: int, batch: int, seconds: float,
-             start_at: float, out: mp.Queue) -> None:
-    session = requests.Session()
-    session.headers["Authorization"] = f"Bearer {token}"
-    rows_sent, latencies, step = 0, [], index * 10**9
+def _metrics(step: int) -> dict[str, float]:
+    return {"loss": 1.0 / (step + 1), "accuracy": 0.5, "lr": 0.01}
+
+
+def _body(form: str, step: int, batch: int, key: str) -> dict[str, Any]:
+    steps = range(step, step + batch)
+    if form == "rows":
+        return {"group": "training", "key": key,
+                "metrics": [{"steps_completed": s, "metrics": _metrics(s)} for s in steps]}
+    rows = [_metrics(s) for s in steps]
+    return {"group": "training", "key": key, "steps": list(steps),
+            "metrics": {n: [r[n] for r in rows] for n in rows[0]}}
+
+
+def _wait_until(start_at: float) -> None:
     while time.time() < start_at:
         time.sleep(0.001)
+
+
+def reporter(url: str, token: str, trial_id: int, index: int, batch: int, seconds: float,
+             form: str, start_at: float, out: mp.Queue) -> None:
+    session = requests.Session()
+    session.headers["Authorization"] = f"Bearer {token}"
+    rows_sent, latencies, step, n = 0, [], index * 10**9, 0
+    _wait_until(start_at)
     deadline = start_at + seconds
     while time.time() < deadline:
-        rows = [{"steps_completed": step + i,
-                 "metrics": {"loss": 1.0 / (step + i + 1), "accuracy": 0.5, "lr": 0.01}}
-                for i in range(batch)]
+        n += 1
+        body = json.dumps(_body(form, step, batch, f"bench-{index}:{n}"))
         step += batch
         t0 = time.perf_counter()
-        r = session.post(f"{url}/api/v1/trials/{trial_id}/metrics",
-                         json={"group": "training", "metrics": rows}, timeout=60)
+        r = session.post(f"{url}/api/v1/trials/{trial_id}/metrics", data=body,
+                         headers={"Content-Type": "application/json"}, timeout=60)
         latencies.append(time.perf_counter() - t0)
         r.raise_for_status()
         rows_sent += batch
     out.put((rows_sent, latencies))
 
 
-def run(kind: str, seconds: float, batch: int, reporters: int) -> None:
+def ceiling_reporter(url: str, index: int, batch: int, seconds: float, start_at: float,
+                     out: mp.Queue) -> None:
+    """Writes what a reporter sends straight into the bare table ``points``."""
+    rows_sent, latencies, step = 0, [], index * 10**9
+    if url.startswith("sqlite"):
+        conn: Any = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=60,
+                                    isolation_level=None)
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    else:
+        import psycopg
+
+        conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"))
+    _wait_until(start_at)
+    deadline = start_at + seconds
+    while time.time() < deadline:
+        rows = [(1, "training", s, json.dumps(_metrics(s))) for s in range(step, step + batch)]
+        step += batch
+        t0 = time.perf_counter()
+        if isinstance(conn, sqlite3.Connection):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany("INSERT INTO points VALUES (?, ?, ?, ?)", rows)
+            conn.execute("COMMIT")
+        else:
+            with conn.cursor() as cur, cur.copy(
+                    "COPY points (trial_id, group_name, step, metrics) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+            conn.commit()
+        latencies.append(time.perf_counter() - t0)
+        rows_sent += batch
+    conn.close()
+    out.put((rows_sent, latencies))
+
+
+def _run_reporters(target: Any, args: list[tuple[Any, ...]], seconds: float
+                   ) -> tuple[int, list[float]]:
+    ctx = mp.get_context("spawn")
+    out: mp.Queue = ctx.Queue()
+    start_at = time.time() + 3.0  # let every process start before the clock runs
+    procs = [ctx.Process(target=target, args=(*a, start_at, out)) for a in args]
+    for p in procs:
+        p.start()
+    results = [out.get(timeout=seconds + 120) for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(r[0] for r in results), sorted(x for r in results for x in r[1])
+
+
+def _line(what: str, reporters: int, batch: int, seconds: float, total: int,
+          latencies: list[float]) -> str:
+    return (f"{what}: {reporters} reporters x batches of {batch} rows for {seconds:.0f} s: "
+            f"{total / seconds:,.0f} rows/s (requests p50 "
+            f"{percentile(latencies, 50) * 1000:.0f} ms, p99 "
+            f"{percentile(latencies, 99) * 1000:.0f} ms)")
+
+
+def run(kind: str, seconds: float, batch: int, reporters: int, form: str) -> float:
     with running_master(kind) as master, tempfile.TemporaryDirectory() as tmp:
         eid = master.create_ok(single_config("ingest"), context=script_context(
             Path(tmp) / "ctx", SLEEPER))
         trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
-        ctx = mp.get_context("spawn")
-        out: mp.Queue = ctx.Queue()
-        start_at = time.time() + 3.0  # let every process start before the clock runs
-        procs = [ctx.Process(target=reporter, args=(master.url, master.token, trial_id, n,
-                                                    batch, seconds, start_at, out))
-                 for n in range(reporters)]
-        for p in procs:
-            p.start()
-        results = [out.get(timeout=seconds + 120) for _ in procs]
-        for p in procs:
-            p.join()
-        total = sum(r[0] for r in results)
-        latencies = sorted(x for r in results for x in r[1])
-        stored = len(master.get(f"/trials/{trial_id}/metrics?group=training")["metrics"])
+        total, latencies = _run_reporters(
+            reporter, [(master.url, master.token, trial_id, n, batch, seconds, form)
+                       for n in range(reporters)], seconds)
+        answer = requests.get(f"{master.url}/api/v1/trials/{trial_id}/metrics/columns",
+                              params={"group": "training", "metric": "loss"},
+                              headers={"Authorization": f"Bearer {master.token}"}, timeout=300)
+        answer.raise_for_status()
+        steps = answer.json()["groups"].get("training", {"steps": []})["steps"]
         master.api("POST", f"/experiments/{eid}/kill")
-        print(f"ingest[{kind}]: {reporters} reporters x batches of {batch} rows for "
-              f"{seconds:.0f} s: {total / seconds:,.0f} rows/s "
-              f"(requests p50 {percentile(latencies, 50) * 1000:.0f} ms, "
-              f"p99 {percentile(latencies, 99) * 1000:.0f} ms; stored {stored:,} of "
-              f"{total:,} rows)")
-        if stored != total:
-            sys.exit(f"ingest[{kind}]: {total - stored} rows were lost")
+        print(_line(f"ingest[{kind}, {form}]", reporters, batch, seconds, total, latencies)
+              + f"; stored {len(steps):,} of {total:,} rows", flush=True)
+        if len(steps) != total or len(set(steps)) != total:
+            sys.exit(f"ingest[{kind}]: {total} rows sent, {len(steps)} stored, "
+                     f"{len(set(steps))} distinct: not every row stored exactly once")
+        return total / seconds
+
+
+def ceiling(kind: str, seconds: float, batch: int, reporters: int) -> float:
+    with fresh_database(kind) as url:
+        if kind == "sqlite":
+            conn: Any = sqlite3.connect(url.removeprefix("sqlite:///"))
+        else:
+            import psycopg
+
+            conn = psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"),
+                                   autocommit=True)
+        conn.execute("CREATE TABLE points (trial_id integer, group_name text, step bigint, "
+                     f"metrics {'jsonb' if kind != 'sqlite' else 'text'})")
+        conn.close()
+        total, latencies = _run_reporters(
+            ceiling_reporter, [(url, n, batch, seconds) for n in range(reporters)], seconds)
+    print(_line(f"ceiling[{kind}, bare table]", reporters, batch, seconds, total, latencies),
+          flush=True)
+    return total / seconds
 
 
 def main() -> None:
@@ -81,10 +182,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--reporters", type=int, default=8)
     parser.add_argument("--db", choices=["postgresql", "sqlite", "both"], default="both")
+    parser.add_argument("--form", choices=["columns", "rows"], default="columns")
+    parser.add_argument("--no-ceiling", action="store_true",
+                        help="skip the bare-table runs")
     args = parser.parse_args()
     kinds = ["postgresql", "sqlite"] if args.db == "both" else [args.db]
     for kind in kinds:
-        run(kind, args.seconds, args.batch, args.reporters)
+        rate = run(kind, args.seconds, args.batch, args.reporters, args.form)
+        if not args.no_ceiling:
+            top = ceiling(kind, args.seconds, args.batch, args.reporters)
+            print(f"ingest[{kind}]: {rate / top:.0%} of the bare table's rate "
+                  f"(cores: {os.cpu_count()})", flush=True)
 
 
 if __name__ == "__main__":

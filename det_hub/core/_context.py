@@ -256,11 +256,17 @@ def init(
         storage = build_storage(info.checkpoint_storage)
     else:
         storage = _local_storage(checkpoint_storage)
+    preempt = PreemptContext(
+        distributed=dist, session=session, allocation_id=info.allocation_id, mode=preempt_mode
+    )
     sender = None
     tensorboard_dir = None
     tensorboard_sync = None
     if dist.is_chief:
-        sender = MetricSender(session, trial_id, batch_interval=metric_batch_interval)
+        # The master's answers to metric reports carry its decisions (a searcher stopping the
+        # trial at a rung), for should_preempt() to reflect as soon as the report returns.
+        sender = MetricSender(session, trial_id, batch_interval=metric_batch_interval,
+                              on_answer=preempt._take_metrics_answer)
         if write_events:
             tensorboard_dir = storage.tensorboard_path(info.trial.experiment_id, trial_id)
             if tensorboard_dir is None and storage.remote_tensorboard:
@@ -279,9 +285,7 @@ def init(
         checkpoint=CheckpointContext(
             distributed=dist, storage=storage, session=session, trial_id=trial_id, train=train
         ),
-        preempt=PreemptContext(
-            distributed=dist, session=session, allocation_id=info.allocation_id, mode=preempt_mode
-        ),
+        preempt=preempt,
         searcher=SearcherContext(distributed=dist, train=train, session=session, trial_id=trial_id,
                                  units=parse_searcher_units(info.trial._config)),
         info=info,

@@ -7,15 +7,22 @@ dropped while the master is away or answers 503 (its database restarting, its di
 each batch carries a key the master stores with it, so a batch retried after its answer was
 lost is stored once. The queue is bounded: when it is full, reporting waits for room rather
 than dropping rows.
+
+The master's answer to a batch says what it decided on it (``preempt``: the trial must stop,
+as a searcher decides at a rung); ``on_answer`` hears every answer before the batch counts as
+sent, so a report that waits for its batch (:meth:`MetricSender.flush`) knows the decision
+when it returns.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from det_hub.core._http import MasterError, MasterSession
@@ -32,6 +39,8 @@ class MetricSender:
         batch_interval: Seconds a row may wait for companions before it is sent.
         max_batch: The most rows sent in one request.
         max_queued: The most rows waiting to be sent; :meth:`put` blocks while this many are.
+        on_answer: Called on the sender's thread with a batch's group and the master's answer
+            to it, before the batch counts as sent.
     """
 
     def __init__(
@@ -42,12 +51,14 @@ class MetricSender:
         batch_interval: float = 1.0,
         max_batch: int = 500,
         max_queued: int = 100_000,
+        on_answer: Callable[[str, Any], None] | None = None,
     ) -> None:
         self._session = session
         self._trial_id = trial_id
         self._batch_interval = batch_interval
         self._max_batch = max_batch
         self._max_queued = max(max_queued, max_batch)
+        self._on_answer = on_answer
         self._cond = threading.Condition()
         self._rows: deque[tuple[str, dict[str, Any], float]] = deque()
         self._progress: float | None = None
@@ -178,16 +189,21 @@ class MetricSender:
             assert isinstance(payload, list)
             error: MasterError | None = None
             self._batches_sent += 1
-            body = {"group": first, "metrics": payload,
-                    "key": f"{self._run_key}:{self._batches_sent}"}
+            body = batch_body(first, payload, f"{self._run_key}:{self._batches_sent}")
+            answer: Any = None
             try:
-                self._session.post(path, body, retry=True)
+                answer = self._session.post(path, body, retry=True)
             except MasterError as exc:
                 error = exc
                 logger.error("could not send %d %s metric rows: %s", len(payload), first, exc)
             except Exception as exc:  # never let the sender thread die silently
                 error = MasterError(0, f"unexpected error sending metrics: {exc!r}")
                 logger.exception("could not send metrics")
+            if error is None and self._on_answer is not None:
+                try:
+                    self._on_answer(first, answer)
+                except Exception:  # the rows are stored; only what the answer said is lost
+                    logger.exception("could not take the master's answer to a metrics batch")
             with self._cond:
                 for _ in payload:
                     self._rows.popleft()
@@ -207,3 +223,22 @@ class MetricSender:
             if self._progress == progress:
                 self._progress = None
             self._cond.notify_all()
+
+
+def batch_body(group: str, rows: list[dict[str, Any]], key: str) -> dict[str, Any]:
+    """The body that reports ``rows`` of one group: as columns (one list of steps, one list
+    per metric, the report times as seconds since the epoch) when every row has the same
+    metrics, which is smaller and what the master stores as it comes; else as rows."""
+    names = list(rows[0]["metrics"]) if rows else []
+    if not rows or not all(len(r["metrics"]) == len(names)
+                           and all(n in r["metrics"] for n in names) for r in rows):
+        return {"group": group, "metrics": rows, "key": key}
+    body: dict[str, Any] = {
+        "group": group, "key": key, "steps": [r["steps_completed"] for r in rows],
+        "metrics": {n: [r["metrics"][n] for r in rows] for n in names}}
+    times = [r.get("report_time") for r in rows]
+    if all(isinstance(t, str) for t in times):
+        body["report_times"] = [
+            datetime.datetime.fromisoformat(str(t).replace("Z", "+00:00")).timestamp()
+            for t in times]
+    return body

@@ -75,7 +75,8 @@ class _PreemptionWatcher:
 
     def ask_now(self) -> None:
         """Ask the master once without waiting, for a signal the long poll may not have
-        brought back yet (a decision the master made while answering this process)."""
+        brought back yet (a decision the master made while answering this process, when its
+        answer did not carry it)."""
         if self.preempted.is_set():
             return
         try:
@@ -96,6 +97,12 @@ class PreemptContext:
 
     The chief (or, in ``WorkersAskMaster`` mode, every rank) watches the master in a
     background thread, so :meth:`should_preempt` is cheap enough to call every batch.
+
+    The master's answer to a validation report also says whether the trial must stop: a
+    searcher that stops the trial at a rung decides while answering the report, and
+    ``report_validation_metrics`` returns only once it has that answer. So
+    ``should_preempt()`` called right after ``report_validation_metrics`` reflects the
+    decision the report led to, without waiting for the long poll.
     """
 
     def __init__(
@@ -111,6 +118,8 @@ class PreemptContext:
         self._allocation_id = allocation_id
         self._mode = PreemptMode(mode)
         self._acked = False
+        # Set when the master's answer to a metrics report said this allocation must stop.
+        self._told = threading.Event()
         self._watcher: _PreemptionWatcher | None = None
         watches = self._mode is PreemptMode.WorkersAskMaster or self._dist.is_chief
         if session is not None and allocation_id and watches:
@@ -118,6 +127,10 @@ class PreemptContext:
 
     def should_preempt(self, auto_ack: bool = True) -> bool:
         """Whether to checkpoint and exit now. Once True, it stays True.
+
+        Right after ``report_validation_metrics`` returns, it reflects what the master decided
+        on that validation: a searcher that stopped the trial at its rung makes it True there,
+        before another batch is trained.
 
         In ``WorkersAskChief`` mode every rank must call it at the same point, since the
         chief's answer is broadcast.
@@ -132,18 +145,29 @@ class PreemptContext:
         """
         if self._mode is PreemptMode.ChiefOnly and not self._dist.is_chief:
             raise RuntimeError("should_preempt() is only for the chief in PreemptMode.ChiefOnly")
-        answer = self._watcher is not None and self._watcher.preempted.is_set()
+        answer = self._told.is_set() or (
+            self._watcher is not None and self._watcher.preempted.is_set())
         if self._mode is PreemptMode.WorkersAskChief and self._dist.size > 1:
             answer = bool(self._dist.broadcast(answer))
         if answer and auto_ack:
             self.acknowledge_preemption_signal()
         return answer
 
-    def _sync_with_master(self) -> None:
-        """Make the next :meth:`should_preempt` reflect what the master decided up to now:
-        the harness calls this right after a report the master may act on (a rung
-        validation that can make the searcher stop the trial)."""
-        if self._watcher is not None:
+    def _take_metrics_answer(self, group: str, answer: object) -> None:
+        """The master's answer to a batch of this process's metrics (called by the metric
+        sender before the report waiting for the batch returns).
+
+        Its ``preempt`` is the preemption signal as it stood once the master had acted on the
+        batch. A master that does not answer with it is asked the signal once after a
+        validation, so that the searcher's decision on it is known just as soon.
+        """
+        if isinstance(answer, dict) and "preempt" in answer:
+            if answer["preempt"] is True:
+                if not self._told.is_set():
+                    logger.info("the master's answer to a metrics report asked this "
+                                "allocation to stop")
+                self._told.set()
+        elif group == "validation" and self._watcher is not None:
             self._watcher.ask_now()
 
     def acknowledge_preemption_signal(self) -> None:

@@ -7,13 +7,15 @@ import enum
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from det_hub import nonfinite
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterSession
 from det_hub.core._metric_sender import MetricSender
-from det_hub.core._tensorboard import EventWriter
+
+if TYPE_CHECKING:
+    from det_hub.core._tensorboard import EventWriter
 
 logger = logging.getLogger("det_hub.core")
 
@@ -93,9 +95,11 @@ def _now() -> str:
 class TrainContext:
     """Reports metrics, progress and early exits of a trial.
 
-    Metric rows are queued and posted by a background thread; validation metrics are sent at
-    once because the searcher acts on them. Outside a cluster rows go to the ``det_hub.core``
-    logger. Only the chief reports; calls on other ranks are ignored.
+    Metric rows are queued and posted by a background thread. Validation metrics are
+    delivered before the report returns, as in Determined, because the searcher acts on them:
+    the master's answer says whether it stopped the trial, which
+    ``core_context.preempt.should_preempt()`` reflects from then on. Outside a cluster rows go
+    to the ``det_hub.core`` logger. Only the chief reports; calls on other ranks are ignored.
 
     Given a ``tensorboard_dir``, the chief also writes every reported metric that is a number
     there as a TensorBoard scalar tagged ``<group>/<name>`` (``training/loss``) at
@@ -125,6 +129,8 @@ class TrainContext:
             return
         try:
             if self._events is None:
+                from det_hub.core._tensorboard import EventWriter
+
                 self._events = EventWriter(self._tensorboard_dir)
             self._events.add_scalars(steps, {f"{group}/{k}": v for k, v in metrics.items()})
         except OSError as exc:
@@ -175,18 +181,32 @@ class TrainContext:
         self.report_metrics(TRAINING, steps_completed, metrics)
 
     def report_validation_metrics(self, steps_completed: int, metrics: Mapping[str, Any]) -> None:
-        """Report validation metrics (the ``validation`` group); they are sent at once.
+        """Report validation metrics (the ``validation`` group); they reach the master before
+        this returns (with the metrics reported before them).
+
+        The searcher acts on them as the master takes them in, and may stop the trial (ASHA
+        at a rung). The master answers with its decision, so ``should_preempt()`` right after
+        this call reflects it: Determined's loop stops at the rung, not batches later::
+
+            core_context.train.report_validation_metrics(steps_completed=step, metrics=m)
+            if core_context.preempt.should_preempt():
+                return
 
         Raises:
             ValueError: ``steps_completed`` is not an int >= 0.
+            MasterError: The master refused the metrics or stayed unreachable past the
+                context's ``retry_deadline``.
         """
         self.report_metrics(VALIDATION, steps_completed, metrics)
 
     def report_metrics(self, group: str, steps_completed: int, metrics: Mapping[str, Any]) -> None:
-        """Report metrics of any group (``training``, ``validation`` or a name of your own).
+        """Report metrics of any group (``training``, ``validation`` or a name of your own);
+        ``validation`` metrics are delivered before it returns, as
+        :meth:`report_validation_metrics` says.
 
         Raises:
             ValueError: ``group`` is empty, or ``steps_completed`` is not an int >= 0.
+            MasterError: Validation metrics were refused, or could not be delivered.
         """
         if not isinstance(group, str) or not group:
             raise ValueError(f"group must be a non-empty string, not {group!r}")
@@ -201,6 +221,10 @@ class TrainContext:
         row = {"steps_completed": steps, "metrics": nonfinite.encode(clean),
                "report_time": _now()}
         self._sender.put(group, row, urgent=group == VALIDATION)
+        if group == VALIDATION:
+            # Synchronous, as Determined's: the caller's next should_preempt() must see what
+            # the searcher decided on these metrics.
+            self._sender.flush()
 
     def report_progress(self, progress: float) -> None:
         """Report the trial's progress, a fraction from 0 to 1 (sent in the background).

@@ -463,10 +463,9 @@ class Trainer:
                     if outcome is not _Outcome.DONE:
                         return outcome, asked
                     self._ensure_validation()
-                    # The searcher may stop the trial on this rung's result: once the master
-                    # has the metric, act on its answer here rather than a scheduling unit on.
-                    self._core.train.flush()
-                    self._core.preempt._sync_with_master()
+                    # The searcher may stop the trial on this rung's result: the report returned
+                    # with the master's answer, so act on it here rather than a scheduling unit
+                    # on.
                     signalled = loop.signals()
                     if signalled is not None:
                         return signalled, asked

@@ -24,8 +24,8 @@ DEFAULT_PENDING_EXPERIMENTS = 1_000
 
 
 def metric_json(row: Any) -> dict[str, Any]:
-    """A stored metric row (an ORM row or the mapping :meth:`Store.insert_metrics` answers) as
-    the stream sends it."""
+    """A stored metric row (a :class:`~det_hub.store.MetricRow` or the mapping
+    :meth:`Store.insert_metrics` answers) as the stream sends it."""
     get = row.get if isinstance(row, Mapping) else lambda k: getattr(row, k)
     report_time = get("report_time")
     return {
@@ -82,7 +82,7 @@ class MetricEvents:
         "steps_completed"}``); never blocks."""
         self._offer(experiment_id, [{"rolled_back": dict(rolled_back)}])
 
-    def publish(self, experiment_id: int, rows: Sequence[Mapping[str, Any]]) -> None:
+    def publish(self, experiment_id: int, rows: Sequence[Any]) -> None:
         """Hand committed rows to every subscriber of the experiment; never blocks."""
         if rows and self._subscribers.get(experiment_id):
             self._offer(experiment_id, [metric_json(r) for r in rows])

@@ -11,7 +11,6 @@ if TYPE_CHECKING:
     from det_hub.store.models import (
         Checkpoint,
         Experiment,
-        MetricRow,
         Model,
         ModelVersion,
         RolledBackMetric,
@@ -20,6 +19,7 @@ if TYPE_CHECKING:
         TrialSourceInfo,
         User,
     )
+    from det_hub.store.packing import MetricRow
 
 
 def iso(value: datetime | None) -> str | None:

@@ -23,6 +23,7 @@ from det_hub.service.serialize import trial_source_json
 from det_hub.states import TrialState
 from det_hub.store import NotFound as StoreNotFound
 from det_hub.store import Store, StoreConflict
+from det_hub.store.packing import MetricColumns, Pack
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -75,6 +76,19 @@ class TrialManager:
         return await self.store.get_metrics(trial_id, group=group, max_points=max_points,
                                             after=after, metric=metric)
 
+    async def metric_columns(self, who: Principal, trial_id: int, *, group: str | None = None,
+                             names: list[str] | None = None,
+                             after: int | None = None) -> dict[str, MetricColumns]:
+        """A trial's metrics as columns, by group (:meth:`Store.get_metric_columns`).
+
+        Raises:
+            NotFound: No such trial.
+            Forbidden: Training code asking for another trial's.
+        """
+        await self.experiments.get_trial(who, trial_id)
+        return await self.store.get_metric_columns(trial_id, group=group, names=names,
+                                                   after=after)
+
     async def rolled_back_metrics(self, who: Principal,
                                   trial_id: int) -> list[RolledBackMetric]:
         """The rows of a trial that a later run of it rolled back (reported past the
@@ -116,7 +130,7 @@ class TrialManager:
         return TrialState(trial.state).terminal and open_allocation is None
 
     async def report_metrics(self, who: Principal, trial_id: int,
-                             batch: wire.MetricBatch) -> tuple[int, bool]:
+                             batch: wire.MetricBatch | wire.MetricColumns) -> tuple[int, bool]:
         """Store a batch of a trial's metric rows of one group and act on them (progress, best
         validation, searcher events). The batch's ``key``, unique within the trial, makes the
         report idempotent: a batch whose key was stored before changes nothing.
@@ -128,19 +142,26 @@ class TrialManager:
         if TrialState(trial.state).terminal:
             raise Conflict(f"trial {trial_id} is {trial.state}; it takes no more metrics")
         group = batch.group
-        clean = [_metric_row(i, r) for i, r in enumerate(batch.metrics)]
-        if not clean:
+        pack = _pack(batch)
+        if not len(pack):
             return 0, False
-        stored = await self.store.insert_metrics(trial_id, group, clean, key=batch.key)
+        last = max(pack.steps)
+        advanced = last > (trial.steps_completed or 0)
+        stored = await self.store.insert_pack(trial_id, group, pack, key=batch.key,
+                                              steps_completed=last if advanced else None)
         if isinstance(stored, int):
             return stored, True
-        self.metric_events.publish(trial.experiment_id, stored)
+        if self.metric_events.subscribers(trial.experiment_id):
+            self.metric_events.publish(trial.experiment_id, stored.rows())
         count = len(stored)
-        last = max(clean, key=lambda r: r["steps_completed"])
+        if advanced and last > (trial.steps_completed or 0):
+            trial.steps_completed = last
         fields: dict[str, Any] = {}
-        if last["steps_completed"] > (trial.steps_completed or 0):
-            fields["steps_completed"] = last["steps_completed"]
+        clean: list[dict[str, Any]] = []
         if group == "validation":
+            # Validations are few, and the searcher reads them as numbers.
+            clean = [{"steps_completed": step, "metrics": nonfinite.decode(metrics)}
+                     for step, metrics in zip(pack.steps, pack.all_metrics(), strict=True)]
             row = await self.experiments.get(trial.experiment_id)
             fields.update(validation_fields(clean, row.searcher_metric, row.smaller_is_better,
                                             trial.searcher_metric_value))
@@ -149,8 +170,8 @@ class TrialManager:
             for k, v in fields.items():
                 setattr(trial, k, v)
             await self.store.update_trial(trial_id, **fields)
-            if run is not None and "steps_completed" in fields:
-                await run.update_progress()
+        if run is not None and advanced:
+            await run.update_progress()
         if group == "validation" and run is not None:
             # Every validation with the searcher metric is a searcher event, as in Determined
             # 0.38: ASHA can stop a trial at any rung it passes, not only at operation ends.
@@ -262,6 +283,22 @@ def _deeper_than(value: Any, depth: int) -> bool:
     if children is None:
         return False
     return depth == 0 or any(_deeper_than(v, depth - 1) for v in children)
+
+
+def _pack(batch: wire.MetricBatch | wire.MetricColumns) -> Pack:
+    """A reported batch packed as the store keeps it, its values checked (see
+    :func:`_metric_row`)."""
+    if not isinstance(batch, wire.MetricColumns):
+        return Pack.of_rows([_metric_row(i, r) for i, r in enumerate(batch.metrics)])
+    for name, values in batch.metrics.items():
+        for i, value in enumerate(values):
+            if isinstance(value, (dict, list)) and _deeper_than(value, MAX_METRIC_DEPTH - 1):
+                raise BadRequest(f"metrics.{name}[{i}]: nested deeper than {MAX_METRIC_DEPTH} "
+                                 "levels")
+    pack = Pack.of_columns(batch.steps, batch.metrics)
+    if batch.report_times is not None:
+        pack.times = [round(t * 1_000_000) for t in batch.report_times]
+    return pack
 
 
 def _metric_row(index: int, row: wire.ReportedMetrics) -> dict[str, Any]:

@@ -34,8 +34,7 @@ from .models import (
     Experiment,
     ExperimentContext,
     LogRow,
-    Metric,
-    MetricRow,
+    MetricChunk,
     Model,
     ModelVersion,
     Task,
@@ -48,6 +47,7 @@ from .models import (
     Webhook,
     WebhookTrigger,
 )
+from .packing import MetricRow
 from .store import Store
 from .trials import TrialSummary
 from .users import hash_token
@@ -61,7 +61,7 @@ __all__ = [
     "Experiment",
     "ExperimentContext",
     "LogRow",
-    "Metric",
+    "MetricChunk",
     "MetricRow",
     "Model",
     "ModelVersion",

@@ -1,5 +1,5 @@
 """The metrics' block summaries in the database: queries of the ``metric_summaries`` table,
-and the downsampling of a metric's curve by LTTB that reads them (and the ``metrics`` rows).
+and the downsampling of a metric's curve by LTTB that reads them (and the metric chunks).
 
 :class:`MetricSummaryQueries` is mixed into :class:`det_hub.store.Store`; its methods serve
 :class:`~det_hub.store.metrics.MetricQueries`. What a block holds, and how a curve's candidates
@@ -9,6 +9,7 @@ module reads and writes the blocks.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +33,8 @@ from sqlalchemy.dialects import sqlite
 from det_hub.lttb import lttb_indices
 
 from ._common import Queries
-from .models import Metric, MetricRow, MetricSummary
+from .models import MetricChunk, MetricSummary
+from .packing import MetricRow, by_step, chunk_of, chunk_rows, thin
 from .summaries import (
     LEVELS,
     RAW_ROWS_PER_POINT,
@@ -41,6 +43,7 @@ from .summaries import (
     candidates,
     choose_level,
     coarsen,
+    drawable,
     summarize,
 )
 
@@ -129,14 +132,15 @@ class MetricSummaryQueries(Queries):
         if steps < 0:
             return
         finest = LEVELS[0]
-        rows = await session.execute(
-            select(Metric.group, Metric.id, Metric.steps_completed, Metric.metrics)
-            .where(Metric.trial_id == trial_id,
-                   Metric.steps_completed >= (steps >> finest) << finest)
-        )
+        start = (steps >> finest) << finest
+        chunks = await session.scalars(
+            select(MetricChunk).where(MetricChunk.trial_id == trial_id,
+                                      MetricChunk.last_step >= start))
         by_group: dict[str, list[tuple[int, int, Mapping[str, Any]]]] = {}
-        for group, row_id, step, metrics in rows:
-            by_group.setdefault(group, []).append((row_id, step, metrics))
+        for chunk in chunks:
+            by_group.setdefault(chunk.group, []).extend(
+                (r.id, r.steps_completed, r.metrics)
+                for r in chunk_rows(chunk, lambda s: s >= start))
         for group, group_rows in by_group.items():
             blocks = summarize(group_rows, levels=(finest,))
             await self._save_summaries(session, trial_id, group, blocks.values())
@@ -154,93 +158,68 @@ class MetricSummaryQueries(Queries):
 
     # -- downsampled reads ------------------------------------------------------------------
 
-    async def _lttb_metrics(
+    async def _downsampled(
         self,
-        session: AsyncSession,
-        where: list[ColumnElement[bool]],
-        counts: dict[str, tuple[int, int, int]],
-        max_points: int,
-        metric: str,
-        trial_id: int,
-        after: int | None,
-    ) -> list[MetricRow]:
-        """:meth:`get_metrics` downsampled by LTTB on one metric (see there).
-
-        A group of up to ``RAW_ROWS_PER_POINT * max_points`` rows is read whole (one number per
-        row) and LTTB runs over it. A larger one never travels to Python: its candidates are the
-        extremes of buckets of whole blocks from the metric's summaries
-        (:mod:`det_hub.store.summaries`), at most ``2 * max_points + 2`` rows, and LTTB keeps
-        ``max_points`` of them. Full rows are fetched for the kept ids alone.
-        """
-        small = [g for g, (n, _, _) in counts.items() if n <= max_points]
-        keep_ids: list[int] = []
-        if small:
-            keep_ids.extend(
-                await session.scalars(select(Metric.id).where(*where, Metric.group.in_(small)))
-            )
-        for g, (n, _, _) in counts.items():
-            if n <= max_points:
-                continue
-            in_group = [*where, Metric.group == g]
-            if n <= RAW_ROWS_PER_POINT * max_points:
-                points = await self._numeric_points(session, in_group, metric)
-            else:
-                points = await self._summary_candidates(
-                    session, trial_id, g, in_group, metric, max_points, after)
-            if points:
-                keep_ids.extend(
-                    points[i][1]
-                    for i in lttb_indices([p[0] for p in points], [p[2] for p in points],
-                                          max_points)
-                )
-                continue
-            # No row of the group has the metric: thin it as without ``metric``.
-            all_ids = list(
-                await session.scalars(
-                    select(Metric.id).where(*in_group).order_by(Metric.steps_completed, Metric.id)
-                )
-            )
-            k = -(-len(all_ids) // max_points)
-            keep_ids.extend(all_ids[::k])
-            if (len(all_ids) - 1) % k:
-                keep_ids.append(all_ids[-1])
-        rows: list[MetricRow] = []
-        # Bounded IN lists: SQLite allows at most 32766 parameters in one statement.
-        for start in range(0, len(keep_ids), 10_000):
-            chunk = keep_ids[start : start + 10_000]
-            rows.extend(await session.scalars(select(Metric).where(Metric.id.in_(chunk))))
-        rows.sort(key=lambda r: (r.steps_completed, r.id))
-        return rows
-
-    async def _numeric_points(
-        self, session: AsyncSession, in_group: list[ColumnElement[bool]], metric: str
-    ) -> list[Point]:
-        """Every row of a group with a number for ``metric`` (booleans are not), ascending.
-        The database extracts the one value: parsing whole documents here would cost more
-        than reading them."""
-        if self.dialect == "postgresql":
-            element = Metric.metrics[metric]
-            value: ColumnElement[Any] = element.as_float()
-            is_number = func.jsonb_typeof(element) == "number"
-        else:
-            quoted = metric.replace("\\", "\\\\").replace('"', '\\"')
-            path = f'$."{quoted}"'
-            value = func.json_extract(Metric.metrics, path)
-            # json_type tells true and false from the numbers json_extract makes of them.
-            is_number = func.json_type(Metric.metrics, path).in_(["integer", "real"])
-        rows = await session.execute(
-            select(Metric.steps_completed, Metric.id, value)
-            .where(*in_group, is_number)
-            .order_by(Metric.steps_completed, Metric.id)
-        )
-        return [(step, row_id, float(v)) for step, row_id, v in rows]
-
-    @staticmethod
-    async def _summary_candidates(
         session: AsyncSession,
         trial_id: int,
         group: str,
-        in_group: list[ColumnElement[bool]],
+        chunks: list[tuple[int, int, int | None, int | None]],
+        count: int,
+        max_points: int,
+        metric: str,
+        after: int | None,
+    ) -> list[MetricRow]:
+        """A group of :meth:`get_metrics` downsampled by LTTB on one metric (see there).
+
+        Args:
+            chunks: the group's chunks holding rows past ``after``, as ``(id, count,
+                first_id, last_id)``; ``count`` their rows.
+
+        A group of up to ``RAW_ROWS_PER_POINT * max_points`` rows is read whole and LTTB runs
+        over it. A larger one is not: its candidates are the extremes of buckets of whole
+        blocks from the metric's summaries (:mod:`det_hub.store.summaries`), at most
+        ``2 * max_points + 2`` rows, LTTB keeps ``max_points`` of them, and only the chunks
+        holding those are read.
+        """
+        keep = None if after is None else (lambda step: step > after)
+
+        async def every_row() -> list[MetricRow]:
+            read = await session.scalars(select(MetricChunk).where(
+                MetricChunk.id.in_([c[0] for c in chunks])))
+            return by_step([r for c in read for r in chunk_rows(c, keep)])
+
+        if count <= RAW_ROWS_PER_POINT * max_points:
+            rows = await every_row()
+            if len(rows) <= max_points:
+                return rows
+            points = [(r.steps_completed, r.id, v) for r in rows
+                      if (v := drawable(r.metrics.get(metric))) is not None]
+            if not points:
+                return thin(rows, max_points)
+            kept = {points[i][1] for i in lttb_indices(
+                [p[0] for p in points], [p[2] for p in points], max_points)}
+            return [r for r in rows if r.id in kept]
+        points = await self._summary_candidates(session, trial_id, group, metric, max_points,
+                                                after)
+        if not points:
+            # No row of the group has the metric: thin it as without ``metric``.
+            return thin(await every_row(), max_points)
+        kept = {points[i][1] for i in lttb_indices(
+            [p[0] for p in points], [p[2] for p in points], max_points)}
+        holding = _chunks_holding(kept, chunks)
+        found: list[MetricRow] = []
+        # Bounded IN lists: SQLite allows at most 32766 parameters in one statement.
+        for start in range(0, len(holding), 10_000):
+            read = await session.scalars(select(MetricChunk).where(
+                MetricChunk.id.in_(holding[start : start + 10_000])))
+            found.extend(r for c in read for r in chunk_rows(c) if r.id in kept)
+        return by_step(found)
+
+    async def _summary_candidates(
+        self,
+        session: AsyncSession,
+        trial_id: int,
+        group: str,
         metric: str,
         max_points: int,
         after: int | None,
@@ -272,14 +251,32 @@ class MetricSummaryQueries(Queries):
         if after is not None:
             level = chosen if chosen is not None else LEVELS[-1]
             head_end = ((after >> level) + 1) << level
-            head = await session.execute(
-                select(Metric.id, Metric.steps_completed, Metric.metrics)
-                .where(*in_group, Metric.steps_completed < head_end)
-            )
+            head = await session.scalars(select(MetricChunk).where(
+                MetricChunk.trial_id == trial_id, MetricChunk.group == group,
+                MetricChunk.last_step > after, MetricChunk.first_step < head_end))
             summarised = summarize(
-                ((i, s, {metric: m.get(metric)}) for i, s, m in head), levels=LEVELS[:1])
+                ((r.id, r.steps_completed, {metric: r.metrics.get(metric)})
+                 for c in head for r in chunk_rows(c, lambda s: after < s < head_end)),
+                levels=LEVELS[:1])
             blocks.extend(summarised.values())
         return candidates(blocks, max_points)
+
+
+def _chunks_holding(ids: Iterable[int],
+                    chunks: list[tuple[int, int, int | None, int | None]]) -> list[int]:
+    """The ids of the chunks (``(id, count, first_id, last_id)``) that hold these rows."""
+    own = {c[0] for c in chunks if c[2] is None}
+    listed = sorted((c[2], c[3] or c[2], c[0]) for c in chunks if c[2] is not None)
+    firsts = [first for first, _, _ in listed]
+    holding: set[int] = set()
+    for row_id in ids:
+        if chunk_of(row_id) in own:
+            holding.add(chunk_of(row_id))
+            continue
+        at = bisect.bisect_right(firsts, row_id) - 1
+        if at >= 0 and row_id <= listed[at][1]:
+            holding.add(listed[at][2])
+    return sorted(holding)
 
 
 __all__ = ["MetricSummaryQueries"]

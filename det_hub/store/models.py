@@ -233,27 +233,36 @@ class AgentSetting(Base):
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
-class Metric(Base):
-    """One reported row of metrics (training, validation or another group) of a trial."""
+class MetricChunk(Base):
+    """A batch of a trial's metric rows of one group, packed into one row
+    (:mod:`det_hub.store.packing`): the database keeps one row per batch, not per point."""
 
-    __tablename__ = "metrics"
+    __tablename__ = "metric_chunks"
     __table_args__ = (
-        # Serves both the ordered scan of a trial's group and downsampling over it; ``id`` is
-        # the tie-breaker of that order (SQLite appends the rowid by itself, PostgreSQL does not).
-        Index("ix_metrics_trial_group_steps", "trial_id", "group_name", "steps_completed", "id"),
-        # A row's id is never given again, even once rolled back (see RolledBackMetric): a
-        # live stream resumes after the last id it sent.
+        # Every read of a trial's metrics: its chunks, of one group, reaching past a step.
+        Index("ix_metric_chunks_trial_group_last", "trial_id", "group_name", "last_step"),
+        # Row ids are made of chunk ids, and a row's id is never given again, even once rolled
+        # back (see RolledBackMetric): a live stream resumes after the last id it sent.
         {"sqlite_autoincrement": True},
     )
 
     id: Mapped[int] = mapped_column(big_id_type(), primary_key=True, autoincrement=True)
     trial_id: Mapped[int] = mapped_column(ForeignKey("trials.id", ondelete="CASCADE"))
     group: Mapped[str] = mapped_column("group_name", String(64))
-    steps_completed: Mapped[int] = mapped_column(BigInteger)
+    #: The trial's run that reported the rows (see ``Trial.run_id``).
+    trial_run: Mapped[int] = mapped_column(Integer)
+    count: Mapped[int] = mapped_column(Integer)
+    #: The rows' least and greatest ``steps_completed``.
+    first_step: Mapped[int] = mapped_column(BigInteger)
+    last_step: Mapped[int] = mapped_column(BigInteger)
+    #: The rows' least and greatest id when the pack lists its rows' ids; None when they are
+    #: the chunk's own (``id << ROW_BITS`` onwards).
+    first_id: Mapped[int | None] = mapped_column(BigInteger)
+    last_id: Mapped[int | None] = mapped_column(BigInteger)
+    #: When the batch arrived: the report time of the rows that gave none.
     report_time: Mapped[dt.datetime] = mapped_column(default=utcnow)
-    metrics: Mapped[dict[str, Any]] = mapped_column(json_type())
-    #: The trial's run that reported the row (see ``Trial.run_id``).
-    trial_run: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: The packed rows (``Pack.encode``).
+    payload: Mapped[bytes] = mapped_column(LargeBinary)
 
 
 class RolledBackMetric(Base):
@@ -506,7 +515,6 @@ class WebhookDelivery(Base):
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
-MetricRow = Metric
 LogRow = TaskLog
 
 __all__ = [
@@ -517,9 +525,8 @@ __all__ = [
     "Experiment",
     "ExperimentContext",
     "LogRow",
-    "Metric",
+    "MetricChunk",
     "MetricBatch",
-    "MetricRow",
     "RolledBackMetric",
     "SearcherEvent",
     "Model",

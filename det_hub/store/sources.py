@@ -17,7 +17,8 @@ from sqlalchemy import select
 from ._common import Queries
 from .columns import utcnow
 from .errors import NotFound, StoreConflict
-from .models import Checkpoint, MetricRow, ModelVersion, Trial, TrialSourceInfo
+from .models import Checkpoint, ModelVersion, Trial, TrialSourceInfo
+from .packing import MetricRow
 
 
 class TrialSourceQueries(Queries):

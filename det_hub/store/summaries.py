@@ -20,8 +20,10 @@ This module is pure: rows in, blocks out; the store does the reading and writing
 
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Iterable, Mapping
+import operator
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -147,6 +149,50 @@ def summarize(
                 fine[key] = Block.of(name, finest, point)
             else:
                 found.add(point)
+    return _with_coarser(fine, coarser, into)
+
+
+def _ascending(values: Sequence[int]) -> bool:
+    return all(map(operator.le, values, values[1:]))
+
+
+def _finite_numbers(values: Sequence[Any]) -> bool:
+    """Whether every value is a finite int or float (booleans are not numbers here)."""
+    try:
+        total = sum(values)
+    except TypeError:
+        return False
+    return type(total) is float and math.isfinite(total) and bool not in map(type, values) \
+        or type(total) is int and all(type(v) is int for v in values)
+
+
+def _summarize_sorted(name: str, level: int, ids: Sequence[int], steps: Sequence[int],
+                      values: Sequence[float], into: dict[BlockKey, Block]) -> None:
+    """The blocks of one column of finite numbers whose rows ascend by step and id: each
+    block is a slice, summarised by builtins rather than a row at a time."""
+    lo, n = 0, len(steps)
+    while lo < n:
+        number = steps[lo] >> level
+        hi = bisect.bisect_left(steps, (number + 1) << level, lo, n)
+        part = values[lo:hi]
+        low = lo + part.index(min(part))
+        high = lo + part.index(max(part))
+        block = Block(name, level, number, hi - lo, (steps[lo], ids[lo], float(values[lo])),
+                      (steps[hi - 1], ids[hi - 1], float(values[hi - 1])),
+                      (steps[low], ids[low], float(values[low])),
+                      (steps[high], ids[high], float(values[high])))
+        found = into.get((name, level, number))
+        if found is None:
+            into[(name, level, number)] = block
+        else:
+            found.merge(block)
+        lo = hi
+
+
+def _with_coarser(fine: dict[BlockKey, Block], coarser: Iterable[int],
+                  into: dict[BlockKey, Block] | None) -> dict[BlockKey, Block]:
+    """The finest blocks of some rows and the coarser ones made of them, merged into
+    ``into`` when given."""
     blocks = {} if into is None else into
     for level_blocks in (fine, *(coarsen(fine.values(), level) for level in coarser)):
         for key, block in level_blocks.items():
@@ -156,6 +202,41 @@ def summarize(
             else:
                 found.merge(block)
     return blocks
+
+
+def summarize_columns(
+    ids: Sequence[int],
+    steps: Sequence[int],
+    columns: Mapping[str, Sequence[Any]],
+    into: dict[BlockKey, Block] | None = None,
+    *,
+    levels: Iterable[int] = LEVELS,
+) -> dict[BlockKey, Block]:
+    """:func:`summarize` for rows given as columns: each metric's values, one per row, beside
+    the rows' ids and steps. A column is read in one pass, a block at a time, without a dict
+    per row."""
+    finest, *coarser = sorted(levels)
+    fine: dict[BlockKey, Block] = {}
+    ascending = _ascending(steps) and (isinstance(ids, range) or _ascending(ids))
+    for name, values in columns.items():
+        if ascending and _finite_numbers(values):
+            _summarize_sorted(name, finest, ids, steps, values, fine)
+            continue
+        block: Block | None = None
+        for row_id, step, raw in zip(ids, steps, values, strict=True):
+            # Finite floats first: x - x is 0.0 for them and NaN for NaN and infinities.
+            value = raw if type(raw) is float and raw - raw == 0.0 else drawable(raw)
+            if value is None:
+                continue
+            point = (step, row_id, value)
+            number = step >> finest
+            if block is None or block.block != number:
+                block = fine.get((name, finest, number))
+                if block is None:
+                    block = fine[(name, finest, number)] = Block.of(name, finest, point)
+                    continue
+            block.add(point)
+    return _with_coarser(fine, coarser, into)
 
 
 def coarsen(blocks: Iterable[Block], level: int) -> dict[BlockKey, Block]:
@@ -219,4 +300,5 @@ __all__ = [
     "coarsen",
     "drawable",
     "summarize",
+    "summarize_columns",
 ]

@@ -6,6 +6,7 @@ started again on the same port to play a master restart.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import socket
 import threading
@@ -23,6 +24,19 @@ TRIAL_ID = 7
 EXPERIMENT_ID = 1
 ALLOCATION_ID = "7.0"
 
+
+
+def reported_rows(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a metrics report, from either form the master takes: rows, or columns
+    (``steps``, one list per metric, and ``report_times`` in seconds since 1970)."""
+    if "steps" not in body:
+        return list(body["metrics"])
+    times = body.get("report_times")
+    return [{"steps_completed": step,
+             "metrics": {name: values[i] for name, values in body["metrics"].items()},
+             **({"report_time": dt.datetime.fromtimestamp(times[i], dt.timezone.utc)
+                 .isoformat().replace("+00:00", "Z")} if times else {})}
+            for i, step in enumerate(body["steps"])]
 
 class MasterState:
     """What the stand-in master has received, and what it should answer. Survives restarts."""
@@ -117,14 +131,14 @@ def _handler(state: MasterState) -> type[BaseHTTPRequestHandler]:
             path, _, body = self._record()
             if path == f"/trials/{TRIAL_ID}/metrics":
                 with state.lock:
-                    for row in body["metrics"]:
+                    for row in reported_rows(body):
                         state.metric_rows.append((body["group"], row))
                     lose = state.lose_metric_answers > 0
                     state.lose_metric_answers -= lose
                 if lose:  # the answer is lost on its way back
                     self.close_connection = True
                     return
-                self._reply(200, {"count": len(body["metrics"])})
+                self._reply(200, {"count": len(reported_rows(body))})
             elif path == "/checkpoints":
                 with state.lock:
                     state.checkpoints[body["uuid"]] = dict(body)

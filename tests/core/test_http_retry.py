@@ -173,8 +173,7 @@ def test_metric_batches_wait_out_the_outage_and_are_stored_once() -> None:
         sender.close()
         statuses = server.statuses(f"/trials/{TRIAL}/metrics")
         assert statuses.count(503) == 3 and statuses[-1] == 200
-        steps = [row["steps_completed"] for batch in server.batches.values()
-                 for row in batch["metrics"]]
+        steps = [step for batch in server.batches.values() for step in batch["steps"]]
         assert sorted(steps) == list(range(1, 11))  # every row, each once
         keys = list(server.batches)
         assert all(k.rsplit(":", 1)[0] == keys[0].rsplit(":", 1)[0] for k in keys)
@@ -204,8 +203,7 @@ def test_reporting_blocks_when_the_queue_is_full_and_loses_nothing() -> None:
         training.join(timeout=30)
         assert reported == list(range(1, 9))
         sender.close(timeout=30)
-        steps = sorted(row["steps_completed"] for batch in server.batches.values()
-                       for row in batch["metrics"])
+        steps = sorted(step for batch in server.batches.values() for step in batch["steps"])
         assert steps == list(range(1, 9))
     finally:
         server.close()

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
 import torch
-from conftest import TOKEN, TRIAL_ID, FakeMaster
+from conftest import TOKEN, TRIAL_ID, FakeMaster, reported_rows
 
 import det_hub.core as core
 
@@ -60,17 +61,21 @@ def test_master_restart_loses_and_duplicates_nothing(
         in_trial.stop()  # the master goes away
         for step in range(11, 21):
             ctx.train.report_training_metrics(step, {"loss": float(step)})
-        ctx.train.report_validation_metrics(20, {"validation_loss": 0.5})
-        ctx.train.report_metrics("custom", 20, {"lr": 0.01})
+        ctx.train.report_metrics("custom", 19, {"lr": 0.01})
         time.sleep(1.5)  # several attempts fail meanwhile
         assert len(state.metric_rows) == 10
         assert "retrying" in caplog.text
 
-        in_trial.start()  # back on the same address
+        # A validation report is delivered before it returns: it waits out the outage.
+        threading.Timer(1.0, in_trial.start).start()  # back on the same address
+        began = time.monotonic()
+        ctx.train.report_validation_metrics(20, {"validation_loss": 0.5})
+        assert time.monotonic() - began >= 0.9
+        assert len(state.metric_rows) == 22 and state.metric_rows[-1][0] == "validation"
     # Closing the context delivered the rest: each row exactly once, in order.
     got = [(g, r["steps_completed"], r["metrics"]) for g, r in state.metric_rows]
     expected = [("training", s, {"loss": float(s)}) for s in range(1, 21)]
-    expected += [("validation", 20, {"validation_loss": 0.5}), ("custom", 20, {"lr": 0.01})]
+    expected += [("custom", 19, {"lr": 0.01}), ("validation", 20, {"validation_loss": 0.5})]
     assert got == expected
 
 
@@ -89,7 +94,7 @@ def test_a_batch_whose_answer_was_lost_is_sent_again_with_its_key(
     # batch has a key of its own.
     assert len(posts) == 3
     assert posts[0] == posts[1]
-    assert [len(p["metrics"]) for p in posts] == [3, 3, 1]
+    assert [len(reported_rows(p)) for p in posts] == [3, 3, 1]
     assert posts[2]["key"] != posts[0]["key"]
     assert posts[2]["key"].split(":")[0] == posts[0]["key"].split(":")[0]
 
@@ -145,3 +150,17 @@ def test_local_mode_logs_metrics(
             op.report_completed(0.5)
         assert lengths == [1]
     assert "training metrics at step 3: {'loss': 0.5}" in caplog.text
+
+
+def test_a_batch_goes_as_columns_when_its_rows_have_the_same_metrics() -> None:
+    from det_hub.core._metric_sender import batch_body
+
+    rows = [{"steps_completed": s, "metrics": {"loss": 1.0 / s, "lr": "NaN"},
+             "report_time": f"2026-01-01T00:00:0{s}.250000Z"} for s in (1, 2)]
+    assert batch_body("training", rows, "k:1") == {
+        "group": "training", "key": "k:1", "steps": [1, 2],
+        "metrics": {"loss": [1.0, 0.5], "lr": ["NaN", "NaN"]},
+        "report_times": [1767225601.25, 1767225602.25]}
+    rows[1]["metrics"] = {"loss": 0.5}
+    assert batch_body("training", rows, "k:2") == {
+        "group": "training", "metrics": rows, "key": "k:2"}

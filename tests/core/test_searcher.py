@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import TRIAL_ID, FakeMaster
+from conftest import TRIAL_ID, FakeMaster, reported_rows
 
 import det_hub.core as core
 
@@ -30,7 +30,7 @@ def test_operations_until_completed(in_trial: FakeMaster) -> None:
     paths = state.paths()
     first_completed = paths.index(f"POST {COMPLETED_PATH}")
     rows_before = [r for r in state.requests[:first_completed] if r["path"].endswith("/metrics")]
-    groups = [row for r in rows_before for row in r["body"]["metrics"]]
+    groups = [row for r in rows_before for row in reported_rows(r["body"])]
     assert {"validation_loss": 10.0} in [g["metrics"] for g in groups]
 
 

@@ -9,6 +9,7 @@ the suite's shared server: it is stopped in the middle of the test.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import resource
@@ -24,6 +25,7 @@ import psycopg
 import pytest
 import requests
 
+from det_hub.store.packing import Pack
 from det_hub.testing import TERMINAL, MasterProcess
 
 from .conftest import StartMaster
@@ -107,6 +109,13 @@ def _trial_processes(under: Path) -> int:
     return found
 
 
+def _stored_rows(chunks: Any) -> list[tuple[str, int, int]]:
+    """``(group, step, copies)`` of the rows in the database's chunks ``(group, payload)``."""
+    copies = collections.Counter((group, step) for group, payload in chunks
+                                 for step in Pack.decode(bytes(payload)).steps)
+    return [(group, step, n) for (group, step), n in copies.items()]
+
+
 def _assert_all_stored_once(rows: list[tuple[str, int, int]]) -> None:
     counts = {(group, steps): n for group, steps, n in rows}
     assert {k: n for k, n in counts.items() if n != 1} == {}, "rows stored more than once"
@@ -159,8 +168,8 @@ def test_a_postgresql_restart_under_a_running_trial(
 
     with psycopg.connect(f"host=127.0.0.1 port={private_pg.port} user=dethub "
                          "dbname=dethub") as conn:
-        rows = conn.execute("SELECT group_name, steps_completed, count(*) FROM metrics "
-                            "WHERE trial_id = %s GROUP BY 1, 2", (trial_id,)).fetchall()
+        rows = _stored_rows(conn.execute(
+            "SELECT group_name, payload FROM metric_chunks WHERE trial_id = %s", (trial_id,)))
         allocations = conn.execute("SELECT state FROM allocations").fetchall()
         states = conn.execute("SELECT state FROM trials").fetchall()
     _assert_all_stored_once(rows)
@@ -221,8 +230,8 @@ def test_a_sqlite_file_that_cannot_grow_while_trials_report_and_end(
     assert trial["state"] == "COMPLETED" and trial["restarts"] == 0
 
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        rows = conn.execute("SELECT group_name, steps_completed, count(*) FROM metrics "
-                            "WHERE trial_id = ? GROUP BY 1, 2", (trial_id,)).fetchall()
+        rows = _stored_rows(conn.execute(
+            "SELECT group_name, payload FROM metric_chunks WHERE trial_id = ?", (trial_id,)))
         allocations = conn.execute("SELECT state FROM allocations").fetchall()
         users = conn.execute("SELECT count(*) FROM users WHERE username LIKE 'probe%'"
                              ).fetchone()
@@ -300,8 +309,8 @@ def test_a_full_disk_under_the_database_is_named_and_outlived(
     print(f"\nthe disk filled at step {stuck_at}; {len(refusals)} writes answered 503 (disk "
           f"full); the trial completed {time.monotonic() - room_at:.1f} s after room returned")
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        rows = conn.execute("SELECT group_name, steps_completed, count(*) FROM metrics "
-                            "WHERE trial_id = ? GROUP BY 1, 2", (trial_id,)).fetchall()
+        rows = _stored_rows(conn.execute(
+            "SELECT group_name, payload FROM metric_chunks WHERE trial_id = ?", (trial_id,)))
     _assert_all_stored_once(rows)
     log = master.log_path.read_text()
     assert "the database's disk is full" in log and "Traceback" not in log, log[-3000:]

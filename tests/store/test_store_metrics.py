@@ -7,9 +7,9 @@ import datetime as dt
 import math
 
 import pytest
-from sqlalchemy import text
 
 from det_hub.store import NotFound, Store, Trial
+from det_hub.store.packing import Pack
 
 
 def _rows(steps: range, **extra: float) -> list[dict]:
@@ -113,22 +113,11 @@ async def test_add_metrics_edge_cases(store: Store, trial: Trial) -> None:
 
 
 async def _fill_million(store: Store, trial_id: int, n: int) -> None:
-    """Generate the rows inside the database: a million inserts from Python would dominate."""
-    if store.dialect == "postgresql":
-        sql = text(
-            "INSERT INTO metrics (trial_id, group_name, steps_completed, report_time, metrics) "
-            "SELECT :trial, 'training', g, now(), jsonb_build_object('loss', 1.0 / g) "
-            "FROM generate_series(1, :n) AS g"
-        )
-    else:
-        sql = text(
-            "WITH RECURSIVE s(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM s WHERE x < :n) "
-            "INSERT INTO metrics (trial_id, group_name, steps_completed, report_time, metrics) "
-            "SELECT :trial, 'training', x, '2026-01-01 00:00:00.000000', "
-            "json_object('loss', 1.0 / x) FROM s"
-        )
-    async with store._engine.begin() as conn:
-        await conn.execute(sql, {"trial": trial_id, "n": n})
+    """A million rows as a trial reports them: batches of 10,000, packed."""
+    for start in range(1, n + 1, 10_000):
+        steps = list(range(start, min(start + 10_000, n + 1)))
+        await store.insert_pack(trial_id, "training",
+                                Pack.of_columns(steps, {"loss": [1.0 / s for s in steps]}))
 
 
 @pytest.mark.slow

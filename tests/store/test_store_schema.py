@@ -16,7 +16,7 @@ from det_hub.store.models import Base, MetricSummary
 from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0014"
+HEAD = "0015"
 
 EXPECTED_TABLES = {
     "users",
@@ -26,7 +26,7 @@ EXPECTED_TABLES = {
     "experiment_contexts",
     "trials",
     "allocations",
-    "metrics",
+    "metric_chunks",
     "metric_batches",
     "rolled_back_metrics",
     "searcher_events",
@@ -54,8 +54,8 @@ async def test_migrations_create_every_table(store: Store) -> None:
         inspector = inspect(engine)
         tables = set(inspector.get_table_names())
         assert tables == EXPECTED_TABLES | {"alembic_version"}
-        index_names = {ix["name"] for ix in inspector.get_indexes("metrics")}
-        assert "ix_metrics_trial_group_steps" in index_names
+        index_names = {ix["name"] for ix in inspector.get_indexes("metric_chunks")}
+        assert "ix_metric_chunks_trial_group_last" in index_names
         with engine.connect() as conn:
             assert conn.execute(
                 text("SELECT version_num FROM alembic_version")
@@ -316,3 +316,67 @@ async def test_the_agent_user_migration_adds_unlinked_users_and_downgrades(db_ur
         assert old is not None and old.agent_uid is None and old.agent_user is None
     finally:
         await store.close()
+
+
+async def test_the_chunks_migration_packs_rows_keeping_ids_and_new_rows_number_above(
+        db_url: str) -> None:
+    """0015 packs the rows of ``metrics`` into chunks: every row keeps its id, step, time,
+    run and metrics (NaN included), reads see the same rows, a stream resuming from an old id
+    misses nothing, and rows stored afterwards get ids above every old one, rolled-back
+    rows' included. Going back to 0014 unpacks them again."""
+    def with_rows(conn: Connection) -> None:
+        _add_old_experiment(conn)
+        conn.execute(text(
+            "INSERT INTO trials (experiment_id, request_id, state, hparams, seed, restarts, "
+            "created_at, steps_completed, run_id) SELECT id, 'r1', 'ACTIVE', '{}', 0, 0, "
+            "CURRENT_TIMESTAMP, 0, 2 FROM experiments"))
+        # Groups interleaved by id, two runs, and an id gap where a row was rolled back.
+        for row_id, group, step, run, value in [
+                (1, "training", 1, 1, "1.5"), (2, "validation", 1, 1, '"NaN"'),
+                (3, "training", 2, 1, "2.5"), (4, "training", 3, 1, '{"a": [1, 2]}'),
+                (6, "training", 3, 2, "3.25"), (7, "training", 4, 2, "4.5")]:
+            conn.execute(text(
+                "INSERT INTO metrics (id, trial_id, group_name, steps_completed, report_time, "
+                "metrics, trial_run) SELECT :id, id, :g, :s, :t, :m, :r FROM trials"),
+                {"id": row_id, "g": group, "s": step, "r": run, "m": f'{{"v": {value}}}',
+                 "t": dt.datetime(2026, 1, 1, 0, 0, row_id, tzinfo=dt.timezone.utc)})
+        conn.execute(text(
+            "INSERT INTO rolled_back_metrics (id, trial_id, group_name, steps_completed, "
+            "report_time, metrics, trial_run, rolled_back_by_run, rolled_back_at) SELECT 5000000, "
+            "id, 'training', 9, CURRENT_TIMESTAMP, '{}', 1, 2, CURRENT_TIMESTAMP FROM trials"))
+
+    _migrate(db_url, "upgrade", "0014", with_rows)
+    store = await Store.open(db_url)
+    try:
+        [exp], _ = await store.list_experiments()
+        [trial] = await store.list_trials(exp.id)
+        rows = await store.get_metrics(trial.id, group="training")
+        assert [(r.id, r.steps_completed, r.trial_run, r.metrics["v"]) for r in rows] == [
+            (1, 1, 1, 1.5), (3, 2, 1, 2.5), (4, 3, 1, {"a": [1, 2]}), (6, 3, 2, 3.25),
+            (7, 4, 2, 4.5)]
+        assert rows[2].report_time == dt.datetime(2026, 1, 1, 0, 0, 4, tzinfo=dt.timezone.utc)
+        [nan] = await store.get_metrics(trial.id, group="validation")
+        assert (nan.id, nan.metrics) == (2, {"v": "NaN"})
+        assert [r.id for r in await store.experiment_metrics_after(exp.id, 2, 100)] == [
+            3, 4, 6, 7]
+        assert [r.id for r in await store.experiment_metrics_after(exp.id, 0, 3)] == [1, 2, 3]
+        new = await store.insert_metrics(trial.id, "training",
+                                         [{"steps_completed": 5, "metrics": {"v": 5}}])
+        assert not isinstance(new, int) and new[0]["id"] > 5000000
+        assert [r.id for r in await store.experiment_metrics_after(exp.id, 6, 100)] == [
+            7, new[0]["id"]]
+        # A rollback cuts an old chunk and keeps its earlier rows' ids.
+        assert await store.start_trial_run(trial.id, 2) == (3, 4)
+        assert [r.id for r in await store.get_metrics(trial.id)] == [1, 2, 3]
+    finally:
+        await store.close()
+
+    _migrate(db_url, "downgrade", "0014")
+    engine = _sync_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            assert conn.execute(text(
+                "SELECT id, group_name, steps_completed FROM metrics ORDER BY id")).all() == [
+                (1, "training", 1), (2, "validation", 1), (3, "training", 2)]
+    finally:
+        engine.dispose()

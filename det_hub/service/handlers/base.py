@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from pydantic import BaseModel
 from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError, RequestHandler
@@ -79,8 +80,9 @@ class APIHandler(RequestHandler):
     #: Query parameters per method: {"get": {"name": ("integer", "what it is")}}.
     query: dict[str, dict[str, tuple[str, str]]] = {}
     #: The request body's model per method (:mod:`det_hub.service.wire`): what
-    #: :meth:`parsed_body` reads, and the body's schema in the OpenAPI document.
-    body: dict[str, type[wire.RequestModel]] = {}
+    #: :meth:`parsed_body` reads, and the body's schema in the OpenAPI document; a union of
+    #: models for a handler that picks one itself.
+    body: dict[str, Any] = {}
     #: A successful answer per method, for the OpenAPI document: its model, ``(key, model)``
     #: for ``{key: model}`` (the model may be ``list[model]``; the key may name the route's
     #: arguments, ``"{kind.key}"``), :class:`~det_hub.service.wire.Lines` for
@@ -153,7 +155,12 @@ class APIHandler(RequestHandler):
 
     def json_body(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.request.body or b"{}")
+            data = orjson.loads(self.request.body or b"{}")
+        except orjson.JSONDecodeError:
+            data = None  # read again below, for what only json reads or for its message
+        try:
+            if data is None:
+                data = json.loads(self.request.body or b"{}")
         except ValueError as e:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
         except RecursionError:

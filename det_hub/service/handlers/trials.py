@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from det_hub import nonfinite
 from det_hub.service import wire
 from det_hub.service.handlers.base import APIHandler, log_query
@@ -31,7 +33,7 @@ class TrialMetricsHandler(APIHandler):
         "metric": ("string", "with max_points: keep the shape of this metric's curve (LTTB); "
                              "without it every k-th point is kept"),
     }}
-    body = {"post": wire.MetricBatch}
+    body = {"post": wire.MetricBatch | wire.MetricColumns}
     answers = {"get": ("metrics", list[wire.MetricRow]), "post": wire.MetricsStored}
 
     async def get(self, trial_id: str) -> None:
@@ -48,9 +50,41 @@ class TrialMetricsHandler(APIHandler):
     async def post(self, trial_id: str) -> None:
         """Report a batch of metrics (training code)."""
         # The rows stay dicts, checked in one pass (bench/wire_validation.py times it).
+        data = self.json_body()
+        model = wire.MetricColumns if isinstance(data.get("metrics"), dict) else wire.MetricBatch
         count, repeat = await self.master.trials.report_metrics(
-            self.principal, int(trial_id), self.parsed_body())
-        self.send({"count": count, "repeat": repeat})
+            self.principal, int(trial_id), wire.parse(model, data))
+        answer: dict[str, Any] = {"count": count, "repeat": repeat}
+        alloc = self.principal.allocation
+        if alloc is not None:
+            # Read once the searcher has acted on the batch (a repeat's too: its first answer
+            # may be what was lost): training code stops at the rung that decided it.
+            answer["preempt"] = alloc.preempt.is_set()
+        self.send(answer)
+
+
+class MetricColumnsHandler(APIHandler):
+    allow_allocation = True
+    query = {"get": {
+        "group": ("string", "only this group (training, validation, ...)"),
+        "metric": ("string", "only this metric; repeat for several"),
+        "after": ("integer", "only rows after this steps_completed"),
+    }}
+    answers = {"get": wire.TrialMetricColumns}
+
+    async def get(self, trial_id: str) -> None:
+        """The trial's metrics as columns, by group: every row, in a form read in bulk (a
+        curve of 100,000 points in a fraction of a second)."""
+        after = self.get_query_argument("after", None)
+        groups = await self.master.trials.metric_columns(
+            self.principal, int(trial_id),
+            group=self.get_query_argument("group", None) or None,
+            names=self.get_query_arguments("metric") or None,
+            after=self.int_arg("after", 0) if after else None)
+        self.set_header("Content-Type", "application/json")
+        # Stored values are JSON already (NaN as Determined's strings): no pass over them.
+        self.finish(orjson.dumps({"trial_id": int(trial_id), "groups": {
+            g: c.json() for g, c in groups.items()}}))
 
 
 class RolledBackMetricsHandler(APIHandler):
@@ -159,6 +193,7 @@ routes = [
     (rf"/trials/{ID}", TrialHandler),
     (rf"/trials/{ID}/metrics", TrialMetricsHandler),
     (rf"/trials/{ID}/metrics/rolled_back", RolledBackMetricsHandler),
+    (rf"/trials/{ID}/metrics/columns", MetricColumnsHandler),
     (rf"/trials/{ID}/logs", TrialLogsHandler),
     (rf"/trials/{ID}/source_info", TrialSourceInfoHandler),
     (rf"/trials/{ID}/progress", TrialProgressHandler),

@@ -152,6 +152,22 @@ class MetricRow(AnswerModel):
     metrics: Metrics
 
 
+class MetricColumnsOfGroup(AnswerModel):
+    """One group's rows as columns, ascending by step then id."""
+
+    ids: list[int]
+    steps: list[int]
+    #: Each metric's values, one per row; null where a row lacks the metric.
+    metrics: dict[str, list[MetricValue]]
+
+
+class TrialMetricColumns(AnswerModel):
+    """A trial's metrics as columns, by group."""
+
+    trial_id: int
+    groups: dict[str, MetricColumnsOfGroup]
+
+
 class RolledBackMetricRow(MetricRow):
     """A row a trial reported past the checkpoint a later run of it started from: it no longer
     counts anywhere, and is kept for audit with the run that reported it and the run that
@@ -164,10 +180,16 @@ class RolledBackMetricRow(MetricRow):
 
 class MetricsStored(AnswerModel):
     """What a batch of metrics stored; ``repeat``: a batch with its key was stored before,
-    and nothing was stored now."""
+    and nothing was stored now.
+
+    ``preempt``, to the trial's own training code only: whether its allocation must stop now,
+    as its preemption signal says once the master has acted on the batch. A validation that
+    made the searcher stop the trial (ASHA at a rung) is answered true, so training code
+    learns the decision from the report itself."""
 
     count: int
     repeat: bool
+    preempt: bool = omittable()
 
 
 class TrialLogLine(AnswerModel):

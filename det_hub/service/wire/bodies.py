@@ -91,7 +91,7 @@ class ReportedMetrics(TypedDict):
 
 
 class MetricBatch(RequestModel):
-    """A batch of a trial's metric reports of one group (training code)."""
+    """A batch of a trial's metric reports of one group (training code), as rows."""
 
     group: Annotated[str, Field(min_length=1, max_length=64),
                      Says("must be a name such as 'training' or 'validation'")] = Field(
@@ -101,6 +101,40 @@ class MetricBatch(RequestModel):
                    Says(f"must be 1 to {MAX_BATCH_KEY} letters, digits or ':._-'")] = Field(
         None, description="unique within the trial: a batch sent again with the same key is "
                           "stored once")
+
+
+#: The latest report time a batch of columns may give: the year 9999.
+MAX_EPOCH_SECONDS = 253_402_300_799
+
+#: A step of a batch of columns.
+Step = Annotated[int, Field(ge=0, le=MAX_BIG_INTEGER)]
+
+
+class MetricColumns(MetricBatch):
+    """A batch of a trial's metric reports of one group, as columns: each row's step, and each
+    metric's values, one per step. What the Core API sends: smaller than rows, and stored as
+    it comes. Every row has every metric; rows with different metrics are sent as rows."""
+
+    metrics: dict[str, list[SkipValidation[MetricValue]]] = Field(  # type: ignore[assignment]
+        description="each metric's values, one per step")
+    steps: Annotated[list[Step], Says("must be a list of whole numbers >= 0, one per row")] = \
+        Field(description="each row's steps_completed")
+    report_times: Annotated[list[Annotated[float, Field(ge=0, le=MAX_EPOCH_SECONDS)]] | None,
+                            Says("must be a list of times in seconds since 1970, one per row")
+                            ] = Field(None, description="each row's report time, in seconds "
+                                                        "since 1970 (UTC); by default when it "
+                                                        "arrives")
+
+    @model_validator(mode="after")
+    def _one_value_per_step(self) -> Self:
+        if self.report_times is not None and len(self.report_times) != len(self.steps):
+            fail(f"report_times: {len(self.report_times)} times for {len(self.steps)} steps; "
+                 "give one time per step")
+        for name, values in self.metrics.items():
+            if len(values) != len(self.steps):
+                fail(f"metrics.{name}: {len(values)} values for {len(self.steps)} steps; "
+                     "give one value per step")
+        return self
 
 
 class TrialSourceLink(RequestModel):

@@ -1,0 +1,117 @@
+"""Metric chunks: a batch stored as one row of packed columns, read back as rows or columns."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import pytest
+
+from det_hub.store import Store, Trial
+from det_hub.store import metrics as store_metrics
+from det_hub.store.packing import ROW_BITS, Pack
+from det_hub.store.summaries import summarize
+
+
+async def test_columns_and_rows_store_the_same_rows(store: Store, trial: Trial) -> None:
+    """A batch of columns reads back as the rows it holds: values as given (NaN and
+    infinities as Determined's strings, nested values whole), each row with an id of its
+    own, and the report times given."""
+    when = dt.datetime(2026, 3, 1, 12, 0, tzinfo=dt.timezone.utc)
+    pack = Pack.of_columns([1, 2, 3], {"loss": [0.5, math.nan, math.inf],
+                                       "conf": [{"a": [1]}, None, True]})
+    pack.times = [int(when.timestamp() * 1e6) + i for i in range(3)]
+    stored = await store.insert_pack(trial.id, "training", pack)
+    assert not isinstance(stored, int) and len(stored) == 3
+    rows = await store.get_metrics(trial.id)
+    assert [r.metrics for r in rows] == [
+        {"loss": 0.5, "conf": {"a": [1]}}, {"loss": "NaN", "conf": None},
+        {"loss": "Infinity", "conf": True}]
+    assert [r.id for r in rows] == [r.id for r in stored.rows()]
+    assert len({r.id for r in rows}) == 3 and rows[0].id >> ROW_BITS == rows[2].id >> ROW_BITS
+    assert rows[2].report_time == when + dt.timedelta(microseconds=2)
+
+    # Rows whose metrics differ are kept row by row, and read back the same way.
+    await store.add_metrics(trial.id, "training", [
+        {"steps_completed": 4, "metrics": {"loss": 0.25}},
+        {"steps_completed": 5, "metrics": {"acc": 0.75}}])
+    later = await store.get_metrics(trial.id, after=3)
+    assert [(r.steps_completed, r.metrics) for r in later] == [
+        (4, {"loss": 0.25}), (5, {"acc": 0.75})]
+    assert min(r.id for r in later) > max(r.id for r in rows)
+
+
+async def test_columns_read_every_row_in_order(store: Store, trial: Trial) -> None:
+    """The bulk read joins chunks in step order (even when they arrive out of order or
+    overlap), leaves a missing metric as None, and keeps to ``after`` and ``names``."""
+    await store.insert_pack(trial.id, "training", Pack.of_columns(
+        [10, 11, 12], {"loss": [1.0, 1.1, 1.2]}))
+    await store.insert_pack(trial.id, "training", Pack.of_columns(
+        [0, 1, 2], {"loss": [0.0, 0.1, 0.2], "lr": [9, 9, 9]}))
+    await store.insert_pack(trial.id, "training", Pack.of_columns(
+        [2, 13], {"loss": [0.25, 1.3]}))
+    await store.insert_pack(trial.id, "validation", Pack.of_columns([12], {"loss": [5.0]}))
+
+    groups = await store.get_metric_columns(trial.id)
+    training = groups["training"]
+    assert training.steps == [0, 1, 2, 2, 10, 11, 12, 13]
+    assert training.metrics["loss"] == [0.0, 0.1, 0.2, 0.25, 1.0, 1.1, 1.2, 1.3]
+    assert training.metrics["lr"] == [9, 9, 9, None, None, None, None, None]
+    rows = await store.get_metrics(trial.id, group="training")
+    assert training.ids == [r.id for r in rows]
+    assert groups["validation"].steps == [12]
+
+    only = await store.get_metric_columns(trial.id, group="training", names=["lr"], after=1)
+    assert list(only) == ["training"]
+    assert only["training"].steps == [2, 2, 10, 11, 12, 13]
+    assert only["training"].metrics == {"lr": [9, None, None, None, None, None]}
+    assert await store.get_metric_columns(trial.id, group="testing") == {}
+
+
+async def test_a_large_batch_is_stored_as_several_chunks(
+        store: Store, trial: Trial, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store_metrics, "MAX_CHUNK_ROWS", 4)
+    stored = await store.insert_pack(trial.id, "training", Pack.of_columns(
+        list(range(10)), {"loss": [float(i) for i in range(10)]}))
+    assert not isinstance(stored, int) and [len(p) for _, p in stored.chunks] == [4, 4, 2]
+    rows = await store.get_metrics(trial.id)
+    assert [r.steps_completed for r in rows] == list(range(10))
+    assert len({r.id for r in rows}) == 10
+
+
+async def test_summaries_of_columns_match_the_rows(store: Store, trial: Trial) -> None:
+    """Block summaries written for a batch of columns are those of its rows, so a
+    downsampled read of a long curve draws from them."""
+    steps = list(range(5_000))
+    await store.insert_pack(trial.id, "training", Pack.of_columns(
+        steps, {"loss": [math.sin(s / 50) for s in steps], "flag": [True] * 5_000}))
+    rows = await store.get_metrics(trial.id)
+    want = summarize((r.id, r.steps_completed, r.metrics) for r in rows)
+    got = await store.get_metrics(trial.id, max_points=10, metric="loss")
+    assert len(got) == 10 and got[0].steps_completed == 0 and got[-1].steps_completed == 4_999
+    assert {k[0] for k in want} == {"loss"}
+    # 5,000 rows over 10 points reads the rows themselves (RAW_ROWS_PER_POINT = 64): LTTB
+    # keeps the curve's extremes.
+    assert min(r.metrics["loss"] for r in got) < -0.99 and max(
+        r.metrics["loss"] for r in got) > 0.99
+
+
+async def test_a_rollback_cuts_a_chunk_and_keeps_its_earlier_rows_ids(
+        store: Store, trial: Trial) -> None:
+    await store.start_trial_run(trial.id, 0)
+    await store.insert_pack(trial.id, "training", Pack.of_columns(
+        [1, 2, 3, 4], {"loss": [1.0, 2.0, 3.0, 4.0]}))
+    before = await store.get_metrics(trial.id)
+    assert await store.start_trial_run(trial.id, 2) == (2, 2)
+    after = await store.get_metrics(trial.id)
+    assert [(r.id, r.steps_completed, r.trial_run) for r in after] == [
+        (r.id, r.steps_completed, 1) for r in before[:2]]
+    assert [r.id for r in await store.rolled_back_metrics(trial.id)] == [
+        r.id for r in before[2:]]
+    columns = (await store.get_metric_columns(trial.id))["training"]
+    assert columns.ids == [r.id for r in before[:2]]
+    # The run after it numbers its rows above every id given.
+    stored = await store.insert_pack(trial.id, "training", Pack.of_columns([3], {"loss": [0.0]}))
+    assert not isinstance(stored, int) and stored.rows()[0].id > before[-1].id
+    assert [r.id for r in await store.experiment_metrics_after(trial.experiment_id, 0, 10)] \
+        == [*columns.ids, stored.rows()[0].id]
