@@ -190,14 +190,18 @@ class LocalAgent(Agent):
         tasks would run as root.""")
     bwrap = Unicode("bwrap", config=True, help="The bubblewrap program.")
     warm_start = Bool(
-        True, config=True,
+        False, config=True,
         help="""Prepare queued trials ahead of their start: while the slots are busy, the next
         queued trials' tasks are started in their own sandboxes, as their own users, up to a
-        Python interpreter with det_hub.core (and torch, where installed) imported, which runs
-        the trial's Python entrypoint the moment its slots free up. Only `python3 SCRIPT` and
-        `python3 -m MODULE` entrypoints (the harness among them) start warm; anything else, or
-        a task whose start differs from what was prepared, starts from scratch. One prepared
-        task serves its own allocation only, never another task or user.""")
+        Python interpreter with det_hub.core (and torch, where the trial's code imports it at
+        its top) imported, which runs the trial's Python entrypoint the moment its slots free
+        up. Only `python3 SCRIPT` and `python3 -m MODULE` entrypoints (the harness among them)
+        start warm; anything else, or a task whose start differs from what was prepared,
+        starts from scratch. One prepared task serves its own allocation only, never another
+        task or user. Off by default: preparing takes CPU from the trials that run, and on a
+        host with no core to spare (2 cores, 2 slots) searches of short trials took as long
+        or longer with it (bench/short_trials.py); turn it on where cores sit idle beside the
+        slots.""")
     read_only_paths = List(
         Unicode(), config=True,
         help="""Host paths every sandboxed task sees read-only at the same path, besides the

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -117,7 +118,7 @@ def _waits_for_go(pid: int) -> bool:
 
 @pytest.fixture
 def agent(tmp_path: Path) -> LocalAgent:
-    return LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+    return LocalAgent(work_root=tmp_path / "work", use_gpus=False, warm_start=True)
 
 
 @pytest.mark.parametrize("extra", [{}, {"EXIT": "3"}, {"RAISE": "1"}],
@@ -214,6 +215,12 @@ def test_the_early_environment_holds_no_token_and_a_dropped_task_leaves_nothing(
     assert "9.a" not in agent._spares
 
 
+def test_nothing_is_prepared_unless_warm_start_is_on(tmp_path: Path) -> None:
+    cold = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+    assert not cold.prepare(task("11.a", {}, 0, argv=(sys.executable, "t.py")))
+    assert not cold._spares and not cold.task_root("11.a").exists()
+
+
 def test_only_python_entrypoints_are_prepared(agent: LocalAgent) -> None:
     assert not agent.prepare(task("10.a", {}, 0, argv=("bash", "-c", "true")))
     assert not agent.prepare(task("10.b", {}, 0, argv=("python3", "-c", "pass")))
@@ -245,7 +252,8 @@ async def test_a_freed_slot_starts_the_next_queued_trial_without_waiting_for_a_r
         exits[event.alloc.id] = time.monotonic()
 
     bus.subscribe(AllocationExited, on_exit)
-    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False, max_cpu_slots=1)
+    agent = LocalAgent(work_root=tmp_path / "work", use_gpus=False, max_cpu_slots=1,
+                       warm_start=True)
     cluster = Cluster(store, agent, bus, poll_interval=30.0, heartbeat_interval=30.0)
     cluster.start()
     script = ("import sys, time\nprint('preloaded', 'det_hub.core' in sys.modules, "
