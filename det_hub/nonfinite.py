@@ -15,10 +15,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["NAN", "INFINITY", "NEGATIVE_INFINITY", "decode", "dumps", "encode", "loads_strict"]
+__all__ = [
+    "INFINITY",
+    "NAN",
+    "NEGATIVE_INFINITY",
+    "decode",
+    "dumps",
+    "encode",
+    "fast_loads",
+    "loads_strict",
+]
 
 NAN = "NaN"
 INFINITY = "Infinity"
@@ -76,3 +86,26 @@ def loads_strict(text: str | bytes) -> Any:
     """``json.loads`` that refuses the bare ``NaN``, ``Infinity`` and ``-Infinity`` tokens
     Python would otherwise accept."""
     return json.loads(text, parse_constant=_refuse)
+
+
+#: A whole number orjson would read as a float: 20 digits or more, or 19 after a minus sign
+#: (past 64 bits; a run of digits inside a string or a fraction only costs the slow path).
+_PAST_64_BITS = re.compile(rb"[0-9]{20}|-[0-9]{19}")
+
+
+def fast_loads(data: bytes) -> Any:
+    """JSON read by orjson, several times faster than :mod:`json`, and read by :mod:`json`
+    where orjson would change it: a whole number past 64 bits (which orjson reads as a float)
+    or what orjson refuses (Python's bare ``NaN`` and ``Infinity``).
+
+    Raises:
+        ValueError: not JSON (``json.JSONDecodeError``).
+    """
+    import orjson
+
+    if _PAST_64_BITS.search(data) is None:
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
+    return json.loads(data)

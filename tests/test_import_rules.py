@@ -46,6 +46,7 @@ LAYERS: dict[str, str] = {
     "det_hub.env_names": "pure",
     "det_hub.scopes": "pure",
     "det_hub.contract": "pure",
+    "det_hub._lazy": "pure",
     "det_hub.archive": "I/O",
     "det_hub.ports": "I/O",
     "det_hub._relay": "I/O",

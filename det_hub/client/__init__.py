@@ -13,8 +13,9 @@ Used by the ``det-hub`` CLI, the notebook magics and the widgets::
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from det_hub._lazy import lazy_exports
 
 # The names below are imported from their modules on first use (PEP 562), so that a program
 # needing one part of the SDK does not pay for the rest: ``det-hub experiment list`` loads the
@@ -96,17 +97,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups find it without coming here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -631,14 +631,12 @@ class Client:
             metrics: Only these metrics (default: all).
             after: Only rows after this many completed steps.
         """
-        import orjson
-
         params: list[tuple[str, Any]] = [("group", group), ("after", after)]
         params += [("metric", m) for m in metrics or ()]
         path = f"/trials/{int(trial_id)}/metrics/columns"
         response = self._request("GET", path, params=params)
         try:
-            groups = orjson.loads(response.content)["groups"]
+            groups = nonfinite.fast_loads(response.content)["groups"]
         except (ValueError, KeyError, TypeError):
             raise MasterError(response.status_code,
                               f"unexpected answer to GET {path}") from None

@@ -14,8 +14,9 @@ It sits on the SDK (:mod:`det_hub.client`) and the config parser (:mod:`det_hub.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from det_hub._lazy import lazy_exports
 
 # Imported on first use (PEP 562): a command that prints a table loads the renderer, not the
 # config parser (pydantic, yaml) that reading a config needs. Type checkers read these imports.
@@ -39,18 +40,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    loaded = importlib.import_module(f"{__name__}.{module}")
-    value = loaded if name == module else getattr(loaded, name)
-    globals()[name] = value  # later lookups find it without coming here
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = [

@@ -17,6 +17,7 @@ Pure: bytes in, rows out; the store reads and writes the chunks.
 from __future__ import annotations
 
 import datetime as dt
+import json
 import math
 import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -215,7 +216,8 @@ class Pack:
     # -- bytes -----------------------------------------------------------------------------
 
     def encode(self) -> bytes:
-        """The pack as its chunk's ``payload``: compact JSON."""
+        """The pack as its chunk's ``payload``: compact JSON (whole numbers past 64 bits,
+        which orjson does not write, through :mod:`json`)."""
         doc: dict[str, Any] = {"s": self.steps}
         if self.columns is not None:
             doc["c"] = self.columns
@@ -225,12 +227,15 @@ class Pack:
             doc["t"] = self.times
         if self.ids is not None:
             doc["i"] = self.ids
-        return orjson.dumps(doc)
+        try:
+            return orjson.dumps(doc)
+        except orjson.JSONEncodeError:
+            return json.dumps(doc, allow_nan=False, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, payload: bytes) -> Pack:
         """The inverse of :meth:`encode`."""
-        doc = orjson.loads(payload)
+        doc = nonfinite.fast_loads(payload)
         return cls(doc["s"], columns=doc.get("c"), rows=doc.get("r"), times=doc.get("t"),
                    ids=doc.get("i"))
 

@@ -46,7 +46,8 @@ HEAVY = ("det_hub.client", "det_hub.config", "det_hub.console", "det_hub.searche
 #: Of det_hub, what ``experiment list`` needs: the REST client (its objects and settings,
 #: without the context packer), the table renderer, and the pure modules they read.
 LIST_NEEDS = frozenset({
-    "det_hub", "det_hub.defaults", "det_hub.env_names", "det_hub.nonfinite", "det_hub.states",
+    "det_hub", "det_hub._lazy", "det_hub.defaults", "det_hub.env_names", "det_hub.nonfinite",
+    "det_hub.states",
     "det_hub.client", "det_hub.client._checkpoint_files", "det_hub.client._client",
     "det_hub.client._errors", "det_hub.client._objects", "det_hub.client._registry",
     "det_hub.client._settings", "det_hub.client._webhooks",

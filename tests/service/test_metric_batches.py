@@ -117,6 +117,12 @@ def test_columns_are_stored_once_and_read_back_in_bulk(master: MasterProcess) ->
         assert got["training"]["steps"] == [2, 3]
         assert math.isnan(got["training"]["metrics"]["loss"][0])
         assert got["training"]["metrics"]["note"] == [None, {"b": [1]}]
+        master.api("POST", path, json={"group": "big", "steps": [1],
+                                       "metrics": {"n": [2 ** 70]}}).raise_for_status()
+        assert master.get(f"/trials/{trial_id}/metrics/columns?group=big")["groups"][
+            "big"]["metrics"] == {"n": [2 ** 70]}
+        assert client.trial_metric_columns(trial_id, "big")["big"]["metrics"] == {
+            "n": [2 ** 70]}
         frame = client.trial_metrics_frame(trial_id, metrics=["loss"])
         assert list(frame.columns) == ["steps_completed", "id", "loss"]
         assert frame["steps_completed"].tolist() == [1, 2, 3]

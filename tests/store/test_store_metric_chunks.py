@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from det_hub import nonfinite
 from det_hub.store import Store, Trial
 from det_hub.store import metrics as store_metrics
 from det_hub.store.packing import ROW_BITS, Pack
@@ -39,6 +40,17 @@ async def test_columns_and_rows_store_the_same_rows(store: Store, trial: Trial) 
     assert [(r.steps_completed, r.metrics) for r in later] == [
         (4, {"loss": 0.25}), (5, {"acc": 0.75})]
     assert min(r.id for r in later) > max(r.id for r in rows)
+
+
+async def test_whole_numbers_past_64_bits_are_kept(store: Store, trial: Trial) -> None:
+    """JSON has no bound on a whole number; orjson writes only 64 bits, so such a batch is
+    written and read through json instead, and kept exactly."""
+    huge = 2 ** 70 + 1
+    await store.insert_pack(trial.id, "training", Pack.of_columns([1], {"n": [huge]}))
+    [row] = await store.get_metrics(trial.id)
+    assert row.metrics == {"n": huge}
+    columns = await store.get_metric_columns(trial.id)
+    assert columns["training"].metrics == {"n": [huge]}
 
 
 async def test_columns_read_every_row_in_order(store: Store, trial: Trial) -> None:
@@ -115,3 +127,15 @@ async def test_a_rollback_cuts_a_chunk_and_keeps_its_earlier_rows_ids(
     assert not isinstance(stored, int) and stored.rows()[0].id > before[-1].id
     assert [r.id for r in await store.experiment_metrics_after(trial.experiment_id, 0, 10)] \
         == [*columns.ids, stored.rows()[0].id]
+
+
+def test_fast_loads_reads_what_json_reads() -> None:
+    """orjson where it reads JSON as json does; json for whole numbers past 64 bits (which
+    orjson would make floats) and for Python's bare NaN, which orjson refuses."""
+    assert nonfinite.fast_loads(b'{"a": [1, 2.5, "x", null]}') == {"a": [1, 2.5, "x", None]}
+    assert nonfinite.fast_loads(b"[18446744073709551616, -9223372036854775809]") == [
+        2 ** 64, -(2 ** 63) - 1]
+    assert nonfinite.fast_loads(b"[18446744073709551615]") == [2 ** 64 - 1]
+    assert math.isnan(nonfinite.fast_loads(b"[NaN]")[0])
+    with pytest.raises(ValueError):
+        nonfinite.fast_loads(b"{not json")

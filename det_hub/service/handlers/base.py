@@ -9,7 +9,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import orjson
 from pydantic import BaseModel
 from tornado.iostream import StreamClosedError
 from tornado.web import HTTPError, RequestHandler
@@ -155,12 +154,7 @@ class APIHandler(RequestHandler):
 
     def json_body(self) -> dict[str, Any]:
         try:
-            data = orjson.loads(self.request.body or b"{}")
-        except orjson.JSONDecodeError:
-            data = None  # read again below, for what only json reads or for its message
-        try:
-            if data is None:
-                data = json.loads(self.request.body or b"{}")
+            data = nonfinite.fast_loads(self.request.body or b"{}")
         except ValueError as e:
             raise BadRequest(f"the request body is not valid JSON: {e}") from None
         except RecursionError:

@@ -81,10 +81,14 @@ class MetricColumnsHandler(APIHandler):
             group=self.get_query_argument("group", None) or None,
             names=self.get_query_arguments("metric") or None,
             after=self.int_arg("after", 0) if after else None)
+        answer = {"trial_id": int(trial_id), "groups": {g: c.json() for g, c in groups.items()}}
+        try:
+            # Stored values are JSON already (NaN as Determined's strings): no pass over them.
+            body = orjson.dumps(answer)
+        except orjson.JSONEncodeError:  # a whole number past 64 bits
+            body = nonfinite.dumps(answer).encode()
         self.set_header("Content-Type", "application/json")
-        # Stored values are JSON already (NaN as Determined's strings): no pass over them.
-        self.finish(orjson.dumps({"trial_id": int(trial_id), "groups": {
-            g: c.json() for g, c in groups.items()}}))
+        self.finish(body)
 
 
 class RolledBackMetricsHandler(APIHandler):
