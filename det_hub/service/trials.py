@@ -302,14 +302,14 @@ def _pack(batch: wire.MetricBatch | wire.MetricColumns) -> Pack:
 
 
 def _metric_row(index: int, row: wire.ReportedMetrics) -> dict[str, Any]:
-    """A reported row as the store takes it: NaN and infinities, which arrive as Determined's
-    strings, as floats from here on (the store and the REST API write them back as those
-    strings), and the report time, when given, as a time."""
+    """A reported row as the store takes it: its metrics as they came (NaN and infinities as
+    Determined's strings, which is how the store keeps them), and the report time, when
+    given, as a time."""
     if _deeper_than(row["metrics"], MAX_METRIC_DEPTH):
         raise BadRequest(f"metrics[{index}].metrics: nested deeper than {MAX_METRIC_DEPTH} "
                          "levels")
     out: dict[str, Any] = {"steps_completed": row["steps_completed"],
-                           "metrics": nonfinite.decode(row["metrics"])}
+                           "metrics": row["metrics"]}
     if row.get("report_time"):
         try:
             out["report_time"] = datetime.fromisoformat(str(row["report_time"]).replace(
