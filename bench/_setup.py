@@ -51,8 +51,8 @@ def docker_engines(most: int = 2) -> tuple[list[str], str]:
 
 
 @contextlib.contextmanager
-def running_master(kind: str, agents: str = "local",
-                   engines: int = 2) -> Iterator[MasterProcess]:
+def running_master(kind: str, agents: str = "local", engines: int = 2,
+                   master_args: list[str] | None = None) -> Iterator[MasterProcess]:
     """A master on a fresh ``kind`` database ("sqlite" or "postgres").
 
     Args:
@@ -60,6 +60,7 @@ def running_master(kind: str, agents: str = "local",
             (DET_HUB_TEST_DOCKER_HOST, and DET_HUB_TEST_DOCKER_HOST_2 when set) as agents,
             with DET_HUB_TEST_IMAGE as their image.
         engines: with "docker", use at most this many engines.
+        master_args: more settings for the master (``--MasterApp.ingest_workers=0``).
     """
     if agents not in ("local", "docker"):
         raise ValueError(f"agents: {agents!r} is neither 'local' nor 'docker'")
@@ -75,7 +76,7 @@ def running_master(kind: str, agents: str = "local",
             config = write_docker_config(Path(tmp) / "det_hub_config.py", hosts, image,
                                          agent_ids)
             extra = ["--config", str(config)]
-        master = MasterProcess(Path(tmp) / "data", url, extra)
+        master = MasterProcess(Path(tmp) / "data", url, [*extra, *(master_args or [])])
         master.start()
         try:
             yield master

@@ -4,12 +4,14 @@ Prints metric rows (points) per second stored in PostgreSQL (the production stor
 SQLite (the embedded default), each beside the ceiling of the same database: the same
 reporters writing the same rows straight into a bare table (COPY on PostgreSQL, one
 executemany per batch on SQLite), with no master, no index and no checks. Each reporter is its
-own process with its own HTTP connection, posting batches of BATCH rows with a key, as the Core
-API's background sender does: as columns (``--form columns``, what the Core API sends) or as
+own process with its own HTTP connection, posting batches of BATCH rows with a key and the
+trial's own token, where the Core API's background sender would (the master's ingest workers
+when it runs them, else the master): as columns (``--form columns``, what the Core API sends) or as
 rows. Every row must be stored exactly once, or the bench fails.
 
     python bench/ingest.py [--seconds 10] [--batch 500] [--reporters 8] [--db postgresql]
                            [--form columns|rows] [--no-ceiling]
+                           [--master-arg=--MasterApp.ingest_workers=0]
 """
 
 from __future__ import annotations
@@ -36,7 +38,13 @@ from _setup import (  # noqa: E402
     single_config,
 )
 
-SLEEPER = "import time\ntime.sleep(3600)\n"
+# Training code's own address and token, for the reporters to post as the Core API would:
+# to the ingest workers where the master runs them, else to the master.
+SLEEPER = """import os, time
+print("REPORT-TO", os.environ.get("DET_HUB_INGEST_URL") or os.environ["DET_HUB_MASTER"],
+      os.environ["DET_HUB_ALLOCATION_TOKEN"], flush=True)
+time.sleep(3600)
+"""
 
 
 def _metrics(step: int) -> dict[str, float]:
@@ -135,13 +143,16 @@ def _line(what: str, reporters: int, batch: int, seconds: float, total: int,
             f"{percentile(latencies, 99) * 1000:.0f} ms)")
 
 
-def run(kind: str, seconds: float, batch: int, reporters: int, form: str) -> float:
-    with running_master(kind) as master, tempfile.TemporaryDirectory() as tmp:
+def run(kind: str, seconds: float, batch: int, reporters: int, form: str,
+        master_args: list[str]) -> float:
+    with running_master(kind, master_args=master_args) as master, tempfile.TemporaryDirectory() as tmp:
         eid = master.create_ok(single_config("ingest"), context=script_context(
             Path(tmp) / "ctx", SLEEPER))
         trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+        url, token = master.wait(lambda: _report_to(master, trial_id))
+        via = "ingest workers" if url != master.url else "master"
         total, latencies = _run_reporters(
-            reporter, [(master.url, master.token, trial_id, n, batch, seconds, form)
+            reporter, [(url, token, trial_id, n, batch, seconds, form)
                        for n in range(reporters)], seconds)
         answer = requests.get(f"{master.url}/api/v1/trials/{trial_id}/metrics/columns",
                               params={"group": "training", "metric": "loss"},
@@ -149,12 +160,21 @@ def run(kind: str, seconds: float, batch: int, reporters: int, form: str) -> flo
         answer.raise_for_status()
         steps = answer.json()["groups"].get("training", {"steps": []})["steps"]
         master.api("POST", f"/experiments/{eid}/kill")
-        print(_line(f"ingest[{kind}, {form}]", reporters, batch, seconds, total, latencies)
+        print(_line(f"ingest[{kind}, {form}, via {via}]", reporters, batch, seconds, total, latencies)
               + f"; stored {len(steps):,} of {total:,} rows", flush=True)
         if len(steps) != total or len(set(steps)) != total:
             sys.exit(f"ingest[{kind}]: {total} rows sent, {len(steps)} stored, "
                      f"{len(set(steps))} distinct: not every row stored exactly once")
         return total / seconds
+
+
+def _report_to(master: Any, trial_id: int) -> tuple[str, str] | None:
+    """Where the trial's training code sends metrics, and its token (from its log)."""
+    for line in master.api("GET", f"/trials/{trial_id}/logs").text.splitlines():
+        if "REPORT-TO" in line:
+            words = json.loads(line)["message"].split()
+            return words[words.index("REPORT-TO") + 1], words[words.index("REPORT-TO") + 2]
+    return None
 
 
 def ceiling(kind: str, seconds: float, batch: int, reporters: int) -> float:
@@ -185,10 +205,14 @@ def main() -> None:
     parser.add_argument("--form", choices=["columns", "rows"], default="columns")
     parser.add_argument("--no-ceiling", action="store_true",
                         help="skip the bare-table runs")
+    parser.add_argument("--master-arg", action="append", default=[],
+                        help="a setting for the master, e.g. "
+                             "--master-arg=--MasterApp.ingest_workers=0")
     args = parser.parse_args()
     kinds = ["postgresql", "sqlite"] if args.db == "both" else [args.db]
     for kind in kinds:
-        rate = run(kind, args.seconds, args.batch, args.reporters, args.form)
+        rate = run(kind, args.seconds, args.batch, args.reporters, args.form,
+                   args.master_arg)
         if not args.no_ceiling:
             top = ceiling(kind, args.seconds, args.batch, args.reporters)
             print(f"ingest[{kind}]: {rate / top:.0%} of the bare table's rate "

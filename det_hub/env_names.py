@@ -14,6 +14,10 @@ from __future__ import annotations
 #: notebook servers, or by the user; read by the SDK, the CLI, the notebook magics, the Core
 #: API (over the cluster info's ``master_url``), the server extension and DetSpawner.
 MASTER_ENV = "DET_HUB_MASTER"
+#: Where a trial's Core API sends its training metrics: the master's ingest workers
+#: (:mod:`det_hub.service.ingest`). Set by the master on trials while they run; read by the
+#: Core API, which sends to the master when it is unset or does not answer.
+INGEST_URL_ENV = "DET_HUB_INGEST_URL"
 #: A user's API token. Set by the user, by ``det_hub.hub.configure`` for notebook servers (the
 #: server's hub token), and by ``det-hub shell`` for its SSH tunnel; read by the SDK.
 TOKEN_ENV = "DET_HUB_TOKEN"
@@ -107,6 +111,7 @@ __all__ = [
     "DATA_DIR_ENV",
     "DISTRIBUTED_ENV",
     "EXPERIMENT_ID_ENV",
+    "INGEST_URL_ENV",
     "LOCAL_MAX_LENGTH_ENV",
     "MASTER_ENV",
     "NNODES_ENV",

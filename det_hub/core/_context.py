@@ -21,7 +21,7 @@ from det_hub.core._profiler import ProfilerContext
 from det_hub.core._searcher import SearcherContext, parse_searcher_units
 from det_hub.core._tensorboard_sync import TensorboardSync
 from det_hub.core._train import TrainContext
-from det_hub.env_names import LOCAL_MAX_LENGTH_ENV, MASTER_ENV
+from det_hub.env_names import INGEST_URL_ENV, LOCAL_MAX_LENGTH_ENV, MASTER_ENV
 from det_hub.storage import SharedFSStorage, StorageManager, build_storage
 
 logger = logging.getLogger("det_hub.core")
@@ -265,8 +265,10 @@ def init(
     if dist.is_chief:
         # The master's answers to metric reports carry its decisions (a searcher stopping the
         # trial at a rung), for should_preempt() to reflect as soon as the report returns.
+        ingest_url = os.environ.get(INGEST_URL_ENV)
+        ingest = MasterSession(ingest_url, info.session_token) if ingest_url else None
         sender = MetricSender(session, trial_id, batch_interval=metric_batch_interval,
-                              on_answer=preempt._take_metrics_answer)
+                              on_answer=preempt._take_metrics_answer, ingest=ingest)
         if write_events:
             tensorboard_dir = storage.tensorboard_path(info.trial.experiment_id, trial_id)
             if tensorboard_dir is None and storage.remote_tensorboard:

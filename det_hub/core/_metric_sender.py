@@ -8,6 +8,11 @@ each batch carries a key the master stores with it, so a batch retried after its
 lost is stored once. The queue is bounded: when it is full, reporting waits for room rather
 than dropping rows.
 
+Where the master runs ingest workers, training batches go to them (``ingest``) and validations
+to the master, whose searcher acts on them. A batch the workers do not take (they are
+restarting, or refuse it) goes to the master instead, under the same key: it is stored once
+either way, and the master's answer is the one that counts.
+
 The master's answer to a batch says what it decided on it (``preempt``: the trial must stop,
 as a searcher decides at a rung); ``on_answer`` hears every answer before the batch counts as
 sent, so a report that waits for its batch (:meth:`MetricSender.flush`) knows the decision
@@ -29,6 +34,9 @@ from det_hub.core._http import MasterError, MasterSession
 
 logger = logging.getLogger("det_hub.core")
 
+#: Seconds batches go to the master once the ingest workers could not be reached.
+INGEST_PAUSE_S = 30.0
+
 
 class MetricSender:
     """A queue of metric rows and the thread that posts them to ``/trials/{id}/metrics``.
@@ -41,6 +49,8 @@ class MetricSender:
         max_queued: The most rows waiting to be sent; :meth:`put` blocks while this many are.
         on_answer: Called on the sender's thread with a batch's group and the master's answer
             to it, before the batch counts as sent.
+        ingest: A session with the master's ingest workers, which take every batch but
+            validations (see the module's docstring).
     """
 
     def __init__(
@@ -52,8 +62,12 @@ class MetricSender:
         max_batch: int = 500,
         max_queued: int = 100_000,
         on_answer: Callable[[str, Any], None] | None = None,
+        ingest: MasterSession | None = None,
     ) -> None:
         self._session = session
+        self._ingest = ingest
+        # After the workers could not be reached, batches go to the master until then.
+        self._ingest_after = 0.0
         self._trial_id = trial_id
         self._batch_interval = batch_interval
         self._max_batch = max_batch
@@ -142,6 +156,8 @@ class MetricSender:
                 self._closing = True
                 self._cond.notify_all()
             self._thread.join(timeout=5)
+            if self._ingest is not None:
+                self._ingest.close()
 
     def raise_error(self) -> None:
         """Raise (once) the error that made the thread give up on a batch."""
@@ -192,7 +208,7 @@ class MetricSender:
             body = batch_body(first, payload, f"{self._run_key}:{self._batches_sent}")
             answer: Any = None
             try:
-                answer = self._session.post(path, body, retry=True)
+                answer = self._post(path, first, body)
             except MasterError as exc:
                 error = exc
                 logger.error("could not send %d %s metric rows: %s", len(payload), first, exc)
@@ -211,6 +227,22 @@ class MetricSender:
                 if error is not None and self._error is None:
                     self._error = error
                 self._cond.notify_all()
+
+    def _post(self, path: str, group: str, body: dict[str, Any]) -> Any:
+        """Post a batch: to the ingest workers first, unless it is a validation or they could
+        not be reached in the last :data:`INGEST_PAUSE_S`; to the master, retried, when they
+        do not take it."""
+        if self._ingest is not None and group != "validation" \
+                and time.monotonic() >= self._ingest_after:
+            try:
+                return self._ingest.post(path, body, retry=False)
+            except MasterError as exc:
+                if exc.status == 0:
+                    self._ingest_after = time.monotonic() + INGEST_PAUSE_S
+                logger.info("the ingest workers did not take %d %s metric rows (%s); sending "
+                            "them to the master", len(body.get("steps") or body["metrics"]),
+                            group, exc)
+        return self._session.post(path, body, retry=True)
 
     def _send_progress(self, progress: float) -> None:
         try:

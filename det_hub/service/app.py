@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import secrets
@@ -35,7 +34,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import tornado.web
-from tornado import httputil
 from tornado.httpclient import AsyncHTTPClient
 from traitlets import Bool, Dict, Float, Integer, List, TraitError, Unicode, default
 from traitlets.config import Application, Configurable
@@ -48,10 +46,12 @@ from det_hub.config import ConfigLimits
 from det_hub.config.limited_yaml import MAX_DEPTH_CEILING
 from det_hub.defaults import DEFAULT_DATA_DIR
 from det_hub.service.access_log import log_request
+from det_hub.service.body_limit import BodyLimitedApplication
 from det_hub.service.cluster import PoolSettings
 from det_hub.service.data_dir import file_mode, make_private_dir, private_umask, write_private
 from det_hub.service.handlers import api_routes
 from det_hub.service.hub import HubIdentity
+from det_hub.service.ingest import IngestWorkers, default_worker_count
 from det_hub.service.master import Master
 from det_hub.service.proxy import proxy_routes
 from det_hub.service.unix_accounts import DEFAULT_TASK_USER, task_account
@@ -85,83 +85,9 @@ def make_app(master: Master, *, cookie_secret: bytes | None = None,
         handlers.extend(page_handlers(base))
     else:
         handlers.append((base, tornado.web.RedirectHandler, {"url": api + "/health"}))
-    return _Application(handlers, master=master, api_routes=api_routes,
+    return BodyLimitedApplication(handlers, master=master, api_routes=api_routes,
                         max_body_bytes=max_body_bytes, log_function=log_request,
                         cookie_secret=cookie_secret or secrets.token_bytes(32))
-
-
-class _Application(tornado.web.Application):
-    """Tornado's application, answering a request body over ``max_body_bytes`` with 413 and
-    the setting to change: tornado's own ``max_body_size`` check answers a bare 400 and
-    drops the connection before the client has finished sending."""
-
-    def start_request(self, server_conn: object,
-                      request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
-        return _BodyLimit(super().start_request(server_conn, request_conn), request_conn,
-                          self.settings["max_body_bytes"])
-
-
-#: Past the limit, a body up to this many bytes more is read and dropped, so that the client
-#: (which sends the whole body before it reads an answer) gets the 413 and may go on using the
-#: connection; past that, the 413 is sent at once and the connection closed.
-_DISCARD_BYTES = 256 * 1024 * 1024
-
-
-class _BodyLimit(httputil.HTTPMessageDelegate):
-    """Refuses a request whose ``Content-Length`` is over the limit; others pass through."""
-
-    def __init__(self, inner: httputil.HTTPMessageDelegate,
-                 connection: httputil.HTTPConnection, limit: int) -> None:
-        self.inner = inner
-        self.connection = connection
-        self.limit = limit
-        self.refused: int | None = None  # the refused body's length
-
-    def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
-                         headers: httputil.HTTPHeaders) -> Any:
-        length = headers.get("Content-Length", "")
-        if not (length.isdigit() and int(length) > self.limit):
-            return self.inner.headers_received(start_line, headers)
-        self.refused = int(length)
-        if self.refused - self.limit <= _DISCARD_BYTES:
-            # Read (and drop) the body; finish() answers.
-            self.connection.set_max_body_size(self.refused)  # type: ignore[attr-defined]
-            return None
-        # Too much to read: answer now and close, leaving the body unread.
-        stream = self.connection.detach()  # type: ignore[attr-defined]
-        body = self._body()
-        head = (f"HTTP/1.1 413 Payload Too Large\r\n"
-                f"Content-Type: application/json; charset=UTF-8\r\n"
-                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode()
-        stream.write(head + body).add_done_callback(lambda _: stream.close())
-        return None
-
-    def data_received(self, chunk: bytes) -> Any:
-        if self.refused is None:
-            return self.inner.data_received(chunk)
-        return None
-
-    def finish(self) -> None:
-        if self.refused is None:
-            self.inner.finish()
-            return
-        body = self._body()
-        self.connection.write_headers(
-            httputil.ResponseStartLine("HTTP/1.1", 413, "Payload Too Large"),
-            httputil.HTTPHeaders({"Content-Type": "application/json; charset=UTF-8",
-                                  "Content-Length": str(len(body))}),
-            body)
-        self.connection.finish()
-
-    def on_connection_close(self) -> None:
-        if self.refused is None:
-            self.inner.on_connection_close()
-
-    def _body(self) -> bytes:
-        return json.dumps({
-            "error": f"the request body is {self.refused} bytes, larger than the limit of "
-                     f"{self.limit} bytes (MasterApp.request_max_body_bytes)",
-            "details": []}).encode()
 
 
 def _agent_classes() -> list[type[Configurable]]:
@@ -264,6 +190,79 @@ class MasterApp(Application):
         help="""The Unix account (name or uid[:gid]) that runs the tasks of users linked to no
         account of their own (`det-hub user link-with-agent-user`): in Docker containers, and
         on the local agent when the master runs as root. Never root.""")
+
+    ingest_workers = Integer(
+        -1, min=-1, config=True,
+        help="""Processes that store training code's metric reports beside the master, so
+        that ingest uses every core (PostgreSQL only): -1 for one per core, at most 4, on
+        PostgreSQL and none on SQLite; 0 for none (the master stores every report).""")
+    ingest_port = Integer(
+        0, min=0, max=65535, config=True,
+        help="""The port the ingest workers serve, on MasterApp.host (0: a free port, picked
+        at start).""")
+    ingest_url = Unicode(
+        config=True,
+        help="""The URL trials reach the ingest workers at (default: the master URL's
+        scheme and host with the ingest port). Needed when master_url goes through a proxy
+        with a path; without it the workers do not start.""")
+
+    def ingest_settings(self, dialect: str) -> int:
+        """How many ingest workers to run on a ``dialect`` store.
+
+        Raises:
+            ValueError: Workers asked for on SQLite.
+        """
+        if self.ingest_workers == -1:
+            return default_worker_count() if dialect == "postgresql" else 0
+        if self.ingest_workers and dialect != "postgresql":
+            raise ValueError(f"MasterApp.ingest_workers = {self.ingest_workers} needs "
+                             f"PostgreSQL; the store is {dialect} (set it to 0 or -1)")
+        return int(self.ingest_workers)
+
+    def effective_ingest_url(self, port: int) -> str | None:
+        """Where trials reach the ingest workers serving ``port``; None when it cannot be
+        told (the master URL has a path, behind a proxy, and ``ingest_url`` is unset)."""
+        if self.ingest_url:
+            return self.ingest_url.rstrip("/")
+        parts = urlsplit(self.effective_master_url())
+        if parts.path.strip("/") or not parts.hostname:
+            return None
+        host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        return f"{parts.scheme}://{host}:{port}"
+
+    async def start_ingest(self, master: Master, store: Store) -> IngestWorkers | None:
+        """Start the ingest workers the settings ask for, the master hearing what they store
+        before they take a report; None when there are none."""
+        try:
+            count = self.ingest_settings(store.dialect)
+        except ValueError as e:
+            raise SystemExit(f"det-hub master: {e}") from None
+        if not count:
+            return None
+        if self.effective_ingest_url(self.ingest_port or 1) is None:
+            self.log.warning("no ingest workers: trials could not be told where they are "
+                             "(the master URL %s has a path); set MasterApp.ingest_url",
+                             self.effective_master_url())
+            return None
+        await master.hear_stored_metrics()
+        workers = IngestWorkers(store.url, count=count, host=self.host, port=self.ingest_port,
+                                max_body_bytes=self.request_max_body_bytes)
+        # The port served last time, which trials still running were told.
+        kept = self.data_path / "ingest-port"
+        try:
+            preferred = int(kept.read_text()) if kept.exists() else 0
+        except ValueError:
+            preferred = 0
+        try:
+            await workers.start(preferred=preferred)
+        except (OSError, RuntimeError) as e:
+            await workers.stop()
+            raise SystemExit(f"det-hub master: the ingest workers did not start on "
+                             f"{self.host}:{self.ingest_port or preferred}: {e}") from None
+        write_private(kept, str(workers.port))
+        master.launcher.ingest_url = self.effective_ingest_url(workers.port)
+        self.log.info("%d ingest workers at %s", count, master.launcher.ingest_url)
+        return workers
 
     def task_account(self) -> tuple[int, int]:
         """``task_user`` as ``(uid, gid)``.
@@ -465,6 +464,7 @@ class MasterApp(Application):
         # Never the token itself: logs are read by more people than the token is meant for.
         self.log.info("admin token in %s (mode %s)", token_path, file_mode(token_path))
         await master.start()
+        workers = await self.start_ingest(master, store)
         limit = self.request_max_body_bytes
         # The server's own bound is the same; the application lifts it for a body it refuses,
         # to drop it and answer 413 (see make_app).
@@ -487,6 +487,8 @@ class MasterApp(Application):
         # closed store; training code retries until the next master answers.
         master.begin_shutdown()
         server.stop()
+        if workers is not None:
+            await workers.stop()
         await master.drain()
         await server.close_all_connections()
         await master.stop()

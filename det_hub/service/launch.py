@@ -28,6 +28,7 @@ from det_hub.contract import ClusterInfoDocument
 from det_hub.defaults import DEFAULT_RESOURCE_POOL
 from det_hub.env_names import (
     EXPERIMENT_ID_ENV,
+    INGEST_URL_ENV,
     MASTER_ENV,
     NOTEBOOK_TOKEN_ENV,
     PROXY_PATH_ENV,
@@ -86,6 +87,8 @@ class Launcher:
         #: What no task may mount (see :mod:`det_hub.service.task_paths`), resolved.
         self.private_paths = [resolved(str(p)) for p in (self.data_dir, *private_paths)]
         self.cluster_id = ""
+        #: Where trials send their training metrics (the ingest workers), None: the master.
+        self.ingest_url: str | None = None
 
     async def trial_spec(self, exp: Experiment, config: ExperimentConfig,
                          trial: Trial) -> LaunchSpec:
@@ -120,6 +123,8 @@ class Launcher:
             TRIAL_ID_ENV: str(trial.id),
             EXPERIMENT_ID_ENV: str(exp.id),
         })
+        if self.ingest_url:
+            env[INGEST_URL_ENV] = self.ingest_url
         info: ClusterInfoDocument = {
             "master_url": self.master_url, "cluster_id": self.cluster_id,
             "task_id": f"trial-{trial.id}", "task_type": "TRIAL",

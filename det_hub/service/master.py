@@ -53,6 +53,7 @@ from det_hub.store import Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from det_hub.service.hub import HubIdentity
+    from det_hub.service.ingest import StoredListener
 
 
 class Master:
@@ -129,6 +130,8 @@ class Master:
         self._shutting_down = asyncio.Event()
         #: Requests being served (ids of their handlers), drained before the store closes.
         self.active_requests: set[int] = set()
+        #: Hears the batches of metrics stored (while ingest workers run).
+        self.stored_listener: StoredListener | None = None
 
     @property
     def hub(self) -> HubIdentity | None:
@@ -146,9 +149,28 @@ class Master:
         self.tasks.start()
         await self.webhooks.resume()
 
+    async def hear_stored_metrics(self) -> None:
+        """Hear every batch of metrics stored from now on, by this process or its ingest
+        workers (PostgreSQL), and act on them in the order they were committed (see
+        :mod:`det_hub.service.ingest`).
+
+        Raises:
+            psycopg.OperationalError: The database cannot be reached.
+        """
+        from det_hub.service.ingest import CHANNEL, StoredListener
+
+        listener = StoredListener(self.store.url, self.trials)
+        await listener.start()
+        self.stored_listener = listener
+        self.trials.announce = CHANNEL
+
     async def stop(self) -> None:
         """Stop scheduling and watching; running tasks keep running, to be adopted by the
         next master."""
+        if self.stored_listener is not None:
+            await self.stored_listener.stop()
+            self.stored_listener = None
+            self.trials.announce = None
         await self.tasks.stop()
         await self.cluster.stop()
         # A store outliving this master (a restart in one process) tells it nothing more.

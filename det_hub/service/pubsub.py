@@ -87,6 +87,14 @@ class MetricEvents:
         if rows and self._subscribers.get(experiment_id):
             self._offer(experiment_id, [metric_json(r) for r in rows])
 
+    def lost(self) -> None:
+        """Rows may have been stored that no subscriber will be handed: every subscriber is
+        marked overflowed (and woken), so that its stream resumes from the store."""
+        for subs in self._subscribers.values():
+            for sub in subs:
+                sub.overflowed = True
+                sub.wake.set()
+
     def _offer(self, experiment_id: int, events: list[dict[str, Any]]) -> None:
         """Queue ``events`` for each subscriber of the experiment; one that has no room is
         marked overflowed, and woken."""

@@ -7,23 +7,22 @@ goes to the trial's live :class:`~det_hub.service.experiment.ExperimentRun`, whi
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from det_hub import nonfinite
 from det_hub.service import wire
 from det_hub.service.bus import EventBus, MetricsRolledBack
-from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
+from det_hub.service.errors import Conflict, Forbidden, NotFound
 from det_hub.service.experiment import (
     validation_fields,
     validation_length,
 )
 from det_hub.service.pubsub import MetricEvents
+from det_hub.service.reports import pack_report
 from det_hub.service.serialize import trial_source_json
 from det_hub.states import TrialState
 from det_hub.store import NotFound as StoreNotFound
 from det_hub.store import Store, StoreConflict
-from det_hub.store.packing import MetricColumns, Pack
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -33,7 +32,9 @@ if TYPE_CHECKING:
     from det_hub.service.experiments import ExperimentManager
     from det_hub.service.registry import ModelRegistry
     from det_hub.store import LogRow, MetricRow, Trial
+    from det_hub.store.metric_writes import StoredNotice
     from det_hub.store.models import RolledBackMetric
+    from det_hub.store.packing import MetricColumns
 
 
 class TrialManager:
@@ -54,6 +55,11 @@ class TrialManager:
         self.experiments = experiments
         self.registry = registry
         self.metric_events = metric_events
+        #: The channel every stored batch is announced on (PostgreSQL, while ingest workers
+        #: store batches too; see :mod:`det_hub.service.ingest`). While set, the live streams
+        #: hear of batches only from the announcements (:meth:`on_stored`), the master's own
+        #: too, so that they get every trial's rows in the order they were committed.
+        self.announce: str | None = None
         bus.subscribe(MetricsRolledBack, self._on_rolled_back)
 
     async def _on_rolled_back(self, event: MetricsRolledBack) -> None:
@@ -142,16 +148,17 @@ class TrialManager:
         if TrialState(trial.state).terminal:
             raise Conflict(f"trial {trial_id} is {trial.state}; it takes no more metrics")
         group = batch.group
-        pack = _pack(batch)
+        pack = pack_report(batch)
         if not len(pack):
             return 0, False
         last = max(pack.steps)
         advanced = last > (trial.steps_completed or 0)
         stored = await self.store.insert_pack(trial_id, group, pack, key=batch.key,
-                                              steps_completed=last if advanced else None)
+                                              steps_completed=last if advanced else None,
+                                              notify=self.announce)
         if isinstance(stored, int):
             return stored, True
-        if self.metric_events.subscribers(trial.experiment_id):
+        if self.announce is None and self.metric_events.subscribers(trial.experiment_id):
             self.metric_events.publish(trial.experiment_id, stored.rows())
         count = len(stored)
         if advanced and last > (trial.steps_completed or 0):
@@ -182,6 +189,49 @@ class TrialManager:
                         and not isinstance(value, bool):
                     await run.on_validation(trial, length, float(value))
         return count, False
+
+    async def on_stored(self, notices: list[StoredNotice]) -> None:
+        """Act on batches announced as stored (see :attr:`announce`), in the order they were
+        committed: hand their rows to the live streams, and for a batch an ingest worker
+        stored, raise its trial's ``steps_completed`` and its experiment's progress (the
+        master's own reports did that as they stored them)."""
+        by_experiment: dict[int, list[StoredNotice]] = {}
+        advanced: set[int] = set()
+        for notice in notices:
+            trial = await self.experiments.find_trial(notice.trial_id)
+            if trial is None:
+                continue  # deleted since
+            by_experiment.setdefault(trial.experiment_id, []).append(notice)
+            if notice.last_step > (trial.steps_completed or 0) \
+                    and not TrialState(trial.state).terminal:
+                trial.steps_completed = notice.last_step
+                advanced.add(trial.experiment_id)
+        wanted = [n for eid, ns in by_experiment.items()
+                  if self.metric_events.subscribers(eid) for n in ns]
+        if wanted:
+            # By id: a trial reports one batch at a time, so its rows' ids grow in the order
+            # its batches were committed, which is all a stream needs (see events.py).
+            rows = await self.store.chunk_rows(n.chunk_id for n in wanted)
+            for eid, ns in by_experiment.items():
+                trial_ids = {n.trial_id for n in ns}
+                self.metric_events.publish(eid, [r for r in rows if r.trial_id in trial_ids])
+        for eid in advanced:
+            run = self.experiments.runs.get(eid)
+            if run is not None:
+                await run.update_progress()
+
+    async def resync(self) -> None:
+        """Announcements may have been lost (the connection they arrive on broke): every live
+        stream resumes from the store, and live trials take their ``steps_completed`` from
+        it."""
+        self.metric_events.lost()
+        for eid, run in list(self.experiments.runs.items()):
+            for stored in await self.store.list_trials(eid):
+                trial = run.trials.get(stored.id)
+                if trial is not None and (stored.steps_completed or 0) > (
+                        trial.steps_completed or 0):
+                    trial.steps_completed = stored.steps_completed
+            await run.update_progress()
 
     async def report_progress(self, who: Principal, trial_id: int, progress: float) -> None:
         """Training code's progress through its trial, 0 to 1 (as ``wire.TrialProgress``
@@ -269,51 +319,3 @@ class TrialManager:
         except StoreConflict as e:
             raise Conflict(str(e)) from None
         return trial_source_json(stored, name, number)
-
-
-#: How deep a metric's value may nest lists and objects: every row is read back, charted and
-#: streamed, which a value nested hundreds deep would break.
-MAX_METRIC_DEPTH = 32
-
-
-def _deeper_than(value: Any, depth: int) -> bool:
-    """Whether ``value`` nests lists and objects more than ``depth`` levels deep."""
-    children = (value.values() if isinstance(value, dict)
-                else value if isinstance(value, list) else None)
-    if children is None:
-        return False
-    return depth == 0 or any(_deeper_than(v, depth - 1) for v in children)
-
-
-def _pack(batch: wire.MetricBatch | wire.MetricColumns) -> Pack:
-    """A reported batch packed as the store keeps it, its values checked (see
-    :func:`_metric_row`)."""
-    if not isinstance(batch, wire.MetricColumns):
-        return Pack.of_rows([_metric_row(i, r) for i, r in enumerate(batch.metrics)])
-    for name, values in batch.metrics.items():
-        for i, value in enumerate(values):
-            if isinstance(value, (dict, list)) and _deeper_than(value, MAX_METRIC_DEPTH - 1):
-                raise BadRequest(f"metrics.{name}[{i}]: nested deeper than {MAX_METRIC_DEPTH} "
-                                 "levels")
-    pack = Pack.of_columns(batch.steps, batch.metrics)
-    if batch.report_times is not None:
-        pack.times = [round(t * 1_000_000) for t in batch.report_times]
-    return pack
-
-
-def _metric_row(index: int, row: wire.ReportedMetrics) -> dict[str, Any]:
-    """A reported row as the store takes it: its metrics as they came (NaN and infinities as
-    Determined's strings, which is how the store keeps them), and the report time, when
-    given, as a time."""
-    if _deeper_than(row["metrics"], MAX_METRIC_DEPTH):
-        raise BadRequest(f"metrics[{index}].metrics: nested deeper than {MAX_METRIC_DEPTH} "
-                         "levels")
-    out: dict[str, Any] = {"steps_completed": row["steps_completed"],
-                           "metrics": row["metrics"]}
-    if row.get("report_time"):
-        try:
-            out["report_time"] = datetime.fromisoformat(str(row["report_time"]).replace(
-                "Z", "+00:00"))
-        except ValueError:
-            raise BadRequest(f"metrics[{index}].report_time: not an ISO 8601 time") from None
-    return out

@@ -10,7 +10,7 @@ Layout:
 - :mod:`.users`: users and tokens (:func:`hash_token`);
 - :mod:`.experiments`: experiments and their context archives;
 - :mod:`.trials`: trials, and experiments' :class:`TrialSummary`;
-- :mod:`.metrics`: the metric rows trials report;
+- :mod:`.metrics`: the metric rows trials report, and :mod:`.metric_writes`, storing them;
 - :mod:`.metric_summaries`: the metrics' block summaries and downsampled reads (the pure
   parts are :mod:`.summaries` and :mod:`det_hub.lttb`);
 - :mod:`.checkpoints`: checkpoints;

@@ -1,15 +1,15 @@
-"""Metrics: reading and writing the rows trials report, packed in ``metric_chunks``.
+"""Metrics: reading the rows trials report, packed in ``metric_chunks``, and rolling them back.
 
 :class:`MetricQueries` is mixed into :class:`det_hub.store.Store`. A reported batch is stored as
-one chunk (:mod:`.packing`); every write keeps the metrics' block summaries in step in the same
-transaction, and a downsampled read may use them; both are in :mod:`.metric_summaries`.
+one chunk (:mod:`.packing`) by :mod:`.metric_writes`; every write keeps the metrics' block
+summaries in step in the same transaction, and a downsampled read may use them; both are in
+:mod:`.metric_summaries`.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
@@ -22,19 +22,15 @@ from sqlalchemy import (
     func,
     insert,
     literal,
-    or_,
     select,
     update,
 )
-from sqlalchemy.dialects import postgresql as pg
-from sqlalchemy.dialects import sqlite
 
 from ._common import Queries, plain
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
-from .models import MetricBatch, MetricChunk, RolledBackMetric, Trial
+from .models import MetricChunk, RolledBackMetric, Trial
 from .packing import (
-    MAX_CHUNK_ROWS,
     ROW_BITS,
     MetricColumns,
     MetricRow,
@@ -43,7 +39,6 @@ from .packing import (
     chunk_rows,
     thin,
 )
-from .summaries import summarize, summarize_columns
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
@@ -63,26 +58,6 @@ def _last_id() -> ColumnElement[int]:
     """A chunk's greatest row id, whether its pack lists ids or not."""
     return func.coalesce(MetricChunk.last_id,
                          MetricChunk.id * (1 << ROW_BITS) + MetricChunk.count - 1)
-
-
-@dataclass(slots=True)
-class StoredMetrics:
-    """A batch as stored: its chunks (id and pack) and what every row shares."""
-
-    trial_id: int
-    group: str
-    trial_run: int
-    report_time: dt.datetime
-    chunks: list[tuple[int, Pack]]
-
-    def __len__(self) -> int:
-        return sum(len(pack) for _, pack in self.chunks)
-
-    def rows(self) -> list[MetricRow]:
-        """The stored rows, in the order given."""
-        return [row for chunk_id, pack in self.chunks
-                for row in pack.metric_rows(chunk_id, self.trial_id, self.group,
-                                            self.report_time, self.trial_run)]
 
 
 class MetricQueries(Queries):
@@ -107,77 +82,14 @@ class MetricQueries(Queries):
             after: int | None,
         ) -> list[MetricRow]: ...
 
-    async def add_metrics(self, trial_id: int, group: str, rows: list[dict[str, Any]]) -> int:
-        """Add a batch of metric rows to one group of a trial, in one statement.
-
-        Args:
-            rows: ``{"steps_completed": int, "metrics": dict, "report_time": datetime}``;
-                ``report_time`` is optional and defaults to now.
-
-        Returns:
-            The number of rows added.
-
-        Raises:
-            NotFound: no such trial.
-        """
-        stored = await self.insert_metrics(trial_id, group, rows)
-        return stored if isinstance(stored, int) else len(stored)
-
-    async def insert_metrics(
-        self, trial_id: int, group: str, rows: list[dict[str, Any]], *, key: str | None = None
-    ) -> list[dict[str, Any]] | int:
-        """:meth:`add_metrics`, answering the stored rows: ``{"id", "trial_id", "group",
-        "steps_completed", "metrics", "report_time", "trial_run"}`` in the order given, once
-        committed; or, for a repeated ``key`` (see :meth:`insert_pack`), the number of rows
-        the first copy stored."""
-        if not rows:
-            return []
-        stored = await self.insert_pack(trial_id, group, Pack.of_rows(rows), key=key)
-        if isinstance(stored, int):
-            return stored
-        return [{"id": r.id, "trial_id": r.trial_id, "group": r.group,
-                 "steps_completed": r.steps_completed, "metrics": r.metrics,
-                 "report_time": r.report_time, "trial_run": r.trial_run}
-                for r in stored.rows()]
-
-    async def insert_pack(self, trial_id: int, group: str, pack: Pack, *,
-                          key: str | None = None,
-                          steps_completed: int | None = None) -> StoredMetrics | int:
-        """Store a packed batch of one group of a trial as one chunk (several past
-        ``MAX_CHUNK_ROWS`` rows) with its block summaries, in one transaction.
-
-        Args:
-            key: the batch's key, unique within the trial. A batch whose key was stored before
-                is a repeat: nothing is written, and the answer is the number of rows the
-                first copy stored. The key commits with the rows, so of two copies arriving
-                together exactly one is stored.
-            steps_completed: raise the trial's ``steps_completed`` to this (never lower it)
-                in the same transaction: a report costs one commit, not two.
-
-        Raises:
-            NotFound: no such trial.
-        """
-        now = utcnow()
-        parts = [pack.part(i, i + MAX_CHUNK_ROWS) for i in range(0, len(pack), MAX_CHUNK_ROWS)]
-        async with self._writing() as session:
-            if key is not None:
-                first = await self._claim_batch_key(session, trial_id, key, len(pack))
-                if first is not None:
-                    return first
-            stored = StoredMetrics(trial_id, group, 0, now, [])
-            for part in parts:
-                chunk_id, stored.trial_run = await self._insert_chunk(
-                    session, trial_id, group, part, now)
-                stored.chunks.append((chunk_id, part))
-                await self._save_summaries(session, trial_id, group,
-                                           _summaries(chunk_id, part).values())
-            if steps_completed is not None:
-                await session.execute(
-                    update(Trial).where(Trial.id == trial_id, or_(
-                        Trial.steps_completed.is_(None),
-                        Trial.steps_completed < steps_completed))
-                    .values(steps_completed=steps_completed))
-        return stored
+    async def chunk_rows(self, chunk_ids: Iterable[int]) -> list[MetricRow]:
+        """The rows of the chunks with these ids, by id (those that no longer exist, rolled
+        back since, are left out)."""
+        ids = sorted(set(chunk_ids))
+        async with self._reading() as session:
+            chunks = list(await session.scalars(
+                select(MetricChunk).where(MetricChunk.id.in_(ids)).order_by(_first_id())))
+        return [row for chunk in chunks for row in chunk_rows(chunk)]
 
     async def _insert_chunk(self, session: AsyncSession, trial_id: int, group: str,
                             pack: Pack, report_time: dt.datetime,
@@ -207,26 +119,6 @@ class MetricQueries(Queries):
         if row is None:
             raise NotFound(f"trial {trial_id} not found")
         return int(row[0]), int(row[1])
-
-    async def _claim_batch_key(
-        self, session: AsyncSession, trial_id: int, key: str, rows: int
-    ) -> int | None:
-        """Record ``key`` as stored in this transaction; if it already was, the number of rows
-        its first copy stored. On PostgreSQL a copy in flight in another transaction makes
-        this wait for that one's outcome."""
-        dialect_insert = pg.insert if self.dialect == "postgresql" else sqlite.insert
-        claim = (
-            dialect_insert(MetricBatch)
-            .values(trial_id=trial_id, key=key, rows=rows, created_at=utcnow())
-            .on_conflict_do_nothing(index_elements=["trial_id", "key"])
-            .returning(MetricBatch.rows)
-        )
-        if (await session.execute(claim)).first() is not None:
-            return None
-        stored = await session.scalar(
-            select(MetricBatch.rows).where(MetricBatch.trial_id == trial_id,
-                                           MetricBatch.key == key))
-        return int(stored or 0)
 
     async def experiment_metrics_after(
         self, experiment_id: int, after_id: int, limit: int
@@ -418,13 +310,4 @@ class MetricQueries(Queries):
                 .order_by(RolledBackMetric.id)))
 
 
-def _summaries(chunk_id: int, pack: Pack) -> dict[Any, Block]:
-    """The block summaries of a pack stored as chunk ``chunk_id``."""
-    ids = pack.row_ids(chunk_id)
-    if pack.columns is not None:
-        return summarize_columns(ids, pack.steps, pack.columns)
-    assert pack.rows is not None
-    return summarize(zip(ids, pack.steps, pack.rows, strict=True))
-
-
-__all__ = ["MetricQueries", "StoredMetrics"]
+__all__ = ["MetricQueries"]

@@ -26,6 +26,7 @@ from .errors import NotFound, StoreUnavailable
 from .experiments import ExperimentQueries
 from .logs import LogQueries
 from .metric_summaries import MetricSummaryQueries
+from .metric_writes import MetricWriteQueries
 from .metrics import MetricQueries
 from .models import Experiment
 from .registry import RegistryQueries
@@ -47,6 +48,7 @@ class Store(
     ExperimentQueries,
     TrialQueries,
     MetricQueries,
+    MetricWriteQueries,
     MetricSummaryQueries,
     CheckpointQueries,
     LogQueries,
@@ -114,6 +116,17 @@ class Store(
                 upgrade_to_head(sync_url)
 
         await asyncio.to_thread(migrate)
+        return cls.connect(url, echo=echo)
+
+    @classmethod
+    def connect(cls, url: str, *, echo: bool = False) -> Store:
+        """A store on a database another process keeps migrated (the master, for its ingest
+        workers): :meth:`open` without the migration.
+
+        Raises:
+            ValueError: an unsupported URL.
+        """
+        async_url, _ = normalize_url(url)
         engine = create_store_engine(async_url, echo=echo)
         return cls(
             async_url.render_as_string(hide_password=False), async_url.get_backend_name(), engine

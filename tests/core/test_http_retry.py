@@ -207,3 +207,46 @@ def test_reporting_blocks_when_the_queue_is_full_and_loses_nothing() -> None:
         assert steps == list(range(1, 9))
     finally:
         server.close()
+
+
+def test_training_batches_go_to_the_ingest_workers_and_fall_back_to_the_master() -> None:
+    ingest = Outage(refusals=1)  # refuses the first batch only
+    master = Outage(refusals=0)
+    path = f"/trials/{TRIAL}/metrics"
+    try:
+        sender = MetricSender(MasterSession(master.url, "t"), TRIAL, batch_interval=0.01,
+                              max_batch=2, ingest=MasterSession(ingest.url, "t"))
+        for step in range(1, 7):
+            sender.put("training", {"steps_completed": step, "metrics": {"loss": 1.0}})
+            sender.flush(timeout=30)
+        sender.put("validation", {"steps_completed": 6, "metrics": {"loss": 1.0}})
+        sender.flush(timeout=30)
+        sender.close()
+        assert ingest.statuses(path) == [503, 200, 200, 200, 200, 200]
+        # The refused batch went to the master under its key; validations only go there.
+        assert master.statuses(path) == [200, 200]
+        assert [b["group"] for b in master.batches.values()] == ["training", "validation"]
+        stored = [*ingest.batches.values(), *master.batches.values()]
+        assert sorted(s for b in stored if b["group"] == "training"
+                      for s in b["steps"]) == list(range(1, 7))
+    finally:
+        ingest.close()
+        master.close()
+
+
+def test_unreachable_ingest_workers_are_left_alone_for_a_while() -> None:
+    master = Outage(refusals=0)
+    dead = Outage(refusals=0)
+    dead.close()  # nothing listens there any more
+    path = f"/trials/{TRIAL}/metrics"
+    try:
+        sender = MetricSender(MasterSession(master.url, "t"), TRIAL, batch_interval=0.01,
+                              ingest=MasterSession(dead.url, "t"))
+        for step in range(1, 4):
+            sender.put("training", {"steps_completed": step, "metrics": {"loss": 1.0}})
+            sender.flush(timeout=30)
+        sender.close()
+        assert master.statuses(path) == [200, 200, 200]
+        assert sender._ingest_after > time.monotonic() + 20  # not tried again for 30 s
+    finally:
+        master.close()

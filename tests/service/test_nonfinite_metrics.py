@@ -4,6 +4,7 @@ REST API answers strict JSON with Determined's strings, and the SDK reads floats
 from __future__ import annotations
 
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +73,19 @@ def test_a_nan_validation_completes_and_reads_back_as_nan(
     assert math.isnan(reports["training"]["loss"]) and reports["training"]["grad"] == math.inf
     # A NaN is never a best validation: the trial has none.
     assert client.get_trial(trial["id"]).searcher_metric_value is None
+
+
+def test_fast_loads_keeps_whole_numbers_past_64_bits_and_reads_big_bodies_quickly() -> None:
+    assert nonfinite.fast_loads(b'{"n": 123456789012345678901}') == {"n": 123456789012345678901}
+    assert nonfinite.fast_loads(b"[-1234567890123456789, 2]") == [-1234567890123456789, 2]
+    assert nonfinite.fast_loads(b"[1234567890123456789, -5.5]") == [1234567890123456789, -5.5]
+    assert nonfinite.fast_loads(b'["12345678901234567890123", 1]') == [
+        "12345678901234567890123", 1]
+    assert math.isnan(nonfinite.fast_loads(b"[NaN]")[0])
+    with pytest.raises(ValueError):
+        nonfinite.fast_loads(b"{not json")
+    # The master reads bodies of up to 160 MB; the check must not hold it for seconds.
+    body = b'{"config": "' + b"a1" * 25_000_000 + b'"}'
+    start = time.perf_counter()
+    assert len(nonfinite.fast_loads(body)["config"]) == 50_000_000
+    assert time.perf_counter() - start < 0.6

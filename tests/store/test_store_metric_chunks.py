@@ -8,8 +8,9 @@ import math
 import pytest
 
 from det_hub import nonfinite
-from det_hub.store import Store, Trial
-from det_hub.store import metrics as store_metrics
+from det_hub.store import NotFound, Store, Trial
+from det_hub.store import metric_writes as store_metrics
+from det_hub.store.metric_writes import IngestTarget, StoredNotice
 from det_hub.store.packing import ROW_BITS, Pack
 from det_hub.store.summaries import summarize
 
@@ -139,3 +140,55 @@ def test_fast_loads_reads_what_json_reads() -> None:
     assert math.isnan(nonfinite.fast_loads(b"[NaN]")[0])
     with pytest.raises(ValueError):
         nonfinite.fast_loads(b"{not json")
+
+
+async def test_a_token_guarded_batch_is_stored_only_for_a_running_trial(
+        store: Store, trial: Trial) -> None:
+    pack = Pack.of_columns([1, 2], {"loss": [1.0, 0.5]})
+    with pytest.raises(NotFound):
+        await store.insert_pack(trial.id, "training", pack, key="k", token_hash="no-such")
+    await store.create_allocation(id=f"{trial.id}.0", trial_id=trial.id, token_hash="open",
+                                  slots=1, state="RUNNING")
+    stored = await store.insert_pack(trial.id, "training", pack, key="k", token_hash="open",
+                                     steps_completed=2)
+    assert not isinstance(stored, int) and len(stored) == 2
+    # The refused attempt claimed no key: the batch went in once, and a copy is a repeat.
+    assert await store.insert_pack(trial.id, "training", pack, key="k",
+                                   token_hash="open") == 2
+    assert (await store.get_trial(trial.id)).steps_completed == 2
+    assert await store.ingest_target("open") == IngestTarget(trial.id, trial.experiment_id,
+                                                             "ACTIVE")
+    await store.update_trial(trial.id, state="COMPLETED")
+    with pytest.raises(NotFound):
+        await store.insert_pack(trial.id, "training", Pack.of_columns([3], {"loss": [0.1]}),
+                                token_hash="open")
+    await store.update_allocation(f"{trial.id}.0", ended_at=dt.datetime.now(dt.UTC))
+    assert await store.ingest_target("open") is None
+    assert [r.steps_completed for r in await store.get_metrics(trial.id)] == [1, 2]
+
+
+@pytest.mark.parametrize("db_url", [pytest.param("postgresql", marks=pytest.mark.postgres)],
+                         indirect=True)
+async def test_postgresql_announces_each_stored_chunk_at_commit(
+        store: Store, trial: Trial, monkeypatch: pytest.MonkeyPatch) -> None:
+    import psycopg
+
+    from det_hub.service.ingest import libpq_url
+
+    listener = await psycopg.AsyncConnection.connect(libpq_url(store.url), autocommit=True)
+    try:
+        await listener.execute("LISTEN test_channel")
+        monkeypatch.setattr(store_metrics, "MAX_CHUNK_ROWS", 2)
+        stored = await store.insert_pack(trial.id, "my group", Pack.of_columns(
+            [5, 6, 7], {"loss": [1.0, 2.0, 3.0]}), key="k", notify="test_channel")
+        assert not isinstance(stored, int)
+        # A repeat stores and announces nothing.
+        assert await store.insert_pack(trial.id, "my group", Pack.of_columns(
+            [5], {"loss": [1.0]}), key="k", notify="test_channel") == 3
+        heard = [StoredNotice.parse(n.payload) async for n in listener.notifies(timeout=1.0)]
+    finally:
+        await listener.close()
+    assert heard == [StoredNotice(trial.id, stored.chunks[0][0], "my group", 6),
+                     StoredNotice(trial.id, stored.chunks[1][0], "my group", 7)]
+    rows = await store.chunk_rows([n.chunk_id for n in heard])
+    assert [r.steps_completed for r in rows] == [5, 6, 7]

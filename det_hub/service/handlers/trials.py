@@ -9,6 +9,7 @@ import orjson
 from det_hub import nonfinite
 from det_hub.service import wire
 from det_hub.service.handlers.base import APIHandler, log_query
+from det_hub.service.reports import read_report
 from det_hub.service.serialize import metric_json, rolled_back_metric_json, trial_json
 
 ID = r"(?P<trial_id>\d+)"
@@ -49,11 +50,8 @@ class TrialMetricsHandler(APIHandler):
 
     async def post(self, trial_id: str) -> None:
         """Report a batch of metrics (training code)."""
-        # The rows stay dicts, checked in one pass (bench/wire_validation.py times it).
-        data = self.json_body()
-        model = wire.MetricColumns if isinstance(data.get("metrics"), dict) else wire.MetricBatch
         count, repeat = await self.master.trials.report_metrics(
-            self.principal, int(trial_id), wire.parse(model, data))
+            self.principal, int(trial_id), read_report(self.json_body()))
         answer: dict[str, Any] = {"count": count, "repeat": repeat}
         alloc = self.principal.allocation
         if alloc is not None:

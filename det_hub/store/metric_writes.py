@@ -1,0 +1,350 @@
+"""Metrics: storing the batches trials report, each as a chunk of ``metric_chunks``
+(:mod:`.packing`) with its block summaries, exactly once by its key.
+
+:class:`MetricWriteQueries` is mixed into :class:`det_hub.store.Store`; the reads are
+:mod:`.metrics`, the summaries :mod:`.metric_summaries`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    LargeBinary,
+    String,
+    TextClause,
+    bindparam,
+    or_,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects import postgresql as pg
+from sqlalchemy.dialects import sqlite
+
+from det_hub.states import TrialState
+
+from ._common import Queries
+from .columns import UTCDateTime, utcnow
+from .errors import NotFound
+from .models import Allocation, MetricBatch, Trial
+from .packing import MAX_CHUNK_ROWS, MetricRow, Pack
+from .summaries import summarize, summarize_columns
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from .summaries import Block
+
+
+@dataclass(slots=True)
+class StoredMetrics:
+    """A batch as stored: its chunks (id and pack) and what every row shares."""
+
+    trial_id: int
+    group: str
+    trial_run: int
+    report_time: dt.datetime
+    chunks: list[tuple[int, Pack]]
+
+    def __len__(self) -> int:
+        return sum(len(pack) for _, pack in self.chunks)
+
+    def rows(self) -> list[MetricRow]:
+        """The stored rows, in the order given."""
+        return [row for chunk_id, pack in self.chunks
+                for row in pack.metric_rows(chunk_id, self.trial_id, self.group,
+                                            self.report_time, self.trial_run)]
+
+
+#: The states of a trial that takes no more metrics.
+_ENDED = tuple(s.value for s in TrialState if s.terminal)
+
+
+@functools.cache
+def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> TextClause:
+    """PostgreSQL's one statement storing a chunk, with the parameters of
+    :meth:`MetricQueries._insert_chunk_pg`: it claims the batch's ``key`` (``claim``); reads
+    the trial's run, raising its ``steps_completed`` (``advance``), only if the key was new
+    and, with ``guard``, while an open allocation of the trial holds ``token_hash`` and the
+    trial has not ended; inserts the chunk in that run; and announces it on ``channel``
+    (``notify``). It answers one row: whether the key was claimed, and the chunk's id and run
+    (NULL when nothing was inserted)."""
+    ctes = []
+    where = ["t.id = :trial_id"]
+    if claim:
+        ctes.append("claim AS (INSERT INTO metric_batches (trial_id, key, rows, created_at) "
+                    "VALUES (:trial_id, :key, :rows, :report_time) "
+                    "ON CONFLICT (trial_id, key) DO NOTHING RETURNING 1)")
+        where.append("EXISTS (SELECT 1 FROM claim)")
+    if guard:
+        ended = ", ".join(f"'{s}'" for s in _ENDED)
+        where.append(f"t.state NOT IN ({ended}) AND EXISTS (SELECT 1 FROM allocations a "
+                     "WHERE a.trial_id = t.id AND a.token_hash = :token_hash "
+                     "AND a.ended_at IS NULL)")
+    if advance:
+        # Never lower: the row is updated (and its run read) even when its steps stay.
+        ctes.append("run AS (UPDATE trials t SET steps_completed = CASE WHEN "
+                    "t.steps_completed IS NULL OR t.steps_completed < :steps_completed "
+                    "THEN :steps_completed ELSE t.steps_completed END "
+                    f"WHERE {' AND '.join(where)} RETURNING t.run_id)")
+    else:
+        ctes.append(f"run AS (SELECT t.run_id FROM trials t WHERE {' AND '.join(where)})")
+    announce = (", pg_notify(:channel, :trial_id || ' ' || id || ' ' || :last_step || ' ' || "
+                ":group_name)" if notify else "")
+    ctes.append(
+        "chunk AS (INSERT INTO metric_chunks (trial_id, group_name, trial_run, count, "
+        "first_step, last_step, first_id, last_id, report_time, payload) "
+        "SELECT :trial_id, :group_name, run.run_id, :count, :first_step, :last_step, "
+        ":first_id, :last_id, :report_time, :payload FROM run "
+        f"RETURNING id, trial_run{announce})")
+    claimed = "(SELECT count(*) FROM claim)" if claim else "1"
+    sql = (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run "
+           "FROM (SELECT 1) AS one LEFT JOIN chunk ON true")
+    types: dict[str, Any] = {"first_step": BigInteger(), "last_step": BigInteger(), "first_id": BigInteger(),
+             "last_id": BigInteger(), "report_time": UTCDateTime(),
+             "payload": LargeBinary(), "trial_id": BigInteger(), "count": Integer(),
+             "rows": Integer(), "steps_completed": BigInteger(), "group_name": String(),
+             "key": String(), "channel": String(), "token_hash": String()}
+    names = [n for n in types if f":{n}" in sql]
+    return text(sql).bindparams(*(bindparam(n, type_=types[n]) for n in names))
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """A batch whose key was stored before: what its first copy stored."""
+
+    rows: int
+
+
+@dataclass(frozen=True)
+class IngestTarget:
+    """The trial an allocation's token reports for (:meth:`MetricQueries.ingest_target`)."""
+
+    trial_id: int
+    experiment_id: int
+    state: str
+
+
+@dataclass(frozen=True)
+class StoredNotice:
+    """A stored chunk as :meth:`MetricQueries.insert_pack` announces it, in the text
+    ``"<trial> <chunk> <last step> <group>"`` (the group last, so that a name holding spaces
+    reads back whole): the trial, the chunk's id, its rows' greatest step and their group."""
+
+    trial_id: int
+    chunk_id: int
+    group: str
+    last_step: int
+
+    @classmethod
+    def parse(cls, payload: str) -> StoredNotice:
+        """Read a notice's text.
+
+        Raises:
+            ValueError: Not a notice.
+        """
+        trial, chunk, last, group = payload.split(" ", 3)
+        return cls(int(trial), int(chunk), group, int(last))
+
+
+class MetricWriteQueries(Queries):
+    """Storing metric batches (see :class:`Store`)."""
+
+    if TYPE_CHECKING:
+        async def _save_summaries(self, session: AsyncSession, trial_id: int, group: str,
+                                  blocks: Iterable[Block]) -> None: ...
+
+        async def _insert_chunk(self, session: AsyncSession, trial_id: int, group: str,
+                                pack: Pack, report_time: dt.datetime,
+                                trial_run: int | None = None) -> tuple[int, int]: ...
+
+    async def add_metrics(self, trial_id: int, group: str, rows: list[dict[str, Any]]) -> int:
+        """Add a batch of metric rows to one group of a trial, in one statement.
+
+        Args:
+            rows: ``{"steps_completed": int, "metrics": dict, "report_time": datetime}``;
+                ``report_time`` is optional and defaults to now.
+
+        Returns:
+            The number of rows added.
+
+        Raises:
+            NotFound: no such trial.
+        """
+        stored = await self.insert_metrics(trial_id, group, rows)
+        return stored if isinstance(stored, int) else len(stored)
+
+    async def insert_metrics(
+        self, trial_id: int, group: str, rows: list[dict[str, Any]], *, key: str | None = None
+    ) -> list[dict[str, Any]] | int:
+        """:meth:`add_metrics`, answering the stored rows: ``{"id", "trial_id", "group",
+        "steps_completed", "metrics", "report_time", "trial_run"}`` in the order given, once
+        committed; or, for a repeated ``key`` (see :meth:`insert_pack`), the number of rows
+        the first copy stored."""
+        if not rows:
+            return []
+        stored = await self.insert_pack(trial_id, group, Pack.of_rows(rows), key=key)
+        if isinstance(stored, int):
+            return stored
+        return [{"id": r.id, "trial_id": r.trial_id, "group": r.group,
+                 "steps_completed": r.steps_completed, "metrics": r.metrics,
+                 "report_time": r.report_time, "trial_run": r.trial_run}
+                for r in stored.rows()]
+
+    async def insert_pack(self, trial_id: int, group: str, pack: Pack, *,
+                          key: str | None = None,
+                          steps_completed: int | None = None,
+                          notify: str | None = None,
+                          token_hash: str | None = None) -> StoredMetrics | int:
+        """Store a packed batch of one group of a trial as one chunk (several past
+        ``MAX_CHUNK_ROWS`` rows) with its block summaries, in one transaction.
+
+        Args:
+            key: the batch's key, unique within the trial. A batch whose key was stored before
+                is a repeat: nothing is written, and the answer is the number of rows the
+                first copy stored. The key commits with the rows, so of two copies arriving
+                together exactly one is stored.
+            steps_completed: raise the trial's ``steps_completed`` to this (never lower it)
+                in the same transaction: a report costs one commit, not two.
+            notify: on PostgreSQL, the channel to announce each stored chunk on
+                (:class:`StoredNotice`), by the statement that stores it: listeners hear of batches
+                in the order they were committed, and never of one rolled back.
+            token_hash: store only while an open allocation of the trial holds this token
+                and the trial has not ended (checked by the statement that stores).
+
+        Raises:
+            NotFound: no such trial (or, with ``token_hash``, none it may report for).
+        """
+        now = utcnow()
+        parts = [pack.part(i, i + MAX_CHUNK_ROWS) for i in range(0, len(pack), MAX_CHUNK_ROWS)]
+        stored = StoredMetrics(trial_id, group, 0, now, [])
+        async with self._writing() as session:
+            for n, part in enumerate(parts):
+                claim = key if n == 0 else None
+                if self.dialect == "postgresql":
+                    inserted = await self._insert_chunk_pg(
+                        session, stored, part, key=claim, rows=len(pack),
+                        steps_completed=steps_completed, notify=notify, token_hash=token_hash)
+                else:
+                    inserted = await self._insert_chunk_claimed(
+                        session, stored, part, key=claim, rows=len(pack),
+                        steps_completed=steps_completed, token_hash=token_hash)
+                if isinstance(inserted, Repeat):
+                    return inserted.rows
+                stored.chunks.append((inserted, part))
+                await self._save_summaries(session, trial_id, group,
+                                           _summaries(inserted, part).values())
+        return stored
+
+    async def _insert_chunk_pg(self, session: AsyncSession, stored: StoredMetrics, part: Pack,
+                               *, key: str | None, rows: int, steps_completed: int | None,
+                               notify: str | None, token_hash: str | None) -> int | Repeat:
+        """PostgreSQL: claim the key, raise the trial's steps, insert the chunk and announce
+        it, in one statement (see :func:`_chunk_statement`); the chunk's id (and
+        ``stored.trial_run`` set), or for a repeated key what its first copy stored.
+
+        Raises:
+            NotFound: no such trial, or none ``token_hash`` may report for.
+        """
+        ids = part.ids
+        params: dict[str, Any] = {
+            "trial_id": stored.trial_id, "group_name": stored.group, "count": len(part),
+            "first_step": min(part.steps), "last_step": max(part.steps),
+            "first_id": None if ids is None else min(ids),
+            "last_id": None if ids is None else max(ids),
+            "report_time": stored.report_time, "payload": part.encode(),
+            "key": key, "rows": rows, "steps_completed": steps_completed,
+            "channel": notify, "token_hash": token_hash}
+        statement = _chunk_statement(key is not None, steps_completed is not None,
+                                     notify is not None, token_hash is not None)
+        claimed, chunk_id, trial_run = (await session.execute(statement, params)).one()
+        if chunk_id is not None:
+            stored.trial_run = int(trial_run)
+            return int(chunk_id)
+        if not claimed:
+            return Repeat(await self._first_copy_rows(session, stored.trial_id, str(key)))
+        raise NotFound(f"trial {stored.trial_id} not found" if token_hash is None else
+                       f"trial {stored.trial_id} not found, ended, or not this token's")
+
+    async def _insert_chunk_claimed(self, session: AsyncSession, stored: StoredMetrics,
+                                    part: Pack, *, key: str | None, rows: int,
+                                    steps_completed: int | None,
+                                    token_hash: str | None) -> int | Repeat:
+        """SQLite: :meth:`_insert_chunk_pg` a statement at a time."""
+        if token_hash is not None and await self._reporting_trial(
+                session, token_hash) != stored.trial_id:
+            raise NotFound(f"trial {stored.trial_id} not found, ended, or not this token's")
+        if key is not None:
+            first = await self._claim_batch_key(session, stored.trial_id, key, rows)
+            if first is not None:
+                return Repeat(first)
+        chunk_id, stored.trial_run = await self._insert_chunk(
+            session, stored.trial_id, stored.group, part, stored.report_time)
+        if steps_completed is not None:
+            await session.execute(
+                update(Trial).where(Trial.id == stored.trial_id, or_(
+                    Trial.steps_completed.is_(None),
+                    Trial.steps_completed < steps_completed))
+                .values(steps_completed=steps_completed))
+        return chunk_id
+
+    async def _reporting_trial(self, session: AsyncSession, token_hash: str) -> int | None:
+        """The trial, not ended, whose open allocation holds the token."""
+        return await session.scalar(
+            select(Trial.id).join(Allocation, Allocation.trial_id == Trial.id)
+            .where(Allocation.token_hash == token_hash, Allocation.ended_at.is_(None),
+                   Trial.state.not_in(_ENDED)))
+
+    async def ingest_target(self, token_hash: str) -> IngestTarget | None:
+        """The trial an open allocation's token may report metrics for (its allocation not
+        ended), with the trial's experiment and state; None for any other token."""
+        async with self._reading() as session:
+            row = (await session.execute(
+                select(Trial.id, Trial.experiment_id, Trial.state)
+                .join(Allocation, Allocation.trial_id == Trial.id)
+                .where(Allocation.token_hash == token_hash, Allocation.ended_at.is_(None))
+            )).first()
+        return None if row is None else IngestTarget(int(row[0]), int(row[1]), str(row[2]))
+
+    async def _claim_batch_key(
+        self, session: AsyncSession, trial_id: int, key: str, rows: int
+    ) -> int | None:
+        """Record ``key`` as stored in this transaction; if it already was, the number of rows
+        its first copy stored. On PostgreSQL a copy in flight in another transaction makes
+        this wait for that one's outcome."""
+        dialect_insert = pg.insert if self.dialect == "postgresql" else sqlite.insert
+        claim = (
+            dialect_insert(MetricBatch)
+            .values(trial_id=trial_id, key=key, rows=rows, created_at=utcnow())
+            .on_conflict_do_nothing(index_elements=["trial_id", "key"])
+            .returning(MetricBatch.rows)
+        )
+        if (await session.execute(claim)).first() is not None:
+            return None
+        return await self._first_copy_rows(session, trial_id, key)
+
+    async def _first_copy_rows(self, session: AsyncSession, trial_id: int, key: str) -> int:
+        """How many rows the batch stored first under ``key`` holds."""
+        stored = await session.scalar(
+            select(MetricBatch.rows).where(MetricBatch.trial_id == trial_id,
+                                           MetricBatch.key == key))
+        return int(stored or 0)
+
+
+def _summaries(chunk_id: int, pack: Pack) -> dict[Any, Block]:
+    """The block summaries of a pack stored as chunk ``chunk_id``."""
+    ids = pack.row_ids(chunk_id)
+    if pack.columns is not None:
+        return summarize_columns(ids, pack.steps, pack.columns)
+    assert pack.rows is not None
+    return summarize(zip(ids, pack.steps, pack.rows, strict=True))
+
+
+__all__ = ["IngestTarget", "MetricWriteQueries", "Repeat", "StoredMetrics", "StoredNotice"]
