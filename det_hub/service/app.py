@@ -220,12 +220,13 @@ class MasterApp(Application):
         return int(self.ingest_workers)
 
     def effective_ingest_url(self, port: int) -> str | None:
-        """Where trials reach the ingest workers serving ``port``; None when it cannot be
-        told (the master URL has a path, behind a proxy, and ``ingest_url`` is unset)."""
+        """Where trials reach the ingest workers serving ``port``: ``ingest_url``, else the
+        master URL's scheme and host with ``port``; None when that cannot be told (the master
+        URL's path is not the master's own base URL: a proxy is in front of it)."""
         if self.ingest_url:
             return self.ingest_url.rstrip("/")
         parts = urlsplit(self.effective_master_url())
-        if parts.path.strip("/") or not parts.hostname:
+        if parts.path.rstrip("/") != self.normal_base_url.rstrip("/") or not parts.hostname:
             return None
         host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
         return f"{parts.scheme}://{host}:{port}"

@@ -213,3 +213,69 @@ def test_a_restarted_master_serves_the_port_its_trials_were_told(
     master.start()
     assert int(kept.read_text()) == port
     assert f"2 ingest workers at http://127.0.0.1:{port}" in master.log_path.read_text()
+
+
+@pytest.mark.slow
+def test_announcements_lost_with_the_listening_connection_lose_no_streamed_row(
+        master: MasterProcess, tmp_path: Path) -> None:
+    import psycopg
+
+    from det_hub.service.ingest import libpq_url
+
+    eid, trial_id, url, token = idle_reporter(master, tmp_path, "relisten")
+    events: list[tuple[str, Any]] = []
+    client = Client(master.url, master.token)
+    reader = threading.Thread(
+        target=lambda: events.extend(client.stream_experiment_events(eid, heartbeat=1)),
+        daemon=True)
+    reader.start()
+    time.sleep(0.5)
+
+    def send(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            assert post(url, token, trial_id, columns(10 * i + 1, 10, f"b{i}")).status_code == 200
+
+    send(0, 10)
+    with psycopg.connect(libpq_url(master.db_url), autocommit=True) as conn:
+        cut = conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                           ).fetchall()
+    assert cut == [(True,)]
+    send(10, 10)  # stored while the master hears nothing
+    master.wait(lambda: "stopped hearing of stored metrics" in master.log_path.read_text(),
+                timeout=10)
+    send(20, 10)
+    master.wait(lambda: master.trials(eid)[0]["steps_completed"] == 300, timeout=20)
+    master.api("POST", f"/experiments/{eid}/kill")
+    reader.join(timeout=60)
+    assert not reader.is_alive()
+    streamed = [data["steps_completed"] for name, data in events if name == "metrics"]
+    assert streamed == list(range(1, 301))
+
+
+@pytest.mark.parametrize(("settings", "expected"), [
+    ({}, "http://127.0.0.1:9001"),
+    ({"host": "0.0.0.0"}, "http://127.0.0.1:9001"),
+    ({"base_url": "/services/det-hub/"}, "http://127.0.0.1:9001"),  # the master's own path
+    ({"master_url": "https://det.example.org:8443"}, "https://det.example.org:9001"),
+    ({"master_url": "https://hub.example.org/services/det-hub"}, None),  # a proxy's path
+    ({"master_url": "https://hub.example.org/services/det-hub",
+      "ingest_url": "http://10.1.2.3:9001/"}, "http://10.1.2.3:9001"),
+])
+def test_trials_are_told_where_the_workers_are(settings: dict[str, str],
+                                               expected: str | None) -> None:
+    from det_hub.service.app import MasterApp
+
+    app = MasterApp(port=8080, **settings)
+    assert app.effective_ingest_url(9001) == expected
+
+
+def test_workers_run_on_postgresql_only_unless_asked() -> None:
+    from det_hub.service.app import MasterApp
+
+    assert MasterApp().ingest_settings("sqlite") == 0
+    assert 1 <= MasterApp().ingest_settings("postgresql") <= 4
+    assert MasterApp(ingest_workers=0).ingest_settings("postgresql") == 0
+    assert MasterApp(ingest_workers=3).ingest_settings("postgresql") == 3
+    with pytest.raises(ValueError, match="needs PostgreSQL"):
+        MasterApp(ingest_workers=1).ingest_settings("sqlite")
