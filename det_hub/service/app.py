@@ -242,8 +242,8 @@ class MasterApp(Application):
             return None
         if self.effective_ingest_url(self.ingest_port or 1) is None:
             self.log.warning("no ingest workers: trials could not be told where they are "
-                             "(the master URL %s has a path); set MasterApp.ingest_url",
-                             self.effective_master_url())
+                             "(the master URL %s goes through a proxy's path); set "
+                             "MasterApp.ingest_url", self.effective_master_url())
             return None
         await master.hear_stored_metrics()
         workers = IngestWorkers(store.url, count=count, host=self.host, port=self.ingest_port,
