@@ -34,6 +34,7 @@ from tornado.netutil import bind_sockets
 from det_hub.service.body_limit import BodyLimitedApplication
 from det_hub.service.errors import (
     APIError,
+    BadRequest,
     Conflict,
     Forbidden,
     NotFound,
@@ -56,6 +57,12 @@ class Misdirected(APIError):
     """A request this server does not answer, though the master does."""
 
     status = 421
+
+
+def _unknown_token() -> Unauthorized:
+    """What a token of no running trial gets."""
+    return Unauthorized("the token is not that of a running trial: the ingest port takes "
+                        "training code's reports only")
 
 
 class IngestHandler(APIHandler):
@@ -86,10 +93,16 @@ class IngestHandler(APIHandler):
     async def post(self, trial_id: str) -> None:
         """Store a batch of a trial's metrics (training code)."""
         tid = int(trial_id)
-        batch = read_report(self.json_body())
+        try:
+            batch = read_report(self.json_body())
+            pack = pack_report(batch)
+        except BadRequest:
+            # The master answers a token it does not know before it reads the body.
+            if await self.store.ingest_target(self.token_hash) is None:
+                raise _unknown_token() from None
+            raise
         if batch.group == "validation":
             raise Misdirected("validations go to the master, whose searcher acts on them")
-        pack = pack_report(batch)
         if not len(pack):
             refusal = await self._refusal(tid)
             if refusal is not None:
@@ -114,8 +127,7 @@ class IngestHandler(APIHandler):
         it may."""
         target = await self.store.ingest_target(self.token_hash)
         if target is None:
-            return Unauthorized("the token is not that of a running trial: the ingest port "
-                               "takes training code's reports only")
+            return _unknown_token()
         if target.trial_id != trial_id:
             return Forbidden(f"this allocation's token is not valid for trial {trial_id}")
         if TrialState(target.state).terminal:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     BigInteger,
     Integer,
     LargeBinary,
+    Select,
     String,
     TextClause,
     bindparam,
@@ -70,7 +71,7 @@ _ENDED = tuple(s.value for s in TrialState if s.terminal)
 @functools.cache
 def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> TextClause:
     """PostgreSQL's one statement storing a chunk, with the parameters of
-    :meth:`MetricQueries._insert_chunk_pg`: it claims the batch's ``key`` (``claim``); reads
+    :meth:`MetricWriteQueries._insert_chunk_pg`: it claims the batch's ``key`` (``claim``); reads
     the trial's run, raising its ``steps_completed`` (``advance``), only if the key was new
     and, with ``guard``, while an open allocation of the trial holds ``token_hash`` and the
     trial has not ended; inserts the chunk in that run; and announces it on ``channel``
@@ -107,13 +108,20 @@ def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> T
     claimed = "(SELECT count(*) FROM claim)" if claim else "1"
     sql = (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run "
            "FROM (SELECT 1) AS one LEFT JOIN chunk ON true")
-    types: dict[str, Any] = {"first_step": BigInteger(), "last_step": BigInteger(), "first_id": BigInteger(),
-             "last_id": BigInteger(), "report_time": UTCDateTime(),
-             "payload": LargeBinary(), "trial_id": BigInteger(), "count": Integer(),
-             "rows": Integer(), "steps_completed": BigInteger(), "group_name": String(),
-             "key": String(), "channel": String(), "token_hash": String()}
+    types: dict[str, Any] = {
+        "trial_id": BigInteger(), "group_name": String(), "count": Integer(),
+        "first_step": BigInteger(), "last_step": BigInteger(), "first_id": BigInteger(),
+        "last_id": BigInteger(), "report_time": UTCDateTime(), "payload": LargeBinary(),
+        "key": String(), "rows": Integer(), "steps_completed": BigInteger(),
+        "channel": String(), "token_hash": String()}
     names = [n for n in types if f":{n}" in sql]
     return text(sql).bindparams(*(bindparam(n, type_=types[n]) for n in names))
+
+
+def _token_trial(token_hash: str, *columns: Any) -> Select[Any]:
+    """``columns`` of the trial whose open allocation (not ended) holds the token."""
+    return (select(*columns).join(Allocation, Allocation.trial_id == Trial.id)
+            .where(Allocation.token_hash == token_hash, Allocation.ended_at.is_(None)))
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,7 @@ class Repeat:
 
 @dataclass(frozen=True)
 class IngestTarget:
-    """The trial an allocation's token reports for (:meth:`MetricQueries.ingest_target`)."""
+    """The trial an allocation's token reports for (:meth:`MetricWriteQueries.ingest_target`)."""
 
     trial_id: int
     experiment_id: int
@@ -134,7 +142,7 @@ class IngestTarget:
 
 @dataclass(frozen=True)
 class StoredNotice:
-    """A stored chunk as :meth:`MetricQueries.insert_pack` announces it, in the text
+    """A stored chunk as :meth:`MetricWriteQueries.insert_pack` announces it, in the text
     ``"<trial> <chunk> <last step> <group>"`` (the group last, so that a name holding spaces
     reads back whole): the trial, the chunk's id, its rows' greatest step and their group."""
 
@@ -214,8 +222,8 @@ class MetricWriteQueries(Queries):
             steps_completed: raise the trial's ``steps_completed`` to this (never lower it)
                 in the same transaction: a report costs one commit, not two.
             notify: on PostgreSQL, the channel to announce each stored chunk on
-                (:class:`StoredNotice`), by the statement that stores it: listeners hear of batches
-                in the order they were committed, and never of one rolled back.
+                (:class:`StoredNotice`), by the statement that stores it: listeners hear of
+                batches in the order they were committed, and never of one rolled back.
             token_hash: store only while an open allocation of the trial holds this token
                 and the trial has not ended (checked by the statement that stores).
 
@@ -278,8 +286,9 @@ class MetricWriteQueries(Queries):
                                     steps_completed: int | None,
                                     token_hash: str | None) -> int | Repeat:
         """SQLite: :meth:`_insert_chunk_pg` a statement at a time."""
-        if token_hash is not None and await self._reporting_trial(
-                session, token_hash) != stored.trial_id:
+        if token_hash is not None and await session.scalar(
+                _token_trial(token_hash, Trial.id).where(Trial.state.not_in(_ENDED))
+        ) != stored.trial_id:
             raise NotFound(f"trial {stored.trial_id} not found, ended, or not this token's")
         if key is not None:
             first = await self._claim_batch_key(session, stored.trial_id, key, rows)
@@ -295,22 +304,12 @@ class MetricWriteQueries(Queries):
                 .values(steps_completed=steps_completed))
         return chunk_id
 
-    async def _reporting_trial(self, session: AsyncSession, token_hash: str) -> int | None:
-        """The trial, not ended, whose open allocation holds the token."""
-        return await session.scalar(
-            select(Trial.id).join(Allocation, Allocation.trial_id == Trial.id)
-            .where(Allocation.token_hash == token_hash, Allocation.ended_at.is_(None),
-                   Trial.state.not_in(_ENDED)))
-
     async def ingest_target(self, token_hash: str) -> IngestTarget | None:
         """The trial an open allocation's token may report metrics for (its allocation not
         ended), with the trial's experiment and state; None for any other token."""
         async with self._reading() as session:
-            row = (await session.execute(
-                select(Trial.id, Trial.experiment_id, Trial.state)
-                .join(Allocation, Allocation.trial_id == Trial.id)
-                .where(Allocation.token_hash == token_hash, Allocation.ended_at.is_(None))
-            )).first()
+            row = (await session.execute(_token_trial(
+                token_hash, Trial.id, Trial.experiment_id, Trial.state))).first()
         return None if row is None else IngestTarget(int(row[0]), int(row[1]), str(row[2]))
 
     async def _claim_batch_key(

@@ -140,9 +140,12 @@ def test_workers_refuse_what_the_master_refuses(master: MasterProcess, tmp_path:
     forbidden = post(url, other_token, trial_id, columns(1, 1, "a"))
     assert forbidden.status_code == 403
     assert f"not valid for trial {trial_id}" in forbidden.json()["error"]
-    bad = post(url, token, trial_id, {"group": "training", "steps": [1, 2],
-                                      "metrics": {"loss": [1.0]}})
+    bad_body = {"group": "training", "steps": [1, 2], "metrics": {"loss": [1.0]}}
+    bad = post(url, token, trial_id, bad_body)
     assert bad.status_code == 400 and bad.json()["error"]
+    # As at the master, a token nobody holds is answered before the body is read.
+    for where in (url, master.url):
+        assert post(where, "0" * 64, trial_id, bad_body).status_code == 401
     validation = post(url, token, trial_id, {**columns(1, 1, "v"), "group": "validation"})
     assert validation.status_code == 421
     assert "master" in validation.json()["error"]
