@@ -204,7 +204,8 @@ class StoredListener:
     def __init__(self, store_url: str, trials: TrialManager) -> None:
         self._conninfo = libpq_url(store_url)
         self._trials = trials
-        self._queue: asyncio.Queue[StoredNotice] = asyncio.Queue()
+        # Stored chunks, and None where announcements may have been lost.
+        self._queue: asyncio.Queue[StoredNotice | None] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self._conn: psycopg.AsyncConnection[object] | None = None
         #: Times the connection was made again after it broke.
@@ -256,22 +257,22 @@ class StoredListener:
                     log.debug("cannot listen for stored metrics yet: %s", e)
             self.relistens += 1
             # Batches stored while nobody listened were announced to nobody.
-            self._queue.put_nowait(_RESYNC)
+            self._queue.put_nowait(None)
 
     async def _apply(self) -> None:
         while True:
             notices = [await self._queue.get()]
             while not self._queue.empty():
                 notices.append(self._queue.get_nowait())
+            stored = [n for n in notices if n is not None]
             try:
-                if any(n is _RESYNC for n in notices):
+                if len(stored) < len(notices):
                     await self._trials.resync()
-                    notices = [n for n in notices if n is not _RESYNC]
-                if notices:
-                    await self._trials.on_stored(notices)
+                if stored:
+                    await self._trials.on_stored(stored)
             except Exception:  # a database outage, mostly: streams must not miss what it hid
                 log.exception("could not act on %d stored batches; streams resume from the "
-                              "store", len(notices))
+                              "store", len(stored))
                 self._trials.metric_events.lost()
 
     async def stop(self) -> None:
@@ -282,10 +283,6 @@ class StoredListener:
                 await task
         self._tasks = []
         await self._close()
-
-
-#: Put in the queue when announcements may have been lost.
-_RESYNC = StoredNotice(0, 0, "", 0)
 
 
 __all__ = ["CHANNEL", "IngestWorkers", "StoredListener", "default_worker_count", "libpq_url"]

@@ -79,10 +79,7 @@ class IngestHandler(APIHandler):
             raise Unavailable("this ingest worker is stopping; try again shortly",
                               retry_after=1)
         check_path_ids(self.path_kwargs)
-        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() not in ("bearer", "token") or not token.strip():
-            raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
-        self.token_hash = hash_token(token.strip())
+        self.token_hash = hash_token(self.bearer_token())
 
     def on_finish(self) -> None:
         """Nothing to count: the master's own bookkeeping of requests is not here."""

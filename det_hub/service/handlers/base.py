@@ -112,16 +112,23 @@ class APIHandler(RequestHandler):
         self.master.active_requests.add(id(self))
         if self.public:
             return
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() not in ("bearer", "token") or not token.strip():
-            raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
-        principal = await self.master.users.authenticate(token.strip())
+        principal = await self.master.users.authenticate(self.bearer_token())
         if principal is None:
             raise Unauthorized("the token is not valid")
         if principal.allocation is not None and not self.allow_allocation:
             raise Forbidden("this endpoint is not open to training code's allocation tokens")
         self.principal = principal
+
+    def bearer_token(self) -> str:
+        """The token of the request's ``Authorization: Bearer`` (or ``token``) header.
+
+        Raises:
+            Unauthorized: There is none.
+        """
+        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() not in ("bearer", "token") or not token.strip():
+            raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
+        return token.strip()
 
     def on_finish(self) -> None:
         self.master.active_requests.discard(id(self))
