@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
+# Every task's first process imports this package (det_hub.exec.task_start); it imports
+# nothing, not even typing, so that a task's start pays only for what it uses.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import os
+    from pathlib import Path
+    from typing import Any
+
     from det_hub.client import Client
 
 __version__ = "0.1.0"

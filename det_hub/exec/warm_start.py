@@ -63,7 +63,7 @@ EXIT_NOT_FOUND = 127
 EXIT_NOT_STARTED = 126
 
 #: What a warm interpreter imports ahead of every task, each where it is installed.
-PRELOAD = ("det_hub.core", "requests")
+PRELOAD = ("det_hub.core",)
 #: Entrypoints that always use torch: det_hub's PyTorchTrial harness and its launchers.
 TORCH_MODULES = ("det_hub.exec.harness", "det_hub.launch.")
 #: A top-level line of Python that imports torch.
