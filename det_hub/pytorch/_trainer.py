@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import inspect
 import logging
@@ -69,12 +70,28 @@ def _scalar(name: str, value: Any) -> float:
     return float(value)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Held:
+    """A batch metric kept as the tensor the trial returned (detached), not a copy, and the
+    version it had then: :func:`_materialize` refuses it if it was changed in place since."""
+
+    tensor: torch.Tensor
+    version: int
+
+
 def _deferred_metrics(output: Any, where: str) -> dict[str, Any]:
     """A batch's metrics (training or validation), tensors kept (detached) where they are.
 
     Reading a CUDA tensor's value waits for every kernel queued before it, so doing that per
     batch would stall the GPU pipeline; :func:`_materialize` reads a whole period's tensors
-    (or a whole validation pass) with one transfer per device instead.
+    (or a whole validation pass) with one transfer per device and dtype instead.
+
+    The output of an autograd operation (a loss: it has a ``grad_fn`` and is not a view) is a
+    fresh tensor nobody else holds, so it is kept as it is, with no device work per batch (a
+    copy was one kernel launch per batch and metric, about 0.07 ms a batch on a GPU). Any
+    other tensor (an accumulator the trial updates in place, a view of a larger tensor, a
+    metric computed under ``no_grad``) is copied, so that later changes do not reach earlier
+    batches and no large storage is held for the period.
     """
     if isinstance(output, torch.Tensor):
         output = {"loss": output}
@@ -88,22 +105,39 @@ def _deferred_metrics(output: Any, where: str) -> dict[str, Any]:
                 raise TypeError(
                     f"metric {name!r} is a tensor of {value.numel()} values, not a scalar"
                 )
-            # A copy: the caller may update the tensor in place or hold a large storage.
-            metrics[name] = value.detach().reshape(()).to(torch.float64, copy=True)
+            if value.grad_fn is not None and value._base is None:
+                metrics[name] = _Held(value.detach(), value._version)
+            else:
+                metrics[name] = value.detach().clone()
         else:
             metrics[name] = _scalar(name, value)
     return metrics
 
 
 def _materialize(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """``batches`` with every tensor replaced by its float, one device transfer per device."""
-    by_device: dict[torch.device, list[tuple[dict[str, Any], str]]] = {}
+    """``batches`` with every tensor replaced by its float, one device transfer per device
+    and dtype.
+
+    Raises:
+        RuntimeError: a kept metric tensor (see :func:`_deferred_metrics`) was changed in
+            place after its batch returned it, so its batch's value is gone.
+    """
+    groups: dict[tuple[torch.device, torch.dtype], list[tuple[dict[str, Any], str]]] = {}
+    tensors: dict[tuple[int, str], torch.Tensor] = {}
     for metrics in batches:
         for name, value in metrics.items():
+            if isinstance(value, _Held):
+                if value.tensor._version != value.version:
+                    raise RuntimeError(
+                        f"the metric {name!r} was changed in place after the batch returned "
+                        "it, so that batch's value is lost; return a tensor that is not "
+                        f"updated later (e.g. {name}.detach().clone())")
+                value = value.tensor
             if isinstance(value, torch.Tensor):
-                by_device.setdefault(value.device, []).append((metrics, name))
-    for places in by_device.values():
-        stacked = torch.stack([m[name] for m, name in places])
+                groups.setdefault((value.device, value.dtype), []).append((metrics, name))
+                tensors[id(metrics), name] = value
+    for places in groups.values():
+        stacked = torch.stack([tensors[id(m), name].reshape(()) for m, name in places])
         for (metrics, name), number in zip(places, stacked.tolist(), strict=True):
             metrics[name] = float(number)
     return batches

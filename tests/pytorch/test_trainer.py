@@ -298,6 +298,35 @@ def test_training_metrics_are_read_once_per_period_and_copied() -> None:
         _deferred_metrics([1.0], "train_batch()")
 
 
+def test_a_loss_is_kept_without_a_copy_and_read_with_the_rest_of_its_period() -> None:
+    """The output of an autograd op is held as it is (no device work per batch); views, no-grad
+    metrics and other dtypes are copied and read in the same pass, each group with one stack."""
+    from det_hub.pytorch._trainer import _deferred_metrics, _Held, _materialize
+
+    w = torch.tensor([1.5, 2.0], requires_grad=True)
+    loss = (w * w).sum()
+    pair = w * 3
+    batch = _deferred_metrics({"loss": loss, "first": pair[0], "count": torch.tensor(7),
+                               "half": torch.tensor(0.5, dtype=torch.float16)}, "train_batch()")
+    assert isinstance(batch["loss"], _Held)
+    assert batch["loss"].tensor.data_ptr() == loss.data_ptr()  # the same storage: no copy
+    assert isinstance(batch["first"], torch.Tensor)  # a view: copied, its base not held
+    assert batch["first"].data_ptr() != pair.data_ptr()
+    assert _materialize([batch]) == [{"loss": 6.25, "first": 4.5, "count": 7.0, "half": 0.5}]
+
+
+def test_a_kept_loss_changed_in_place_afterwards_is_refused_by_name() -> None:
+    from det_hub.pytorch._trainer import _deferred_metrics, _materialize
+
+    w = torch.tensor(2.0, requires_grad=True)
+    loss = w * 2
+    batch = _deferred_metrics({"loss": loss}, "train_batch()")
+    with torch.no_grad():
+        loss.add_(1)
+    with pytest.raises(RuntimeError, match="'loss' was changed in place"):
+        _materialize([batch])
+
+
 def test_a_checkpoint_of_another_trial_is_a_warm_start(tmp_path: Path) -> None:
     """searcher.source_trial_id: weights and optimizer carry over; the position does not."""
     storage = tmp_path / "ckpts"
