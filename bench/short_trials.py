@@ -7,9 +7,9 @@ the same space with the same number of trials N on the same W slots (2):
 * det_hub: a real ``det-hub master`` (SQLite, the embedded local agent with W CPU slots) runs
   an ``adaptive_asha`` search (``mode: aggressive``, ``stop_once: true``, divisor 4, 3 rungs:
   one bracket whose rungs are R/16, R/4 and R, as Optuna's single one),
-  ``max_concurrent_trials: W``. Each trial is a Core API script that uses only the public
-  loop: it trains batch by batch, reports a validation at each of the searcher's rungs
-  (``op.validate_at``) and at the operation's end, and asks
+  ``max_concurrent_trials: W`` (W + ``--queued``). Each trial is a Core API script that uses
+  only the public loop: it trains batch by batch, reports a validation at each of the
+  searcher's rungs (``op.validate_at``) and at the operation's end, and asks
   ``core_context.preempt.should_preempt()`` after every batch; when it answers True the
   script returns. As it ends it reports one training row with the batches it trained and the
   seconds it spent training (``busy_s``: its batches and validations, nothing else).
@@ -33,7 +33,8 @@ Figures, per search:
 With ``--check``, exits non-zero naming each target missed, in any seed: slot utilisation at
 least 0.8, wall at most 1.5 x Optuna's, and no batch trained after a stop decision.
 
-    python bench/short_trials.py [--trials 16[,64]] [--seeds 3] [--slots 2] [--unit-ms 1]
+    python bench/short_trials.py [--trials 16[,64]] [--seeds 3] [--slots 2] [--queued 0]
+        [--unit-ms 1]
         [--max-length 937] [--db sqlite|postgresql] [--check] [--json PATH]
 """
 
@@ -148,11 +149,11 @@ def rung_lengths(problem: Problem, trials: int, slots: int, max_length: int,
     return list(bracket.lengths)
 
 
-def searcher_config(problem: Problem, trials: int, slots: int,
+def searcher_config(problem: Problem, trials: int, concurrent: int,
                     max_length: int) -> dict[str, Any]:
     return {"name": "adaptive_asha", "metric": problem.metric, "smaller_is_better": True,
             "max_length": {"batches": max_length}, "max_trials": trials,
-            "max_concurrent_trials": slots, "mode": "aggressive", "stop_once": True,
+            "max_concurrent_trials": concurrent, "mode": "aggressive", "stop_once": True,
             "divisor": DIVISOR, "max_rungs": RUNGS}
 
 
@@ -161,14 +162,14 @@ def _epoch(stamp: str) -> float:
 
 
 def run_det_hub(master: MasterProcess, context: Path, problem: Problem, trials: int,
-                slots: int, seed: int) -> Search:
+                slots: int, seed: int, queued: int = 0) -> Search:
     """One adaptive ASHA search on ``master``; every figure from what its trials reported."""
     spec = problem.spec
     (context / "problem.json").write_text(json.dumps(dataclasses.asdict(spec)))
     config = {
         "name": f"short-trials-{trials}-{seed}", "entrypoint": "python3 train.py",
         "hyperparameters": problem.space,
-        "searcher": searcher_config(problem, trials, slots, spec.max_length),
+        "searcher": searcher_config(problem, trials, slots + queued, spec.max_length),
         "reproducibility": {"experiment_seed": seed},
         "max_restarts": 0,
     }
@@ -283,6 +284,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="N, or several comma-separated (16,64); default 16")
     parser.add_argument("--seeds", type=int, default=3, help="searches of each N (default 3)")
     parser.add_argument("--slots", type=int, default=2, help="W slots (default 2)")
+    parser.add_argument("--queued", type=int, default=0,
+                        help="trials the search keeps queued beside the W running ones "
+                             "(max_concurrent_trials W + QUEUED; default 0). Determined's "
+                             "default max_concurrent_trials (16) queues the rest of a search, "
+                             "which is what lets LocalAgent.warm_start prepare them")
     parser.add_argument("--unit-ms", type=float, default=1.0,
                         help="milliseconds of sleep per batch (default 1)")
     parser.add_argument("--max-length", type=int, default=937,
@@ -299,9 +305,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         counts = [int(n) for n in args.trials.split(",")]
     except ValueError:
         parser.error(f"--trials: {args.trials!r} is not a comma-separated list of integers")
-    if min(counts) < 1 or args.seeds < 1 or args.slots < 1 or args.max_length < DIVISOR ** 2:
-        parser.error("--trials, --seeds and --slots must be at least 1, --max-length at "
-                     f"least {DIVISOR ** 2}")
+    if min(counts) < 1 or args.seeds < 1 or args.slots < 1 or args.max_length < DIVISOR ** 2 \
+            or args.queued < 0:
+        parser.error("--trials, --seeds and --slots must be at least 1, --queued at least 0, "
+                     f"--max-length at least {DIVISOR ** 2}")
 
     print(f"short trials: adaptive_asha (aggressive, stop_once, divisor {DIVISOR}, {RUNGS} "
           f"rungs) on a det_hub master ({args.db}, local agent, {args.slots} slots) beside "
@@ -323,7 +330,8 @@ def main(argv: Sequence[str] | None = None) -> None:
                                        unit_seconds=args.unit_ms / 1000)
                     problem = make_problem(spec)
                     points = rung_lengths(problem, trials, args.slots, args.max_length, seed)
-                    ours = run_det_hub(master, context, problem, trials, args.slots, seed)
+                    ours = run_det_hub(master, context, problem, trials, args.slots, seed,
+                                       args.queued)
                     theirs = run_optuna(problem, ours.configs, args.slots, points, seed)
                     if sorted(map(json.dumps, theirs.configs)) != \
                             sorted(map(json.dumps, ours.configs)):

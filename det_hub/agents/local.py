@@ -198,10 +198,11 @@ class LocalAgent(Agent):
         up. Only `python3 SCRIPT` and `python3 -m MODULE` entrypoints (the harness among them)
         start warm; anything else, or a task whose start differs from what was prepared,
         starts from scratch. One prepared task serves its own allocation only, never another
-        task or user. Off by default: preparing takes CPU from the trials that run, and on a
-        host with no core to spare (2 cores, 2 slots) searches of short trials took as long
-        or longer with it (bench/short_trials.py); turn it on where cores sit idle beside the
-        slots.""")
+        task or user. Only queued trials are prepared: it helps searches that keep trials
+        queued beside the running ones (Determined's default max_concurrent_trials, 16), and
+        slows a search limited to as many trials as there are slots. Off by default:
+        preparing takes CPU from the trials that run (bench/short_trials.py --queued); turn
+        it on where cores sit idle beside the slots.""")
     read_only_paths = List(
         Unicode(), config=True,
         help="""Host paths every sandboxed task sees read-only at the same path, besides the
