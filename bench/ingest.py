@@ -4,9 +4,10 @@ Prints metric rows (points) per second stored in PostgreSQL (the production stor
 SQLite (the embedded default), each beside the ceiling of the same database: the same
 reporters writing the same rows straight into a bare table (COPY on PostgreSQL, one
 executemany per batch on SQLite), with no master, no index and no checks. Each reporter is its
-own process with its own HTTP connection, posting batches of BATCH rows with a key and the
-trial's own token, where the Core API's background sender would (the master's ingest workers
-when it runs them, else the master): as columns (``--form columns``, what the Core API sends) or as
+own process with its own HTTP connection (the Core API's own client,
+:class:`det_hub.core.MasterSession`), posting batches of BATCH rows with a key and the trial's
+own token, where the Core API's background sender would (the master's ingest workers when it
+runs them, else the master): as columns (``--form columns``, what the Core API sends) or as
 rows. Every row must be stored exactly once, or the bench fails.
 
     python bench/ingest.py [--seconds 10] [--batch 500] [--reporters 8] [--db postgresql]
@@ -38,6 +39,8 @@ from _setup import (  # noqa: E402
     single_config,
 )
 
+from det_hub.core import MasterSession  # noqa: E402
+
 # Training code's own address and token, for the reporters to post as the Core API would:
 # to the ingest workers where the master runs them, else to the master.
 SLEEPER = """import os, time
@@ -68,21 +71,19 @@ def _wait_until(start_at: float) -> None:
 
 def reporter(url: str, token: str, trial_id: int, index: int, batch: int, seconds: float,
              form: str, start_at: float, out: mp.Queue) -> None:
-    session = requests.Session()
-    session.headers["Authorization"] = f"Bearer {token}"
+    session = MasterSession(url, token, timeout=60)
     rows_sent, latencies, step, n = 0, [], index * 10**9, 0
     _wait_until(start_at)
     deadline = start_at + seconds
     while time.time() < deadline:
         n += 1
-        body = json.dumps(_body(form, step, batch, f"bench-{index}:{n}"))
+        body = _body(form, step, batch, f"bench-{index}:{n}")
         step += batch
-        t0 = time.perf_counter()
-        r = session.post(f"{url}/api/v1/trials/{trial_id}/metrics", data=body,
-                         headers={"Content-Type": "application/json"}, timeout=60)
+        t0 = time.perf_counter()  # the body's encoding is the client's, and inside the time
+        session.post(f"/trials/{trial_id}/metrics", body)
         latencies.append(time.perf_counter() - t0)
-        r.raise_for_status()
         rows_sent += batch
+    session.close()
     out.put((rows_sent, latencies))
 
 

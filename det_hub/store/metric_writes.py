@@ -35,7 +35,7 @@ from ._common import Queries
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
 from .models import Allocation, MetricBatch, Trial
-from .packing import MAX_CHUNK_ROWS, MetricRow, Pack
+from .packing import MAX_CHUNK_ROWS, ROW_BITS, MetricRow, Pack
 from .summaries import summarize, summarize_columns
 
 if TYPE_CHECKING:
@@ -68,15 +68,55 @@ class StoredMetrics:
 _ENDED = tuple(s.value for s in TrialState if s.terminal)
 
 
+#: The block summary columns, in ``metric_summaries``' order after trial and group.
+_SUMMARY_COLUMNS = ("name", "level", "block", "count",
+                    *(f"{corner}_{part}" for corner in ("first", "last", "min", "max")
+                      for part in ("step", "id", "value")))
+_SUMMARY_TYPES = {"name": "text", "level": "integer", "block": "bigint", "count": "bigint",
+                  **{c: {"step": "bigint", "id": "bigint", "value": "double precision"}[
+                      c.split("_")[1]] for c in _SUMMARY_COLUMNS[4:]}}
+
+
+def _summaries_cte() -> str:
+    """The CTE of :func:`_chunk_statement` merging the chunk's block summaries (given as one
+    array per column, row ids relative to the chunk) into ``metric_summaries``: as
+    :func:`.metric_summaries._upsert_statement` does, counts added and the first, last, lowest
+    and highest row of both kept."""
+    arrays = ", ".join(f"CAST(:s_{c} AS {_SUMMARY_TYPES[c]}[])" for c in _SUMMARY_COLUMNS)
+    values = ", ".join(
+        f"(CAST(chunk.id AS bigint) << {ROW_BITS}) + u.{c}" if c.endswith("_id") else f"u.{c}"
+        for c in _SUMMARY_COLUMNS)
+
+    def take(corner: str, better: str) -> str:
+        return ", ".join(f"{corner}_{part} = CASE WHEN {better} THEN excluded.{corner}_{part} "
+                         f"ELSE s.{corner}_{part} END" for part in ("step", "id", "value"))
+
+    merge = ", ".join((
+        "count = s.count + excluded.count",
+        take("first", "excluded.first_step < s.first_step OR (excluded.first_step = "
+                      "s.first_step AND excluded.first_id < s.first_id)"),
+        take("last", "excluded.last_step > s.last_step OR (excluded.last_step = "
+                     "s.last_step AND excluded.last_id > s.last_id)"),
+        take("min", "excluded.min_value < s.min_value"),
+        take("max", "excluded.max_value > s.max_value")))
+    return (f"summaries AS (INSERT INTO metric_summaries AS s (trial_id, group_name, "
+            f"{', '.join(_SUMMARY_COLUMNS)}) SELECT :trial_id, :group_name, {values} "
+            f"FROM chunk CROSS JOIN unnest({arrays}) AS u({', '.join(_SUMMARY_COLUMNS)}) "
+            "ON CONFLICT (trial_id, group_name, name, level, block) "
+            f"DO UPDATE SET {merge} RETURNING 1)")
+
+
 @functools.cache
-def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> TextClause:
+def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool,
+                     summaries: bool = False) -> TextClause:
     """PostgreSQL's one statement storing a chunk, with the parameters of
     :meth:`MetricWriteQueries._insert_chunk_pg`: it claims the batch's ``key`` (``claim``); reads
     the trial's run, raising its ``steps_completed`` (``advance``), only if the key was new
     and, with ``guard``, while an open allocation of the trial holds ``token_hash`` and the
-    trial has not ended; inserts the chunk in that run; and announces it on ``channel``
-    (``notify``). It answers one row: whether the key was claimed, and the chunk's id and run
-    (NULL when nothing was inserted)."""
+    trial has not ended; inserts the chunk in that run; announces it on ``channel``
+    (``notify``); and merges its block summaries (``summaries``, :func:`_summaries_cte`). It
+    answers one row: whether the key was claimed, and the chunk's id and run (NULL when
+    nothing was inserted)."""
     ctes = []
     where = ["t.id = :trial_id"]
     if claim:
@@ -105,6 +145,8 @@ def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> T
         "SELECT :trial_id, :group_name, run.run_id, :count, :first_step, :last_step, "
         ":first_id, :last_id, :report_time, :payload FROM run "
         f"RETURNING id, trial_run{announce})")
+    if summaries:
+        ctes.append(_summaries_cte())
     claimed = "(SELECT count(*) FROM claim)" if claim else "1"
     sql = (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run "
            "FROM (SELECT 1) AS one LEFT JOIN chunk ON true")
@@ -115,7 +157,9 @@ def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> T
         "key": String(), "rows": Integer(), "steps_completed": BigInteger(),
         "channel": String(), "token_hash": String()}
     names = [n for n in types if f":{n}" in sql]
-    return text(sql).bindparams(*(bindparam(n, type_=types[n]) for n in names))
+    # The summary arrays are cast in the statement; psycopg sends each list as an array.
+    names += [f"s_{c}" for c in _SUMMARY_COLUMNS if summaries]
+    return text(sql).bindparams(*(bindparam(n, type_=types.get(n)) for n in names))
 
 
 def _token_trial(token_hash: str, *columns: Any) -> Select[Any]:
@@ -236,10 +280,15 @@ class MetricWriteQueries(Queries):
         async with self._writing() as session:
             for n, part in enumerate(parts):
                 claim = key if n == 0 else None
+                # On PostgreSQL the chunk's own statement merges its summaries, their row ids
+                # given relative to the chunk (rows with ids of their own are merged apart).
+                blocks = (list(_summaries(0, part).values())
+                          if self.dialect == "postgresql" and part.ids is None else None)
                 if self.dialect == "postgresql":
                     inserted = await self._insert_chunk_pg(
                         session, stored, part, key=claim, rows=len(pack),
-                        steps_completed=steps_completed, notify=notify, token_hash=token_hash)
+                        steps_completed=steps_completed, notify=notify, token_hash=token_hash,
+                        blocks=blocks)
                 else:
                     inserted = await self._insert_chunk_claimed(
                         session, stored, part, key=claim, rows=len(pack),
@@ -247,16 +296,19 @@ class MetricWriteQueries(Queries):
                 if isinstance(inserted, Repeat):
                     return inserted.rows
                 stored.chunks.append((inserted, part))
-                await self._save_summaries(session, trial_id, group,
-                                           _summaries(inserted, part).values())
+                if blocks is None:
+                    await self._save_summaries(session, trial_id, group,
+                                               _summaries(inserted, part).values())
         return stored
 
     async def _insert_chunk_pg(self, session: AsyncSession, stored: StoredMetrics, part: Pack,
                                *, key: str | None, rows: int, steps_completed: int | None,
-                               notify: str | None, token_hash: str | None) -> int | Repeat:
-        """PostgreSQL: claim the key, raise the trial's steps, insert the chunk and announce
-        it, in one statement (see :func:`_chunk_statement`); the chunk's id (and
-        ``stored.trial_run`` set), or for a repeated key what its first copy stored.
+                               notify: str | None, token_hash: str | None,
+                               blocks: list[Block] | None = None) -> int | Repeat:
+        """PostgreSQL: claim the key, raise the trial's steps, insert the chunk, announce it
+        and merge ``blocks`` (its summaries, row ids relative to the chunk) in one statement
+        (see :func:`_chunk_statement`); the chunk's id (and ``stored.trial_run`` set), or for
+        a repeated key what its first copy stored.
 
         Raises:
             NotFound: no such trial, or none ``token_hash`` may report for.
@@ -270,8 +322,11 @@ class MetricWriteQueries(Queries):
             "report_time": stored.report_time, "payload": part.encode(),
             "key": key, "rows": rows, "steps_completed": steps_completed,
             "channel": notify, "token_hash": token_hash}
+        if blocks:
+            rows_of = [b.row() for b in blocks]
+            params.update({f"s_{c}": [r[c] for r in rows_of] for c in _SUMMARY_COLUMNS})
         statement = _chunk_statement(key is not None, steps_completed is not None,
-                                     notify is not None, token_hash is not None)
+                                     notify is not None, token_hash is not None, bool(blocks))
         claimed, chunk_id, trial_run = (await session.execute(statement, params)).one()
         if chunk_id is not None:
             stored.trial_run = int(trial_run)
