@@ -280,15 +280,16 @@ class MasterSession:
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
     """Whether an idle kept-alive connection was closed by the master: its socket reads as
-    ready (the end of the stream, or bytes nobody asked for)."""
+    ready (the end of the stream, or bytes nobody asked for), as urllib3 judges it."""
     sock = conn.sock
     if sock is None:
         return False
     try:
-        ready, _, _ = select.select([sock], [], [], 0)
+        poller = select.poll()  # not select.select: it refuses descriptors past 1023
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError):
         return True
-    return bool(ready)
 
 
 def retry_after_seconds(value: str | None) -> float | None:
