@@ -42,7 +42,8 @@ class Queries:
 
         def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
 
-        def _writing(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
+        def _writing(self, *, autocommit: bool = False
+                     ) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
 
         async def _update(
             self, model: type[ModelT], key: Any, fields: Mapping[str, Any]

@@ -119,16 +119,19 @@ def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool,
     nothing was inserted)."""
     ctes = []
     where = ["t.id = :trial_id"]
-    if claim:
-        ctes.append("claim AS (INSERT INTO metric_batches (trial_id, key, rows, created_at) "
-                    "VALUES (:trial_id, :key, :rows, :report_time) "
-                    "ON CONFLICT (trial_id, key) DO NOTHING RETURNING 1)")
-        where.append("EXISTS (SELECT 1 FROM claim)")
     if guard:
         ended = ", ".join(f"'{s}'" for s in _ENDED)
         where.append(f"t.state NOT IN ({ended}) AND EXISTS (SELECT 1 FROM allocations a "
                      "WHERE a.trial_id = t.id AND a.token_hash = :token_hash "
                      "AND a.ended_at IS NULL)")
+    if claim:
+        # The key is claimed only for a trial that may take the batch: a refused batch
+        # leaves no key behind, even where the statement commits by itself.
+        ctes.append("claim AS (INSERT INTO metric_batches (trial_id, key, rows, created_at) "
+                    "SELECT :trial_id, :key, :rows, :report_time FROM trials t "
+                    f"WHERE {' AND '.join(where)} "
+                    "ON CONFLICT (trial_id, key) DO NOTHING RETURNING 1)")
+        where = ["t.id = :trial_id", "EXISTS (SELECT 1 FROM claim)"]
     if advance:
         # Never lower: the row is updated (and its run read) even when its steps stay.
         ctes.append("run AS (UPDATE trials t SET steps_completed = CASE WHEN "
@@ -277,7 +280,9 @@ class MetricWriteQueries(Queries):
         now = utcnow()
         parts = [pack.part(i, i + MAX_CHUNK_ROWS) for i in range(0, len(pack), MAX_CHUNK_ROWS)]
         stored = StoredMetrics(trial_id, group, 0, now, [])
-        async with self._writing() as session:
+        # One chunk with its summaries is one statement on PostgreSQL, atomic by itself.
+        alone = self.dialect == "postgresql" and len(parts) == 1 and parts[0].ids is None
+        async with self._writing(autocommit=alone) as session:
             for n, part in enumerate(parts):
                 claim = key if n == 0 else None
                 # On PostgreSQL the chunk's own statement merges its summaries, their row ids
@@ -331,8 +336,11 @@ class MetricWriteQueries(Queries):
         if chunk_id is not None:
             stored.trial_run = int(trial_run)
             return int(chunk_id)
-        if not claimed:
-            return Repeat(await self._first_copy_rows(session, stored.trial_id, str(key)))
+        if not claimed and key is not None:
+            # Not claimed: stored before under this key, or refused (then no key is there).
+            first = await self._first_copy_rows(session, stored.trial_id, key)
+            if first is not None:
+                return Repeat(first)
         raise NotFound(f"trial {stored.trial_id} not found" if token_hash is None else
                        f"trial {stored.trial_id} not found, ended, or not this token's")
 
@@ -382,14 +390,16 @@ class MetricWriteQueries(Queries):
         )
         if (await session.execute(claim)).first() is not None:
             return None
-        return await self._first_copy_rows(session, trial_id, key)
+        return await self._first_copy_rows(session, trial_id, key) or 0
 
-    async def _first_copy_rows(self, session: AsyncSession, trial_id: int, key: str) -> int:
-        """How many rows the batch stored first under ``key`` holds."""
+    async def _first_copy_rows(self, session: AsyncSession, trial_id: int,
+                               key: str) -> int | None:
+        """How many rows the batch stored first under ``key`` holds; None when no batch was
+        stored under it."""
         stored = await session.scalar(
             select(MetricBatch.rows).where(MetricBatch.trial_id == trial_id,
                                            MetricBatch.key == key))
-        return int(stored or 0)
+        return None if stored is None else int(stored)
 
 
 def _summaries(chunk_id: int, pack: Pack) -> dict[Any, Block]:

@@ -170,14 +170,24 @@ class Store(
         self._answered(wrote=False)
 
     @contextlib.asynccontextmanager
-    async def _writing(self) -> AsyncIterator[AsyncSession]:
+    async def _writing(self, *, autocommit: bool = False) -> AsyncIterator[AsyncSession]:
         """One write transaction, committed on success; constraint violations become errors,
-        and a database that cannot be used (down, unreachable, disk full) StoreUnavailable."""
+        and a database that cannot be used (down, unreachable, disk full) StoreUnavailable.
+
+        With ``autocommit`` (PostgreSQL) each statement commits by itself, with no BEGIN and
+        COMMIT round trips: for a write that is one statement, atomic on its own.
+        """
         lock = self._write_lock or contextlib.nullcontext()
         async with lock:
             try:
-                async with self._write_sessions() as session, session.begin():
-                    yield session
+                if autocommit:
+                    async with self._engine.connect() as conn:
+                        await conn.execution_options(isolation_level="AUTOCOMMIT")
+                        async with AsyncSession(bind=conn, expire_on_commit=False) as session:
+                            yield session
+                else:
+                    async with self._write_sessions() as session, session.begin():
+                        yield session
             except IntegrityError as exc:
                 translated = translate(exc)
                 if translated is None:
