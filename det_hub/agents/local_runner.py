@@ -27,6 +27,7 @@ import argparse
 import contextlib
 import json
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -35,13 +36,36 @@ import time
 from typing import IO, Any
 
 
-def _pump(stream: IO[bytes], name: str, log: IO[str], lock: threading.Lock) -> None:
-    for raw in iter(stream.readline, b""):
-        line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-        record = json.dumps({"t": time.time(), "s": name, "m": line})
-        with lock:
-            log.write(record + "\n")
-            log.flush()
+def _log_line(log: IO[str], name: str, raw: bytes) -> None:
+    line = raw.decode("utf-8", errors="replace").rstrip("\r")
+    log.write(json.dumps({"t": time.time(), "s": name, "m": line}) + "\n")
+    log.flush()
+
+
+def _pump(out: IO[bytes], err: IO[bytes], log: IO[str]) -> None:
+    """Copy the task's stdout and stderr into the log a line at a time, until both end.
+
+    One loop reads both pipes, stdout first whenever both have data: what the task wrote to
+    stdout before a line on stderr (a startup hook's output, then why it failed) is logged
+    before that line, which two threads reading a pipe each could not promise."""
+    streams = selectors.DefaultSelector()
+    partial: dict[str, bytes] = {}
+    for stream, name in ((out, "stdout"), (err, "stderr")):
+        streams.register(stream.fileno(), selectors.EVENT_READ, name)
+        partial[name] = b""
+    while streams.get_map():
+        ready = sorted(streams.select(), key=lambda event: event[0].data != "stdout")
+        for key, _ in ready:
+            name, chunk = key.data, os.read(key.fd, 65536)
+            if not chunk:
+                streams.unregister(key.fd)
+                if partial[name]:
+                    _log_line(log, name, partial[name])
+                continue
+            *lines, partial[name] = (partial[name] + chunk).split(b"\n")
+            for line in lines:
+                _log_line(log, name, line)
+    streams.close()
 
 
 def _write_exit(path: str, status: dict[str, object]) -> None:
@@ -101,7 +125,6 @@ def main(argv: list[str] | None = None) -> int:
         passed.append(args.go_fd)
         argv_full += ["--go-fd", str(args.go_fd)]
     argv_full += ["--", *command]
-    lock = threading.Lock()
     with open(args.log, "a", encoding="utf-8") as log:
         try:
             child = subprocess.Popen(argv_full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -113,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                                      umask=0o022)
         except OSError as e:
             why = f"cannot start {argv_full[0]!r}: {e.strerror}"
-            with lock:
-                log.write(json.dumps({"t": time.time(), "s": "system", "m": why}) + "\n")
+            log.write(json.dumps({"t": time.time(), "s": "system", "m": why}) + "\n")
             _write_exit(args.exit_file, {"exit_code": 127, "signal": None, "reason": why})
             return 127
         finally:
@@ -136,15 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(sig, forward)
 
         assert child.stdout is not None and child.stderr is not None
-        pumps = [
-            threading.Thread(target=_pump, args=(child.stdout, "stdout", log, lock), daemon=True),
-            threading.Thread(target=_pump, args=(child.stderr, "stderr", log, lock), daemon=True),
-        ]
-        for p in pumps:
-            p.start()
+        _pump(child.stdout, child.stderr, log)
         code = child.wait()
-        for p in pumps:
-            p.join()
     status = _exit_status(code, bool(start.get("sandboxed")))
     # Why the task could not start, when task_start said so before it gave up.
     with os.fdopen(why_r, "rb") as f:
