@@ -49,22 +49,29 @@ def _pump(out: IO[bytes], err: IO[bytes], log: IO[str]) -> None:
     stdout before a line on stderr (a startup hook's output, then why it failed) is logged
     before that line, which two threads reading a pipe each could not promise."""
     streams = selectors.DefaultSelector()
-    partial: dict[str, bytes] = {}
+    # The pieces of each stream's unfinished line, joined once its newline comes: a progress
+    # bar that rewrites one line with \r for hours is copied once, not at every update.
+    partial: dict[str, list[bytes]] = {}
     for stream, name in ((out, "stdout"), (err, "stderr")):
         streams.register(stream.fileno(), selectors.EVENT_READ, name)
-        partial[name] = b""
+        partial[name] = []
     while streams.get_map():
         ready = sorted(streams.select(), key=lambda event: event[0].data != "stdout")
         for key, _ in ready:
             name, chunk = key.data, os.read(key.fd, 65536)
+            pieces = partial[name]
             if not chunk:
                 streams.unregister(key.fd)
-                if partial[name]:
-                    _log_line(log, name, partial[name])
+                if pieces:
+                    _log_line(log, name, b"".join(pieces))
                 continue
-            *lines, partial[name] = (partial[name] + chunk).split(b"\n")
-            for line in lines:
-                _log_line(log, name, line)
+            *ends, rest = chunk.split(b"\n")
+            for n, end in enumerate(ends):
+                _log_line(log, name, b"".join([*pieces, end]) if n == 0 else end)
+            if ends:
+                pieces.clear()
+            if rest:
+                pieces.append(rest)
     streams.close()
 
 
