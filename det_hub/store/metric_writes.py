@@ -34,7 +34,7 @@ from det_hub.states import TrialState
 from ._common import Queries
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
-from .models import Allocation, MetricBatch, Trial
+from .models import Allocation, MetricBatch, MetricSummary, Trial
 from .packing import MAX_CHUNK_ROWS, ROW_BITS, MetricRow, Pack
 from .summaries import summarize, summarize_columns
 
@@ -68,13 +68,11 @@ class StoredMetrics:
 _ENDED = tuple(s.value for s in TrialState if s.terminal)
 
 
-#: The block summary columns, in ``metric_summaries``' order after trial and group.
-_SUMMARY_COLUMNS = ("name", "level", "block", "count",
-                    *(f"{corner}_{part}" for corner in ("first", "last", "min", "max")
-                      for part in ("step", "id", "value")))
-_SUMMARY_TYPES = {"name": "text", "level": "integer", "block": "bigint", "count": "bigint",
-                  **{c: {"step": "bigint", "id": "bigint", "value": "double precision"}[
-                      c.split("_")[1]] for c in _SUMMARY_COLUMNS[4:]}}
+#: The block summary columns after trial and group, with their PostgreSQL types, read off
+#: the ``metric_summaries`` table (what :meth:`.summaries.Block.row` fills).
+_SUMMARY_TYPES = {c.name: c.type.compile(dialect=pg.dialect())
+                  for c in MetricSummary.__table__.c if c.name not in ("trial_id", "group_name")}
+_SUMMARY_COLUMNS = tuple(_SUMMARY_TYPES)
 
 
 def _summaries_cte() -> str:
