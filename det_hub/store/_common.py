@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import enum
+import re
 import sqlite3
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,16 +26,21 @@ from .errors import NotFound, StoreConflict, StoreUnavailable
 from .models import Base
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncSession
 
 ModelT = TypeVar("ModelT", bound=Base)
+T = TypeVar("T")
 
 
 class Queries:
     """The base of the store's query mixins (see :class:`Store`); it adds nothing at run time.
 
     Each mixin holds the queries of a few tables and reaches the database only through
-    :meth:`Store._reading` and :meth:`Store._writing`, one transaction per call.
+    :meth:`Store._reading` and :meth:`Store._writing` (and, for metric batches,
+    :meth:`Store._write_in_thread` and :meth:`Store._write_direct`), one transaction per call.
     """
 
     if TYPE_CHECKING:
@@ -42,8 +48,12 @@ class Queries:
 
         def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
 
-        def _writing(self, *, autocommit: bool = False
-                     ) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
+        def _writing(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
+
+        async def _write_in_thread(self, work: Callable[[Connection], T]) -> T: ...
+
+        async def _write_direct(self, sql: str,
+                                params: Sequence[Any]) -> tuple[Any, ...] | None: ...
 
         async def _update(
             self, model: type[ModelT], key: Any, fields: Mapping[str, Any]
@@ -59,6 +69,26 @@ def plain(value: Any) -> Any:
     if isinstance(value, dt.datetime):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
     return value
+
+
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def numbered(sql: str, types: Mapping[str, str]) -> tuple[str, tuple[str, ...]]:
+    """SQL text with ``:name`` parameters (as SQLAlchemy's ``text`` takes it) in PostgreSQL's
+    own ``$1, $2...`` form, which the driver sends as it is, and the names in that order.
+    A parameter named in ``types`` is cast to its type there (as SQLAlchemy's bind casts
+    would), so that the server never guesses one; a ``::`` cast is left alone."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        cast = f"::{types[name]}" if name in types else ""
+        return f"${names.index(name) + 1}{cast}"
+
+    return _NAMED.sub(number, sql), tuple(names)
 
 
 def translate(exc: IntegrityError) -> Exception | None:

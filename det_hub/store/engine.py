@@ -61,7 +61,7 @@ def normalize_url(url: str) -> tuple[URL, URL]:
     )
 
 
-def _configure_sqlite(engine: Engine, *, always_immediate: bool) -> None:
+def configure_sqlite(engine: Engine, *, always_immediate: bool) -> None:
     """Per-connection SQLite settings and transaction handling.
 
     The driver's own transaction handling is switched off so that SQLAlchemy's ``begin`` event
@@ -107,7 +107,7 @@ def create_store_engine(async_url: URL, *, echo: bool = False) -> AsyncEngine:
             max_overflow=10,
             pool_timeout=60,
         )
-        _configure_sqlite(engine.sync_engine, always_immediate=False)
+        configure_sqlite(engine.sync_engine, always_immediate=False)
         return engine
     # The service runs ~30 concurrent request handlers and background tasks. A server that
     # went away is noticed by pre-ping before a pooled connection is used, and a connection
@@ -148,7 +148,7 @@ def upgrade_to_head(sync_url: URL) -> None:
         with contextlib.suppress(FileExistsError):
             os.close(os.open(database, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         engine = create_engine(sync_url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
-        _configure_sqlite(engine, always_immediate=True)
+        configure_sqlite(engine, always_immediate=True)
     else:
         engine = create_engine(sync_url, pool_size=1, max_overflow=0)
     try:

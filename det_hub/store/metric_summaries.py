@@ -10,6 +10,7 @@ module reads and writes the blocks.
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +52,13 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
 
-def _upsert_statement(dialect: str) -> Executable:
+def summary_rows(trial_id: int, group: str, blocks: Iterable[Block]) -> list[dict[str, Any]]:
+    """The ``metric_summaries`` rows of a trial's blocks of one group."""
+    return [{"trial_id": trial_id, "group_name": group, **b.row()} for b in blocks]
+
+
+@functools.cache
+def upsert_statement(dialect: str) -> Executable:
     """The statement :meth:`MetricSummaryQueries._save_summaries` runs: an insert of blocks
     that, for a block already stored, adds the counts and keeps the first, last, lowest and
     highest row of both.
@@ -94,29 +101,24 @@ class MetricSummaryQueries(Queries):
     """Upkeep of the ``metric_summaries`` table, and downsampled reads of the ``metrics``
     table (see :meth:`Store.get_metrics`)."""
 
-    #: The dialect's upsert of blocks, made on first use (:func:`_upsert_statement`).
-    _summary_upsert: Executable | None = None
-
     # -- upkeep, in the transactions that write metrics -------------------------------------
 
     async def _save_summaries(
         self, session: AsyncSession, trial_id: int, group: str, blocks: Iterable[Block]
     ) -> None:
         """Merge blocks into the stored summaries: an upsert that keeps the extremes."""
-        rows = [{"trial_id": trial_id, "group_name": group, **b.row()} for b in blocks]
+        rows = summary_rows(trial_id, group, blocks)
         if not rows:
             return
-        if self._summary_upsert is None:
-            self._summary_upsert = _upsert_statement(self.dialect)
         if self.dialect == "postgresql":
             # One statement over arrays, one value per block in each: a batch of metrics
             # touches about a hundred blocks, and a round trip each would cost more than
             # inserting the rows did.
             columns = MetricSummary.__table__.c.keys()
             await session.execute(
-                self._summary_upsert, {c: [row[c] for row in rows] for c in columns})
+                upsert_statement(self.dialect), {c: [row[c] for row in rows] for c in columns})
         else:
-            await session.execute(self._summary_upsert, rows)
+            await session.execute(upsert_statement(self.dialect), rows)
 
     async def _cut_summaries(self, session: AsyncSession, trial_id: int, steps: int) -> None:
         """Make the summaries match a trial whose rows past ``steps`` were just deleted.

@@ -13,7 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from sqlalchemy import (
+    JSON,
     BigInteger,
     Integer,
     LargeBinary,
@@ -21,6 +23,7 @@ from sqlalchemy import (
     String,
     TextClause,
     bindparam,
+    literal,
     or_,
     select,
     text,
@@ -31,14 +34,17 @@ from sqlalchemy.dialects import sqlite
 
 from det_hub.states import TrialState
 
-from ._common import Queries
+from ._common import Queries, numbered
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
+from .metric_summaries import summary_rows, upsert_statement
+from .metrics import chunk_insert
 from .models import Allocation, MetricBatch, MetricSummary, Trial
 from .packing import MAX_CHUNK_ROWS, ROW_BITS, MetricRow, Pack
 from .summaries import summarize, summarize_columns
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from .summaries import Block
@@ -76,11 +82,11 @@ _SUMMARY_COLUMNS = tuple(_SUMMARY_TYPES)
 
 
 def _summaries_cte() -> str:
-    """The CTE of :func:`_chunk_statement` merging the chunk's block summaries (given as one
-    array per column, row ids relative to the chunk) into ``metric_summaries``: as
-    :func:`.metric_summaries._upsert_statement` does, counts added and the first, last, lowest
-    and highest row of both kept."""
-    arrays = ", ".join(f"CAST(:s_{c} AS {_SUMMARY_TYPES[c]}[])" for c in _SUMMARY_COLUMNS)
+    """The CTE of :func:`_chunk_sql` merging the chunk's block summaries (given as one JSON
+    array of :meth:`.summaries.Block.row` objects, ``:summaries``, row ids relative to the
+    chunk) into ``metric_summaries``: as :func:`.metric_summaries.upsert_statement` does,
+    counts added and the first, last, lowest and highest row of both kept."""
+    record = ", ".join(f"{c} {_SUMMARY_TYPES[c]}" for c in _SUMMARY_COLUMNS)
     values = ", ".join(
         f"(CAST(chunk.id AS bigint) << {ROW_BITS}) + u.{c}" if c.endswith("_id") else f"u.{c}"
         for c in _SUMMARY_COLUMNS)
@@ -99,15 +105,24 @@ def _summaries_cte() -> str:
         take("max", "excluded.max_value > s.max_value")))
     return (f"summaries AS (INSERT INTO metric_summaries AS s (trial_id, group_name, "
             f"{', '.join(_SUMMARY_COLUMNS)}) SELECT :trial_id, :group_name, {values} "
-            f"FROM chunk CROSS JOIN unnest({arrays}) AS u({', '.join(_SUMMARY_COLUMNS)}) "
+            "FROM chunk CROSS JOIN json_to_recordset(:summaries) "
+            f"AS u({record}) "
             "ON CONFLICT (trial_id, group_name, name, level, block) "
             f"DO UPDATE SET {merge} RETURNING 1)")
 
 
+#: The types of :func:`_chunk_sql`'s parameters.
+_CHUNK_TYPES: dict[str, Any] = {
+    "trial_id": BigInteger(), "group_name": String(), "count": Integer(),
+    "first_step": BigInteger(), "last_step": BigInteger(), "first_id": BigInteger(),
+    "last_id": BigInteger(), "report_time": UTCDateTime(), "payload": LargeBinary(),
+    "key": String(), "rows": Integer(), "steps_completed": BigInteger(),
+    "channel": String(), "token_hash": String(), "summaries": JSON()}
+
+
 @functools.cache
-def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool,
-                     summaries: bool = False) -> TextClause:
-    """PostgreSQL's one statement storing a chunk, with the parameters of
+def _chunk_sql(claim: bool, advance: bool, notify: bool, guard: bool, summaries: bool) -> str:
+    """PostgreSQL's one statement storing a chunk (``:name`` parameters), with the parameters of
     :meth:`MetricWriteQueries._insert_chunk_pg`: it claims the batch's ``key`` (``claim``); reads
     the trial's run, raising its ``steps_completed`` (``advance``), only if the key was new
     and, with ``guard``, while an open allocation of the trial holds ``token_hash`` and the
@@ -149,18 +164,25 @@ def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool,
     if summaries:
         ctes.append(_summaries_cte())
     claimed = "(SELECT count(*) FROM claim)" if claim else "1"
-    sql = (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run "
-           "FROM (SELECT 1) AS one LEFT JOIN chunk ON true")
-    types: dict[str, Any] = {
-        "trial_id": BigInteger(), "group_name": String(), "count": Integer(),
-        "first_step": BigInteger(), "last_step": BigInteger(), "first_id": BigInteger(),
-        "last_id": BigInteger(), "report_time": UTCDateTime(), "payload": LargeBinary(),
-        "key": String(), "rows": Integer(), "steps_completed": BigInteger(),
-        "channel": String(), "token_hash": String()}
-    names = [n for n in types if f":{n}" in sql]
-    # The summary arrays are cast in the statement; psycopg sends each list as an array.
-    names += [f"s_{c}" for c in _SUMMARY_COLUMNS if summaries]
-    return text(sql).bindparams(*(bindparam(n, type_=types.get(n)) for n in names))
+    return (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run "
+            "FROM (SELECT 1) AS one LEFT JOIN chunk ON true")
+
+
+@functools.cache
+def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> TextClause:
+    """:func:`_chunk_sql` without summaries, for a session's transaction."""
+    sql = _chunk_sql(claim, advance, notify, guard, False)
+    names = [n for n in _CHUNK_TYPES if f":{n}" in sql]
+    return text(sql).bindparams(*(bindparam(n, type_=_CHUNK_TYPES[n]) for n in names))
+
+
+@functools.cache
+def _direct_chunk_sql(claim: bool, advance: bool, notify: bool,
+                      guard: bool) -> tuple[str, tuple[str, ...]]:
+    """:func:`_chunk_sql` with summaries, numbered for :meth:`Store._write_direct`, and its
+    parameters' names in order."""
+    return numbered(_chunk_sql(claim, advance, notify, guard, True), {
+        name: type_.compile(dialect=pg.dialect()) for name, type_ in _CHUNK_TYPES.items()})
 
 
 def _token_trial(token_hash: str, *columns: Any) -> Select[Any]:
@@ -278,58 +300,80 @@ class MetricWriteQueries(Queries):
         now = utcnow()
         parts = [pack.part(i, i + MAX_CHUNK_ROWS) for i in range(0, len(pack), MAX_CHUNK_ROWS)]
         stored = StoredMetrics(trial_id, group, 0, now, [])
-        # One chunk with its summaries is one statement on PostgreSQL, atomic by itself.
-        alone = self.dialect == "postgresql" and len(parts) == 1 and parts[0].ids is None
-        async with self._writing(autocommit=alone) as session:
+        if self.dialect == "postgresql" and len(parts) == 1 and parts[0].ids is None:
+            # One chunk with its summaries is one statement, atomic by itself.
+            inserted = await self._insert_alone_pg(
+                stored, parts[0], key=key, steps_completed=steps_completed, notify=notify,
+                token_hash=token_hash)
+            if isinstance(inserted, Repeat):
+                return inserted.rows
+            stored.chunks.append((inserted, parts[0]))
+            return stored
+        if self.dialect == "sqlite":
+            repeat = await self._write_in_thread(functools.partial(
+                _insert_parts_sqlite, stored, parts, key=key, rows=len(pack),
+                steps_completed=steps_completed, token_hash=token_hash))
+            return stored if repeat is None else repeat.rows
+        async with self._writing() as session:
             for n, part in enumerate(parts):
-                claim = key if n == 0 else None
-                # On PostgreSQL the chunk's own statement merges its summaries, their row ids
-                # given relative to the chunk (rows with ids of their own are merged apart).
-                blocks = (list(_summaries(0, part).values())
-                          if self.dialect == "postgresql" and part.ids is None else None)
-                if self.dialect == "postgresql":
-                    inserted = await self._insert_chunk_pg(
-                        session, stored, part, key=claim, rows=len(pack),
-                        steps_completed=steps_completed, notify=notify, token_hash=token_hash,
-                        blocks=blocks)
-                else:
-                    inserted = await self._insert_chunk_claimed(
-                        session, stored, part, key=claim, rows=len(pack),
-                        steps_completed=steps_completed, token_hash=token_hash)
+                inserted = await self._insert_chunk_pg(
+                    session, stored, part, key=key if n == 0 else None, rows=len(pack),
+                    steps_completed=steps_completed, notify=notify, token_hash=token_hash)
                 if isinstance(inserted, Repeat):
                     return inserted.rows
                 stored.chunks.append((inserted, part))
-                if blocks is None:
-                    await self._save_summaries(session, trial_id, group,
-                                               _summaries(inserted, part).values())
+                await self._save_summaries(session, trial_id, group,
+                                           _summaries(inserted, part).values())
         return stored
 
-    async def _insert_chunk_pg(self, session: AsyncSession, stored: StoredMetrics, part: Pack,
-                               *, key: str | None, rows: int, steps_completed: int | None,
-                               notify: str | None, token_hash: str | None,
-                               blocks: list[Block] | None = None) -> int | Repeat:
-        """PostgreSQL: claim the key, raise the trial's steps, insert the chunk, announce it
-        and merge ``blocks`` (its summaries, row ids relative to the chunk) in one statement
-        (see :func:`_chunk_statement`); the chunk's id (and ``stored.trial_run`` set), or for
-        a repeated key what its first copy stored.
+    async def _insert_alone_pg(self, stored: StoredMetrics, part: Pack, *, key: str | None,
+                               steps_completed: int | None, notify: str | None,
+                               token_hash: str | None) -> int | Repeat:
+        """PostgreSQL, a batch of one chunk whose rows have no ids of their own: claim the
+        key, raise the trial's steps, insert the chunk, announce it and merge its block
+        summaries (row ids relative to the chunk) in one statement that commits by itself
+        (:func:`_chunk_sql`), on the driver's own connections (:mod:`.direct`). The chunk's
+        id (and ``stored.trial_run`` set), or for a repeated key what its first copy stored.
 
         Raises:
             NotFound: no such trial, or none ``token_hash`` may report for.
         """
-        ids = part.ids
-        params: dict[str, Any] = {
-            "trial_id": stored.trial_id, "group_name": stored.group, "count": len(part),
-            "first_step": min(part.steps), "last_step": max(part.steps),
-            "first_id": None if ids is None else min(ids),
-            "last_id": None if ids is None else max(ids),
-            "report_time": stored.report_time, "payload": part.encode(),
-            "key": key, "rows": rows, "steps_completed": steps_completed,
-            "channel": notify, "token_hash": token_hash}
-        if blocks:
-            rows_of = [b.row() for b in blocks]
-            params.update({f"s_{c}": [r[c] for r in rows_of] for c in _SUMMARY_COLUMNS})
+        params = _chunk_params(stored, part, key=key, rows=len(part),
+                               steps_completed=steps_completed, notify=notify,
+                               token_hash=token_hash)
+        params["summaries"] = orjson.dumps(
+            [block.row() for block in _summaries(0, part).values()]).decode()
+        sql, names = _direct_chunk_sql(key is not None, steps_completed is not None,
+                                       notify is not None, token_hash is not None)
+        answer = await self._write_direct(sql, [params[n] for n in names])
+        assert answer is not None, "the chunk statement answers one row"
+        claimed, chunk_id, trial_run = answer
+        if chunk_id is not None:
+            stored.trial_run = int(trial_run)
+            return int(chunk_id)
+        if not claimed and key is not None:
+            # Not claimed: stored before under this key, or refused (then no key is there).
+            first = await self._write_direct(_FIRST_COPY_ROWS, [stored.trial_id, key])
+            if first is not None:
+                return Repeat(int(first[0]))
+        raise _refused(stored.trial_id, token_hash)
+
+    async def _insert_chunk_pg(self, session: AsyncSession, stored: StoredMetrics, part: Pack,
+                               *, key: str | None, rows: int, steps_completed: int | None,
+                               notify: str | None, token_hash: str | None) -> int | Repeat:
+        """PostgreSQL, in a session's transaction: claim the key, raise the trial's steps,
+        insert the chunk and announce it in one statement (see :func:`_chunk_sql`); the
+        chunk's id (and ``stored.trial_run`` set), or for a repeated key what its first copy
+        stored.
+
+        Raises:
+            NotFound: no such trial, or none ``token_hash`` may report for.
+        """
+        params = _chunk_params(stored, part, key=key, rows=rows,
+                               steps_completed=steps_completed, notify=notify,
+                               token_hash=token_hash)
         statement = _chunk_statement(key is not None, steps_completed is not None,
-                                     notify is not None, token_hash is not None, bool(blocks))
+                                     notify is not None, token_hash is not None)
         claimed, chunk_id, trial_run = (await session.execute(statement, params)).one()
         if chunk_id is not None:
             stored.trial_run = int(trial_run)
@@ -339,31 +383,7 @@ class MetricWriteQueries(Queries):
             first = await self._first_copy_rows(session, stored.trial_id, key)
             if first is not None:
                 return Repeat(first)
-        raise NotFound(f"trial {stored.trial_id} not found" if token_hash is None else
-                       f"trial {stored.trial_id} not found, ended, or not this token's")
-
-    async def _insert_chunk_claimed(self, session: AsyncSession, stored: StoredMetrics,
-                                    part: Pack, *, key: str | None, rows: int,
-                                    steps_completed: int | None,
-                                    token_hash: str | None) -> int | Repeat:
-        """SQLite: :meth:`_insert_chunk_pg` a statement at a time."""
-        if token_hash is not None and await session.scalar(
-                _token_trial(token_hash, Trial.id).where(Trial.state.not_in(_ENDED))
-        ) != stored.trial_id:
-            raise NotFound(f"trial {stored.trial_id} not found, ended, or not this token's")
-        if key is not None:
-            first = await self._claim_batch_key(session, stored.trial_id, key, rows)
-            if first is not None:
-                return Repeat(first)
-        chunk_id, stored.trial_run = await self._insert_chunk(
-            session, stored.trial_id, stored.group, part, stored.report_time)
-        if steps_completed is not None:
-            await session.execute(
-                update(Trial).where(Trial.id == stored.trial_id, or_(
-                    Trial.steps_completed.is_(None),
-                    Trial.steps_completed < steps_completed))
-                .values(steps_completed=steps_completed))
-        return chunk_id
+        raise _refused(stored.trial_id, token_hash)
 
     async def ingest_target(self, token_hash: str) -> IngestTarget | None:
         """The trial an open allocation's token may report metrics for (its allocation not
@@ -373,23 +393,6 @@ class MetricWriteQueries(Queries):
                 token_hash, Trial.id, Trial.experiment_id, Trial.state))).first()
         return None if row is None else IngestTarget(int(row[0]), int(row[1]), str(row[2]))
 
-    async def _claim_batch_key(
-        self, session: AsyncSession, trial_id: int, key: str, rows: int
-    ) -> int | None:
-        """Record ``key`` as stored in this transaction; if it already was, the number of rows
-        its first copy stored. On PostgreSQL a copy in flight in another transaction makes
-        this wait for that one's outcome."""
-        dialect_insert = pg.insert if self.dialect == "postgresql" else sqlite.insert
-        claim = (
-            dialect_insert(MetricBatch)
-            .values(trial_id=trial_id, key=key, rows=rows, created_at=utcnow())
-            .on_conflict_do_nothing(index_elements=["trial_id", "key"])
-            .returning(MetricBatch.rows)
-        )
-        if (await session.execute(claim)).first() is not None:
-            return None
-        return await self._first_copy_rows(session, trial_id, key) or 0
-
     async def _first_copy_rows(self, session: AsyncSession, trial_id: int,
                                key: str) -> int | None:
         """How many rows the batch stored first under ``key`` holds; None when no batch was
@@ -398,6 +401,75 @@ class MetricWriteQueries(Queries):
             select(MetricBatch.rows).where(MetricBatch.trial_id == trial_id,
                                            MetricBatch.key == key))
         return None if stored is None else int(stored)
+
+
+#: How many rows the batch stored first under a key holds (``$1``: trial, ``$2``: key).
+_FIRST_COPY_ROWS = "SELECT rows FROM metric_batches WHERE trial_id = $1 AND key = $2"
+
+
+def _chunk_params(stored: StoredMetrics, part: Pack, *, key: str | None, rows: int,
+                  steps_completed: int | None, notify: str | None,
+                  token_hash: str | None) -> dict[str, Any]:
+    """The parameters of :func:`_chunk_sql` but the summaries'."""
+    ids = part.ids
+    return {"trial_id": stored.trial_id, "group_name": stored.group, "count": len(part),
+            "first_step": min(part.steps), "last_step": max(part.steps),
+            "first_id": None if ids is None else min(ids),
+            "last_id": None if ids is None else max(ids),
+            "report_time": stored.report_time, "payload": part.encode(),
+            "key": key, "rows": rows, "steps_completed": steps_completed,
+            "channel": notify, "token_hash": token_hash}
+
+
+def _refused(trial_id: int, token_hash: str | None) -> NotFound:
+    """What a batch the chunk statement stored nothing of, and no earlier copy of, raises."""
+    return NotFound(f"trial {trial_id} not found" if token_hash is None else
+                    f"trial {trial_id} not found, ended, or not this token's")
+
+
+def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connection, *,
+                         key: str | None, rows: int, steps_completed: int | None,
+                         token_hash: str | None) -> Repeat | None:
+    """SQLite, in the writer thread's transaction (:meth:`Store._write_in_thread`): what
+    :meth:`MetricWriteQueries.insert_pack` stores, a statement at a time; the chunks go to
+    ``stored.chunks``. None once stored, or for a repeated key what its first copy stored.
+
+    Raises:
+        NotFound: no such trial, or none ``token_hash`` may report for.
+    """
+    trial_id = stored.trial_id
+    if token_hash is not None and conn.scalar(
+            _token_trial(token_hash, Trial.id).where(Trial.state.not_in(_ENDED))) != trial_id:
+        raise _refused(trial_id, token_hash)
+    if key is not None:
+        # Claimed only for a trial that exists, as on PostgreSQL.
+        claim = (sqlite.insert(MetricBatch).from_select(
+            ["trial_id", "key", "rows", "created_at"],
+            select(literal(trial_id, BigInteger), literal(key, String), literal(rows, Integer),
+                   literal(stored.report_time, UTCDateTime())).where(Trial.id == trial_id))
+            .on_conflict_do_nothing(index_elements=["trial_id", "key"])
+            .returning(MetricBatch.rows))
+        if conn.execute(claim).first() is None:
+            first = conn.scalar(select(MetricBatch.rows).where(
+                MetricBatch.trial_id == trial_id, MetricBatch.key == key))
+            if first is None:
+                raise _refused(trial_id, token_hash)
+            return Repeat(int(first))
+    for part in parts:
+        inserted = conn.execute(
+            chunk_insert(trial_id, stored.group, part, stored.report_time)).first()
+        if inserted is None:
+            raise _refused(trial_id, token_hash)
+        chunk_id, stored.trial_run = int(inserted[0]), int(inserted[1])
+        stored.chunks.append((chunk_id, part))
+        summaries = summary_rows(trial_id, stored.group, _summaries(chunk_id, part).values())
+        if summaries:
+            conn.execute(upsert_statement("sqlite"), summaries)
+    if steps_completed is not None:
+        conn.execute(update(Trial).where(Trial.id == trial_id, or_(
+            Trial.steps_completed.is_(None), Trial.steps_completed < steps_completed))
+            .values(steps_completed=steps_completed))
+    return None
 
 
 def _summaries(chunk_id: int, pack: Pack) -> dict[Any, Block]:

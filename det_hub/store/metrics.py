@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import (
     BigInteger,
     ColumnElement,
+    Executable,
     Integer,
     LargeBinary,
     String,
@@ -60,6 +61,28 @@ def _last_id() -> ColumnElement[int]:
                          MetricChunk.id * (1 << ROW_BITS) + MetricChunk.count - 1)
 
 
+def chunk_insert(trial_id: int, group: str, pack: Pack, report_time: dt.datetime,
+                 trial_run: int | None = None) -> Executable:
+    """The insert of one chunk, of the trial's current run unless ``trial_run`` is given,
+    answering its id and run; one statement, the trial's run read by the insert itself, and
+    no row for a trial that does not exist."""
+    ids = pack.ids
+    values: list[Any] = [
+        literal(trial_id, Integer), literal(group, String),
+        Trial.run_id if trial_run is None else literal(trial_run, Integer),
+        literal(len(pack), Integer),
+        literal(min(pack.steps), BigInteger), literal(max(pack.steps), BigInteger),
+        literal(None if ids is None else min(ids), BigInteger),
+        literal(None if ids is None else max(ids), BigInteger),
+        literal(report_time, UTCDateTime()), literal(pack.encode(), LargeBinary),
+    ]
+    return insert(MetricChunk).from_select(
+        ["trial_id", "group_name", "trial_run", "count", "first_step", "last_step",
+         "first_id", "last_id", "report_time", "payload"],
+        select(*values).where(Trial.id == trial_id),
+    ).returning(MetricChunk.id, MetricChunk.trial_run)
+
+
 class MetricQueries(Queries):
     """Queries of the ``metric_chunks`` table (see :class:`Store`)."""
 
@@ -95,27 +118,13 @@ class MetricQueries(Queries):
                             pack: Pack, report_time: dt.datetime,
                             trial_run: int | None = None) -> tuple[int, int]:
         """Insert one chunk, of the trial's current run unless ``trial_run`` is given; its id
-        and run. One statement: the trial's run is read by the insert itself.
+        and run (:func:`chunk_insert`).
 
         Raises:
             NotFound: no such trial.
         """
-        ids = pack.ids
-        values: list[Any] = [
-            literal(trial_id, Integer), literal(group, String),
-            Trial.run_id if trial_run is None else literal(trial_run, Integer),
-            literal(len(pack), Integer),
-            literal(min(pack.steps), BigInteger), literal(max(pack.steps), BigInteger),
-            literal(None if ids is None else min(ids), BigInteger),
-            literal(None if ids is None else max(ids), BigInteger),
-            literal(report_time, UTCDateTime()), literal(pack.encode(), LargeBinary),
-        ]
-        stmt = insert(MetricChunk).from_select(
-            ["trial_id", "group_name", "trial_run", "count", "first_step", "last_step",
-             "first_id", "last_id", "report_time", "payload"],
-            select(*values).where(Trial.id == trial_id),
-        ).returning(MetricChunk.id, MetricChunk.trial_run)
-        row = (await session.execute(stmt)).first()
+        row = (await session.execute(
+            chunk_insert(trial_id, group, pack, report_time, trial_run))).first()
         if row is None:
             raise NotFound(f"trial {trial_id} not found")
         return int(row[0]), int(row[1])

@@ -7,21 +7,31 @@ database only through :meth:`Store._reading` and :meth:`Store._writing`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import text
+from sqlalchemy import URL, Connection, create_engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.pool import SingletonThreadPool
 
 from ._common import ModelT, check_fields, plain, translate, unavailable
 from .checkpoints import CheckpointQueries
 from .cluster import ClusterQueries
-from .engine import WRITE_OPTION, create_store_engine, normalize_url, upgrade_to_head
+from .engine import (
+    PG_CONNECT_TIMEOUT_S,
+    SQLITE_BUSY_TIMEOUT_S,
+    WRITE_OPTION,
+    configure_sqlite,
+    create_store_engine,
+    normalize_url,
+    upgrade_to_head,
+)
 from .errors import NotFound, StoreUnavailable
 from .experiments import ExperimentQueries
 from .logs import LogQueries
@@ -35,6 +45,11 @@ from .tasks import TaskQueries
 from .trials import TrialQueries, TrialSummary  # TrialSummary: importable from here too
 from .users import UserQueries, hash_token  # hash_token: importable from here too
 from .webhooks import WebhookQueries
+
+if TYPE_CHECKING:
+    from .direct import DirectConnections
+
+T = TypeVar("T")
 
 # Alembic keeps the running migration in module globals, so two upgrades in one process (two
 # stores opened at once) must not overlap.
@@ -91,6 +106,13 @@ class Store(
         # SQLite has one writer at a time anyway: queueing this process's writers here spares
         # them the busy handler's sleep-and-retry; other processes still wait in busy_timeout.
         self._write_lock: asyncio.Lock | None = asyncio.Lock() if dialect == "sqlite" else None
+        # SQLite: a thread and connection of its own for metric writes, made on first use.
+        self._writer: _SQLiteWriter | None = None
+        # PostgreSQL: the driver's own connections for the one-statement metric write.
+        self._direct: DirectConnections | None = None
+        if dialect == "postgresql":
+            from .direct import DirectConnections
+            self._direct = DirectConnections(engine.url, connect_timeout=PG_CONNECT_TIMEOUT_S)
         self.experiment_listeners: list[Callable[[int], None]] = []
         self.experiment_state_listeners: list[Callable[[Experiment], None]] = []
         self._outage: StoreUnavailable | None = None
@@ -134,6 +156,12 @@ class Store(
 
     async def close(self) -> None:
         """Close every pooled connection."""
+        if self._direct is not None:
+            await self._direct.close()
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            await asyncio.get_running_loop().run_in_executor(writer.thread, writer.close)
+            writer.thread.shutdown(wait=False)
         await self._engine.dispose()
 
     async def __aenter__(self) -> Store:
@@ -170,37 +198,74 @@ class Store(
         self._answered(wrote=False)
 
     @contextlib.asynccontextmanager
-    async def _writing(self, *, autocommit: bool = False) -> AsyncIterator[AsyncSession]:
-        """One write transaction, committed on success; constraint violations become errors,
-        and a database that cannot be used (down, unreachable, disk full) StoreUnavailable.
-
-        With ``autocommit`` (PostgreSQL) each statement commits by itself, with no BEGIN and
-        COMMIT round trips: for a write that is one statement, atomic on its own.
-        """
+    async def _writing(self) -> AsyncIterator[AsyncSession]:
+        """One write transaction, committed on success, with errors as
+        :meth:`_write_errors` makes them."""
         lock = self._write_lock or contextlib.nullcontext()
         async with lock:
-            try:
-                if autocommit:
-                    async with self._engine.connect() as conn:
-                        await conn.execution_options(isolation_level="AUTOCOMMIT")
-                        async with AsyncSession(bind=conn, expire_on_commit=False) as session:
-                            yield session
-                else:
-                    async with self._write_sessions() as session, session.begin():
-                        yield session
-            except IntegrityError as exc:
-                translated = translate(exc)
-                if translated is None:
-                    raise
-                raise translated from exc
-            except DBAPIError as exc:
-                error = self._unavailable(exc, writing=True)
-                if error is None:
-                    raise
-                raise error from exc
+            with self._write_errors():
+                async with self._write_sessions() as session, session.begin():
+                    yield session
         self._answered(wrote=True)
 
-    def _unavailable(self, exc: DBAPIError, *, writing: bool) -> StoreUnavailable | None:
+    @contextlib.contextmanager
+    def _write_errors(self) -> Iterator[None]:
+        """What a write's database errors become: constraint violations the store's errors,
+        and a database that cannot be used (down, unreachable, disk full) StoreUnavailable."""
+        try:
+            yield
+        except IntegrityError as exc:
+            translated = translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+        except DBAPIError as exc:
+            error = self._unavailable(exc, writing=True)
+            if error is None:
+                raise
+            raise error from exc
+
+    async def _write_in_thread(self, work: Callable[[Connection], T]) -> T:
+        """SQLite: run ``work`` in one transaction (``BEGIN IMMEDIATE``) on this store's own
+        writer thread and its own connection, with errors as :meth:`_writing` gives them.
+
+        A write of several statements costs one hop to a thread this way, where the async
+        driver pays one per statement, each waiting for this process's event loop; since
+        SQLite takes one writer at a time, that wait was the writers' queue.
+        """
+        assert self._write_lock is not None, "the writer thread is SQLite's"
+        if self._writer is None:
+            self._writer = _SQLiteWriter(normalize_url(self.url)[1])
+        writer = self._writer
+        async with self._write_lock:
+            with self._write_errors():
+                result = await asyncio.get_running_loop().run_in_executor(
+                    writer.thread, writer.run, work)
+        self._answered(wrote=True)
+        return result
+
+    async def _write_direct(self, sql: str, params: Sequence[Any]) -> tuple[Any, ...] | None:
+        """PostgreSQL: one statement that commits by itself (``$n`` parameters), on the
+        driver's own connections (:mod:`.direct`); its first row. Errors are those of
+        :meth:`_writing`."""
+        assert self._direct is not None, "direct writes are PostgreSQL's"
+        import psycopg
+        try:
+            row = await self._direct.execute(sql, params)
+        except psycopg.IntegrityError as exc:
+            translated = translate(IntegrityError(sql, params, exc))
+            if translated is None:
+                raise
+            raise translated from exc
+        except psycopg.Error as exc:
+            error = self._unavailable(exc, writing=True)
+            if error is None:
+                raise
+            raise error from exc
+        self._answered(wrote=True)
+        return row
+
+    def _unavailable(self, exc: BaseException, *, writing: bool) -> StoreUnavailable | None:
         """The StoreUnavailable for ``exc``, if it is one; the first of an outage is logged.
 
         SQLAlchemy has already dropped a connection it saw break (PostgreSQL's pool also
@@ -240,6 +305,28 @@ class Store(
             for name, value in fields.items():
                 setattr(obj, name, plain(value))
         return obj
+
+
+class _SQLiteWriter:
+    """A thread and a synchronous SQLite connection of one store's, for
+    :meth:`Store._write_in_thread`; the connection is used from that thread only."""
+
+    def __init__(self, sync_url: URL) -> None:
+        self.thread = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="det-hub-sqlite-writer")
+        self._engine = create_engine(
+            sync_url, poolclass=SingletonThreadPool,
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+        configure_sqlite(self._engine, always_immediate=True)
+
+    def run(self, work: Callable[[Connection], T]) -> T:
+        """``work`` in one transaction, committed when it returns."""
+        with self._engine.begin() as conn:
+            return work(conn)
+
+    def close(self) -> None:
+        """Close the connection (on the writer thread)."""
+        self._engine.dispose()
 
 
 __all__ = ["Store", "TrialSummary", "hash_token"]
