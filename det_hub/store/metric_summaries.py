@@ -57,6 +57,29 @@ def summary_rows(trial_id: int, group: str, blocks: Iterable[Block]) -> list[dic
     return [{"trial_id": trial_id, "group_name": group, **b.row()} for b in blocks]
 
 
+def merge_rules(old: Any, new: Any) -> dict[str, ColumnElement[Any]]:
+    """How a stored block (``old``, its columns) takes in a new one of the same key
+    (``new``, the upsert's ``excluded``): counts added, and the first, last, lowest and
+    highest row of both kept (the earliest row by step then id for a tie, and so on)."""
+
+    def take(corner: str, better: ColumnElement[bool]) -> dict[str, ColumnElement[Any]]:
+        return {
+            f"{corner}_{part}": case(
+                (better, new[f"{corner}_{part}"]), else_=old[f"{corner}_{part}"])
+            for part in ("step", "id", "value")
+        }
+
+    return {
+        "count": old.count + new.count,
+        **take("first", or_(new.first_step < old.first_step,
+                            and_(new.first_step == old.first_step, new.first_id < old.first_id))),
+        **take("last", or_(new.last_step > old.last_step,
+                           and_(new.last_step == old.last_step, new.last_id > old.last_id))),
+        **take("min", new.min_value < old.min_value),
+        **take("max", new.max_value > old.max_value),
+    }
+
+
 @functools.cache
 def upsert_statement(dialect: str) -> Executable:
     """The statement :meth:`MetricSummaryQueries._save_summaries` runs: an insert of blocks
@@ -75,23 +98,7 @@ def upsert_statement(dialect: str) -> Executable:
     else:
         upsert = sqlite.insert(table)
     old, new = table.c, upsert.excluded
-
-    def take(corner: str, better: ColumnElement[bool]) -> dict[str, Any]:
-        return {
-            f"{corner}_{part}": case(
-                (better, new[f"{corner}_{part}"]), else_=old[f"{corner}_{part}"])
-            for part in ("step", "id", "value")
-        }
-
-    merged = {
-        "count": old.count + new.count,
-        **take("first", or_(new.first_step < old.first_step,
-                            and_(new.first_step == old.first_step, new.first_id < old.first_id))),
-        **take("last", or_(new.last_step > old.last_step,
-                           and_(new.last_step == old.last_step, new.last_id > old.last_id))),
-        **take("min", new.min_value < old.min_value),
-        **take("max", new.max_value > old.max_value),
-    }
+    merged = merge_rules(old, new)
     keys = [old.trial_id, old.group_name, old.name, old.level, old.block]
     statement: Executable = upsert.on_conflict_do_update(index_elements=keys, set_=merged)
     return statement

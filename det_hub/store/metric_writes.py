@@ -37,7 +37,7 @@ from det_hub.states import TrialState
 from ._common import Queries, numbered
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
-from .metric_summaries import summary_rows, upsert_statement
+from .metric_summaries import merge_rules, summary_rows, upsert_statement
 from .metrics import chunk_insert
 from .models import Allocation, MetricBatch, MetricSummary, Trial
 from .packing import MAX_CHUNK_ROWS, ROW_BITS, MetricRow, Pack
@@ -84,26 +84,18 @@ _SUMMARY_COLUMNS = tuple(_SUMMARY_TYPES)
 def _summaries_cte() -> str:
     """The CTE of :func:`_chunk_sql` merging the chunk's block summaries (given as one JSON
     array of :meth:`.summaries.Block.row` objects, ``:summaries``, row ids relative to the
-    chunk) into ``metric_summaries``: as :func:`.metric_summaries.upsert_statement` does,
-    counts added and the first, last, lowest and highest row of both kept."""
+    chunk) into ``metric_summaries`` by :func:`.metric_summaries.merge_rules`, as
+    :func:`.metric_summaries.upsert_statement` does."""
     record = ", ".join(f"{c} {_SUMMARY_TYPES[c]}" for c in _SUMMARY_COLUMNS)
     values = ", ".join(
         f"(CAST(chunk.id AS bigint) << {ROW_BITS}) + u.{c}" if c.endswith("_id") else f"u.{c}"
         for c in _SUMMARY_COLUMNS)
 
-    def take(corner: str, better: str) -> str:
-        return ", ".join(f"{corner}_{part} = CASE WHEN {better} THEN excluded.{corner}_{part} "
-                         f"ELSE s.{corner}_{part} END" for part in ("step", "id", "value"))
-
-    merge = ", ".join((
-        "count = s.count + excluded.count",
-        take("first", "excluded.first_step < s.first_step OR (excluded.first_step = "
-                      "s.first_step AND excluded.first_id < s.first_id)"),
-        take("last", "excluded.last_step > s.last_step OR (excluded.last_step = "
-                     "s.last_step AND excluded.last_id > s.last_id)"),
-        take("min", "excluded.min_value < s.min_value"),
-        take("max", "excluded.max_value > s.max_value")))
-    return (f"summaries AS (INSERT INTO metric_summaries AS s (trial_id, group_name, "
+    table: Any = MetricSummary.__table__
+    rules = merge_rules(table.c, pg.insert(table).excluded)
+    merge = ", ".join(f"{name} = {rule.compile(dialect=pg.dialect())}"
+                      for name, rule in rules.items())
+    return (f"summaries AS (INSERT INTO metric_summaries (trial_id, group_name, "
             f"{', '.join(_SUMMARY_COLUMNS)}) SELECT :trial_id, :group_name, {values} "
             "FROM chunk CROSS JOIN json_to_recordset(:summaries) "
             f"AS u({record}) "
