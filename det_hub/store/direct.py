@@ -15,6 +15,7 @@ into :class:`~det_hub.store.errors.StoreUnavailable`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import select
 from collections.abc import AsyncIterator, Sequence
@@ -25,17 +26,19 @@ from psycopg.pq import TransactionStatus
 from psycopg.types.numeric import Int8Dumper
 from sqlalchemy.engine import URL
 
-#: Idle connections kept for the next writes; more are opened while more write at once.
-KEEP_IDLE = 8
+#: Connections open at most, each kept for the next writes once opened: further writes
+#: wait for one, so that a burst of reports never takes more of the server's connections.
+MAX_OPEN = 8
 
 class DirectConnections:
     """Autocommit driver connections to one PostgreSQL database, kept between writes."""
 
-    def __init__(self, url: URL, *, connect_timeout: float) -> None:
+    def __init__(self, url: URL, *, connect_timeout: float, max_open: int = MAX_OPEN) -> None:
         self._conninfo = url.set(drivername="postgresql").render_as_string(hide_password=False)
         self._connect_args: dict[str, Any] = (
             {} if "connect_timeout" in url.query else {"connect_timeout": connect_timeout})
         self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._open = asyncio.Semaphore(max_open)
         # Connections opened before the last close() are closed when their write ends.
         self._generation = 0
         self._born: dict[int, int] = {}
@@ -62,16 +65,17 @@ class DirectConnections:
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        conn = await self._take()
-        try:
-            yield conn
-        except BaseException:
-            if conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
-                await self._drop(conn)
-            else:
-                await self._give_back(conn)
-            raise
-        await self._give_back(conn)
+        async with self._open:
+            conn = await self._take()
+            try:
+                yield conn
+            except BaseException:
+                if conn.broken or conn.info.transaction_status != TransactionStatus.IDLE:
+                    await self._drop(conn)
+                else:
+                    await self._give_back(conn)
+                raise
+            await self._give_back(conn)
 
     async def _take(self) -> psycopg.AsyncConnection[Any]:
         while self._idle:
@@ -88,8 +92,7 @@ class DirectConnections:
         return conn
 
     async def _give_back(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        if (len(self._idle) < KEEP_IDLE and not conn.closed
-                and self._born.get(id(conn)) == self._generation):
+        if not conn.closed and self._born.get(id(conn)) == self._generation:
             self._idle.append(conn)
         else:
             await self._drop(conn)
@@ -113,4 +116,4 @@ def _ended_while_idle(conn: psycopg.AsyncConnection[Any]) -> bool:
         return True
 
 
-__all__ = ["KEEP_IDLE", "DirectConnections"]
+__all__ = ["MAX_OPEN", "DirectConnections"]

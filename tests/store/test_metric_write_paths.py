@@ -11,7 +11,7 @@ import pytest
 
 from det_hub.store import NotFound, Store, StoreUnavailable, Trial
 from det_hub.store._common import numbered
-from det_hub.store.direct import KEEP_IDLE
+from det_hub.store.direct import MAX_OPEN, DirectConnections
 from det_hub.store.engine import create_store_engine, normalize_url
 from det_hub.store.packing import Pack
 from det_hub.testing import free_port
@@ -120,7 +120,7 @@ async def test_connections_the_server_ended_are_replaced_before_a_batch(
         # Several connections kept: as many batches at once.
         await asyncio.gather(*(store.insert_pack(trial_id, "training", _pack(n * 5, 5),
                                                  key=uuid.uuid4().hex) for n in range(4)))
-        assert store._direct is not None and 1 <= len(store._direct._idle) <= KEEP_IDLE
+        assert store._direct is not None and 1 <= len(store._direct._idle) <= MAX_OPEN
         kept = [c.info.backend_pid for c in store._direct._idle]
         _, sync_url = normalize_url(postgresql_url)
         conninfo = sync_url.set(drivername="postgresql").render_as_string(hide_password=False)
@@ -151,3 +151,24 @@ async def test_a_batch_for_a_database_that_is_not_there_is_unavailable() -> None
         assert store.outage is raised.value
     finally:
         await store.close()
+
+
+@pytest.mark.postgres
+async def test_writes_beyond_the_open_limit_wait_for_a_connection(
+        postgresql_url: str) -> None:
+    async_url, _ = normalize_url(postgresql_url)
+    conns = DirectConnections(async_url, connect_timeout=5, max_open=2)
+    peak = 0
+
+    async def one() -> None:
+        nonlocal peak
+        row = await conns.execute("SELECT pg_backend_pid() FROM pg_sleep(0.02)", [])
+        assert row is not None
+        peak = max(peak, len(conns._born))
+
+    try:
+        await asyncio.gather(*(one() for _ in range(12)))
+        assert peak == 2 and len(conns._idle) == 2
+    finally:
+        await conns.close()
+    assert conns._born == {}
