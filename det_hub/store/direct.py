@@ -30,6 +30,7 @@ from sqlalchemy.engine import URL
 #: wait for one, so that a burst of reports never takes more of the server's connections.
 MAX_OPEN = 8
 
+
 class DirectConnections:
     """Autocommit driver connections to one PostgreSQL database, kept between writes."""
 

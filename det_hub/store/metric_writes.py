@@ -228,10 +228,6 @@ class MetricWriteQueries(Queries):
         async def _save_summaries(self, session: AsyncSession, trial_id: int, group: str,
                                   blocks: Iterable[Block]) -> None: ...
 
-        async def _insert_chunk(self, session: AsyncSession, trial_id: int, group: str,
-                                pack: Pack, report_time: dt.datetime,
-                                trial_run: int | None = None) -> tuple[int, int]: ...
-
     async def add_metrics(self, trial_id: int, group: str, rows: list[dict[str, Any]]) -> int:
         """Add a batch of metric rows to one group of a trial, in one statement.
 
