@@ -316,7 +316,7 @@ class _SQLiteWriter:
             max_workers=1, thread_name_prefix="det-hub-sqlite-writer")
         self._engine = create_engine(
             sync_url, poolclass=SingletonThreadPool,
-            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S, "check_same_thread": False})
+            connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
         configure_sqlite(self._engine, always_immediate=True)
 
     def run(self, work: Callable[[Connection], T]) -> T:

@@ -9,12 +9,11 @@ import uuid
 import psycopg
 import pytest
 
-from det_hub.store import NotFound, Store, StoreUnavailable, Trial
+from det_hub.store import NotFound, Store, Trial
 from det_hub.store._common import numbered
 from det_hub.store.direct import MAX_OPEN, DirectConnections
-from det_hub.store.engine import create_store_engine, normalize_url
+from det_hub.store.engine import normalize_url
 from det_hub.store.packing import Pack
-from det_hub.testing import free_port
 
 
 def _pack(first: int, count: int) -> Pack:
@@ -135,20 +134,6 @@ async def test_connections_the_server_ended_are_replaced_before_a_batch(
         assert store.outage is None
         assert all(c.info.backend_pid not in kept for c in store._direct._idle)
         assert len(await store.get_metrics(trial_id, group="training")) == 25
-    finally:
-        await store.close()
-
-
-@pytest.mark.postgres
-async def test_a_batch_for_a_database_that_is_not_there_is_unavailable() -> None:
-    port = free_port()
-    async_url, _ = normalize_url(f"postgresql://nobody@127.0.0.1:{port}/nothing")
-    store = Store(async_url.render_as_string(), "postgresql", create_store_engine(async_url))
-    try:
-        with pytest.raises(StoreUnavailable) as raised:
-            await store.insert_pack(1, "training", _pack(0, 5), key="k")
-        assert f"port {port} failed: Connection refused" in str(raised.value)
-        assert store.outage is raised.value
     finally:
         await store.close()
 

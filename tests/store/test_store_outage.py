@@ -21,6 +21,7 @@ from det_hub.store import Store
 from det_hub.store._common import unavailable
 from det_hub.store.engine import create_store_engine, normalize_url
 from det_hub.store.errors import StoreError, StoreUnavailable
+from det_hub.store.packing import Pack
 from det_hub.testing import free_port
 
 
@@ -110,6 +111,12 @@ async def test_postgresql_on_a_closed_port_is_unavailable_and_named() -> None:
         assert f'port {port} failed: Connection refused' in str(error)
         assert str(error).endswith("); try again in 2 s")
         assert store.outage is error
+        # A metric batch goes through connections of its own (store/direct.py): the same.
+        with pytest.raises(StoreUnavailable) as raised:
+            await store.insert_pack(1, "training", Pack.of_columns([0], {"loss": [1.0]}),
+                                    key="k")
+        assert f"port {port} failed: Connection refused" in str(raised.value)
+        assert store.outage is raised.value
     finally:
         await store.close()
 
