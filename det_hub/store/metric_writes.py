@@ -17,13 +17,14 @@ import orjson
 from sqlalchemy import (
     JSON,
     BigInteger,
+    BindParameter,
+    Executable,
     Integer,
     LargeBinary,
     Select,
     String,
     TextClause,
     bindparam,
-    literal,
     or_,
     select,
     text,
@@ -177,7 +178,7 @@ def _direct_chunk_sql(claim: bool, advance: bool, notify: bool,
         name: type_.compile(dialect=pg.dialect()) for name, type_ in _CHUNK_TYPES.items()})
 
 
-def _token_trial(token_hash: str, *columns: Any) -> Select[Any]:
+def _token_trial(token_hash: str | BindParameter[str], *columns: Any) -> Select[Any]:
     """``columns`` of the trial whose open allocation (not ended) holds the token."""
     return (select(*columns).join(Allocation, Allocation.trial_id == Trial.id)
             .where(Allocation.token_hash == token_hash, Allocation.ended_at.is_(None)))
@@ -415,6 +416,44 @@ def _refused(trial_id: int, token_hash: str | None) -> NotFound:
                     f"trial {trial_id} not found, ended, or not this token's")
 
 
+@dataclass(frozen=True)
+class _SQLiteStatements:
+    """The statements of :func:`_insert_parts_sqlite`, made once with bound parameters."""
+
+    token_trial: Executable
+    claim: Executable
+    first_copy: Executable
+    raise_steps: Executable
+
+
+@functools.cache
+def _sqlite_statements() -> _SQLiteStatements:
+    # Core statements on the tables, their values bound as v_<name>: a Connection runs each
+    # as one statement with its parameters.
+    batches: Any = MetricBatch.__table__
+    trials: Any = Trial.__table__
+    trial = bindparam("v_trial_id", type_=BigInteger)
+    key = bindparam("v_key", type_=String)
+    steps = bindparam("v_steps", type_=BigInteger)
+    return _SQLiteStatements(
+        token_trial=_token_trial(bindparam("v_token_hash", type_=String), Trial.id)
+        .where(Trial.state.not_in(_ENDED)),
+        # The key is claimed only for a trial that exists, as on PostgreSQL.
+        claim=sqlite.insert(batches).from_select(
+            ["trial_id", "key", "rows", "created_at"],
+            select(trial, key, bindparam("v_rows", type_=Integer),
+                   bindparam("v_created_at", type_=UTCDateTime()))
+            .where(trials.c.id == trial))
+        .on_conflict_do_nothing(index_elements=["trial_id", "key"])
+        .returning(batches.c.rows),
+        first_copy=select(batches.c.rows).where(batches.c.trial_id == trial,
+                                                batches.c.key == key),
+        # Never lower.
+        raise_steps=update(trials).where(trials.c.id == trial, or_(
+            trials.c.steps_completed.is_(None), trials.c.steps_completed < steps))
+        .values(steps_completed=steps))
+
+
 def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connection, *,
                          key: str | None, rows: int, steps_completed: int | None,
                          token_hash: str | None) -> Repeat | None:
@@ -426,26 +465,21 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
         NotFound: no such trial, or none ``token_hash`` may report for.
     """
     trial_id = stored.trial_id
+    statements = _sqlite_statements()
     if token_hash is not None and conn.scalar(
-            _token_trial(token_hash, Trial.id).where(Trial.state.not_in(_ENDED))) != trial_id:
+            statements.token_trial, {"v_token_hash": token_hash}) != trial_id:
         raise _refused(trial_id, token_hash)
     if key is not None:
-        # Claimed only for a trial that exists, as on PostgreSQL.
-        claim = (sqlite.insert(MetricBatch).from_select(
-            ["trial_id", "key", "rows", "created_at"],
-            select(literal(trial_id, BigInteger), literal(key, String), literal(rows, Integer),
-                   literal(stored.report_time, UTCDateTime())).where(Trial.id == trial_id))
-            .on_conflict_do_nothing(index_elements=["trial_id", "key"])
-            .returning(MetricBatch.rows))
-        if conn.execute(claim).first() is None:
-            first = conn.scalar(select(MetricBatch.rows).where(
-                MetricBatch.trial_id == trial_id, MetricBatch.key == key))
+        batch = {"v_trial_id": trial_id, "v_key": key}
+        if conn.execute(statements.claim, {**batch, "v_rows": rows,
+                                           "v_created_at": stored.report_time}).first() is None:
+            first = conn.scalar(statements.first_copy, batch)
             if first is None:
                 raise _refused(trial_id, token_hash)
             return Repeat(int(first))
     for part in parts:
         inserted = conn.execute(
-            chunk_insert(trial_id, stored.group, part, stored.report_time)).first()
+            *chunk_insert(trial_id, stored.group, part, stored.report_time)).first()
         if inserted is None:
             raise _refused(trial_id, token_hash)
         chunk_id, stored.trial_run = int(inserted[0]), int(inserted[1])
@@ -454,9 +488,8 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
         if summaries:
             conn.execute(upsert_statement("sqlite"), summaries)
     if steps_completed is not None:
-        conn.execute(update(Trial).where(Trial.id == trial_id, or_(
-            Trial.steps_completed.is_(None), Trial.steps_completed < steps_completed))
-            .values(steps_completed=steps_completed))
+        conn.execute(statements.raise_steps,
+                     {"v_trial_id": trial_id, "v_steps": steps_completed})
     return None
 
 

@@ -9,26 +9,23 @@ summaries in step in the same transaction, and a downsampled read may use them; 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
-    BigInteger,
     ColumnElement,
     Executable,
-    Integer,
-    LargeBinary,
-    String,
+    bindparam,
     delete,
     func,
     insert,
-    literal,
     select,
     update,
 )
 
 from ._common import Queries, plain
-from .columns import UTCDateTime, utcnow
+from .columns import utcnow
 from .errors import NotFound
 from .models import MetricChunk, RolledBackMetric, Trial
 from .packing import (
@@ -61,26 +58,42 @@ def _last_id() -> ColumnElement[int]:
                          MetricChunk.id * (1 << ROW_BITS) + MetricChunk.count - 1)
 
 
-def chunk_insert(trial_id: int, group: str, pack: Pack, report_time: dt.datetime,
-                 trial_run: int | None = None) -> Executable:
-    """The insert of one chunk, of the trial's current run unless ``trial_run`` is given,
-    answering its id and run; one statement, the trial's run read by the insert itself, and
-    no row for a trial that does not exist."""
-    ids = pack.ids
+#: The columns :func:`chunk_insert` fills; each value is bound as ``v_<column>``.
+_CHUNK_COLUMNS = ("trial_id", "group_name", "trial_run", "count", "first_step", "last_step",
+                  "first_id", "last_id", "report_time", "payload")
+
+
+@functools.cache
+def _chunk_insert_statement(own_run: bool) -> Executable:
+    """:func:`chunk_insert`'s statement, made once (a Core insert, so that a session runs it
+    with its parameters as one statement): with ``own_run`` the run is a parameter, else the
+    trial's current one."""
+    table: Any = MetricChunk.__table__
     values: list[Any] = [
-        literal(trial_id, Integer), literal(group, String),
-        Trial.run_id if trial_run is None else literal(trial_run, Integer),
-        literal(len(pack), Integer),
-        literal(min(pack.steps), BigInteger), literal(max(pack.steps), BigInteger),
-        literal(None if ids is None else min(ids), BigInteger),
-        literal(None if ids is None else max(ids), BigInteger),
-        literal(report_time, UTCDateTime()), literal(pack.encode(), LargeBinary),
-    ]
-    return insert(MetricChunk).from_select(
-        ["trial_id", "group_name", "trial_run", "count", "first_step", "last_step",
-         "first_id", "last_id", "report_time", "payload"],
-        select(*values).where(Trial.id == trial_id),
-    ).returning(MetricChunk.id, MetricChunk.trial_run)
+        Trial.run_id if name == "trial_run" and not own_run
+        else bindparam(f"v_{name}", type_=table.c[name].type)
+        for name in _CHUNK_COLUMNS]
+    return insert(table).from_select(
+        list(_CHUNK_COLUMNS),
+        select(*values).where(Trial.id == bindparam("v_trial_id")),
+    ).returning(table.c.id, table.c.trial_run)
+
+
+def chunk_insert(trial_id: int, group: str, pack: Pack, report_time: dt.datetime,
+                 trial_run: int | None = None) -> tuple[Executable, dict[str, Any]]:
+    """The insert of one chunk, of the trial's current run unless ``trial_run`` is given,
+    answering its id and run, and its parameters; one statement, the trial's run read by the
+    insert itself, and no row for a trial that does not exist."""
+    ids = pack.ids
+    values = {"trial_id": trial_id, "group_name": group, "trial_run": trial_run,
+              "count": len(pack), "first_step": min(pack.steps), "last_step": max(pack.steps),
+              "first_id": None if ids is None else min(ids),
+              "last_id": None if ids is None else max(ids),
+              "report_time": report_time, "payload": pack.encode()}
+    if trial_run is None:
+        del values["trial_run"]
+    return (_chunk_insert_statement(trial_run is not None),
+            {f"v_{name}": value for name, value in values.items()})
 
 
 class MetricQueries(Queries):
@@ -124,7 +137,7 @@ class MetricQueries(Queries):
             NotFound: no such trial.
         """
         row = (await session.execute(
-            chunk_insert(trial_id, group, pack, report_time, trial_run))).first()
+            *chunk_insert(trial_id, group, pack, report_time, trial_run))).first()
         if row is None:
             raise NotFound(f"trial {trial_id} not found")
         return int(row[0]), int(row[1])
