@@ -250,22 +250,16 @@ class Store(
         :meth:`_writing`."""
         assert self._direct is not None, "direct writes are PostgreSQL's"
         import psycopg
-        try:
-            row = await self._direct.execute(sql, params)
-        except psycopg.IntegrityError as exc:
-            translated = translate(IntegrityError(sql, params, exc))
-            if translated is None:
-                raise
-            raise translated from exc
-        except psycopg.Error as exc:
-            error = self._unavailable(exc, writing=True)
-            if error is None:
-                raise
-            raise error from exc
+        with self._write_errors():
+            try:
+                row = await self._direct.execute(sql, params)
+            except psycopg.Error as exc:
+                # Wrapped as SQLAlchemy wraps the driver's errors, for the same translation.
+                raise DBAPIError.instance(sql, params, exc, psycopg.Error) from exc
         self._answered(wrote=True)
         return row
 
-    def _unavailable(self, exc: BaseException, *, writing: bool) -> StoreUnavailable | None:
+    def _unavailable(self, exc: DBAPIError, *, writing: bool) -> StoreUnavailable | None:
         """The StoreUnavailable for ``exc``, if it is one; the first of an outage is logged.
 
         SQLAlchemy has already dropped a connection it saw break (PostgreSQL's pool also
