@@ -386,9 +386,8 @@ class MetricWriteQueries(Queries):
                                key: str) -> int | None:
         """How many rows the batch stored first under ``key`` holds; None when no batch was
         stored under it."""
-        stored = await session.scalar(
-            select(MetricBatch.rows).where(MetricBatch.trial_id == trial_id,
-                                           MetricBatch.key == key))
+        stored = await session.scalar(_batch_statements().first_copy,
+                                      {"v_trial_id": trial_id, "v_key": key})
         return None if stored is None else int(stored)
 
 
@@ -417,8 +416,9 @@ def _refused(trial_id: int, token_hash: str | None) -> NotFound:
 
 
 @dataclass(frozen=True)
-class _SQLiteStatements:
-    """The statements of :func:`_insert_parts_sqlite`, made once with bound parameters."""
+class _BatchStatements:
+    """The statements of :func:`_insert_parts_sqlite`, made once with bound parameters;
+    ``first_copy`` serves PostgreSQL's transactions too."""
 
     token_trial: Executable
     claim: Executable
@@ -427,7 +427,7 @@ class _SQLiteStatements:
 
 
 @functools.cache
-def _sqlite_statements() -> _SQLiteStatements:
+def _batch_statements() -> _BatchStatements:
     # Core statements on the tables, their values bound as v_<name>: a Connection runs each
     # as one statement with its parameters.
     batches: Any = MetricBatch.__table__
@@ -435,7 +435,7 @@ def _sqlite_statements() -> _SQLiteStatements:
     trial = bindparam("v_trial_id", type_=BigInteger)
     key = bindparam("v_key", type_=String)
     steps = bindparam("v_steps", type_=BigInteger)
-    return _SQLiteStatements(
+    return _BatchStatements(
         token_trial=_token_trial(bindparam("v_token_hash", type_=String), Trial.id)
         .where(Trial.state.not_in(_ENDED)),
         # The key is claimed only for a trial that exists, as on PostgreSQL.
@@ -465,7 +465,7 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
         NotFound: no such trial, or none ``token_hash`` may report for.
     """
     trial_id = stored.trial_id
-    statements = _sqlite_statements()
+    statements = _batch_statements()
     if token_hash is not None and conn.scalar(
             statements.token_trial, {"v_token_hash": token_hash}) != trial_id:
         raise _refused(trial_id, token_hash)

@@ -84,9 +84,11 @@ async def test_columns_read_every_row_in_order(store: Store, trial: Trial) -> No
 async def test_a_large_batch_is_stored_as_several_chunks(
         store: Store, trial: Trial, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(store_metrics, "MAX_CHUNK_ROWS", 4)
-    stored = await store.insert_pack(trial.id, "training", Pack.of_columns(
-        list(range(10)), {"loss": [float(i) for i in range(10)]}))
+    pack = Pack.of_columns(list(range(10)), {"loss": [float(i) for i in range(10)]})
+    stored = await store.insert_pack(trial.id, "training", pack, key="big")
     assert not isinstance(stored, int) and [len(p) for _, p in stored.chunks] == [4, 4, 2]
+    # A second copy under the same key stores nothing and is told the first copy's rows.
+    assert await store.insert_pack(trial.id, "training", pack, key="big") == 10
     rows = await store.get_metrics(trial.id)
     assert [r.steps_completed for r in rows] == list(range(10))
     assert len({r.id for r in rows}) == 10
