@@ -183,6 +183,9 @@ class Agent(LoggingConfigurable, metaclass=_AgentMeta):
     def discard_prepared(self, allocation_id: str) -> None:
         """Drop what :meth:`prepare` made for an allocation that will not start here."""
 
+    def discard_all_prepared(self) -> None:
+        """Drop everything prepared ahead of a start (the master stops)."""
+
     def notify_exit(self, handle: TaskHandle, callback: Callable[[], None]) -> bool:
         """Call ``callback`` once the task has ended, from any thread, so that the cluster
         frees its slots at once instead of at its next round.

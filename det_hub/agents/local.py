@@ -14,6 +14,12 @@ starts the task inside a bubblewrap sandbox (:mod:`det_hub.agents.sandbox`) that
 the system, its Python and its own paths; where the master runs as root the task drops to its
 owner's Unix identity first. In the sandbox, :mod:`det_hub.exec.task_start` takes the
 environment, unpacks the context as the task's user, and becomes the task's command.
+
+With ``warm_start`` on, a trial's task can start from an interpreter prepared ahead of it
+(:mod:`det_hub.exec.warm_start`): a queued trial's own, or one prepared on a trial's slots as
+that trial starts, to follow it there with the next trial of the same experiment. A task that
+follows keeps the directory it was prepared in (``next-...``); its allocation's directory name
+is a link to it.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -50,7 +57,7 @@ from det_hub.agents.sandbox import (
     probe,
 )
 from det_hub.agents.slots import SlotInfo, discover_slots
-from det_hub.env_names import WHEEL_CACHE_ENV
+from det_hub.env_names import NNODES_ENV, TRIAL_ID_ENV, WHEEL_CACHE_ENV
 from det_hub.exec.warm_start import LATE_VARIABLES
 
 #: What a task takes of the host's environment: locale and time zone, nothing else. Everything
@@ -61,6 +68,11 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: The NVIDIA device nodes every GPU task needs besides its GPUs' own.
 NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
                           "/dev/nvidia-modeset")
+#: How long an interpreter prepared to follow a trial waits, once its slots are free, for the
+#: next trial of that experiment before it is dropped.
+FOLLOW_ON_IDLE_S = 15.0
+#: The name of a task directory prepared before its allocation is known.
+FOLLOW_ON_PREFIX = "next-"
 
 
 def _wheel_cache() -> str | None:
@@ -81,6 +93,8 @@ class LocalTaskHandle(TaskHandle):
     root: Path
     pid: int | None
     log_offset: int = 0
+    #: The slots it runs on, where this agent started it.
+    slot_ids: tuple[int, ...] = ()
     #: The runner's process object when this agent started it (not after a restart).
     process: subprocess.Popen[bytes] | None = dataclasses.field(default=None, repr=False)
 
@@ -191,18 +205,18 @@ class LocalAgent(Agent):
     bwrap = Unicode("bwrap", config=True, help="The bubblewrap program.")
     warm_start = Bool(
         False, config=True,
-        help="""Prepare queued trials ahead of their start: while the slots are busy, the next
-        queued trials' tasks are started in their own sandboxes, as their own users, up to a
-        Python interpreter with det_hub.core (and torch, where the trial's code imports it at
-        its top) imported, which runs the trial's Python entrypoint the moment its slots free
-        up. Only `python3 SCRIPT` and `python3 -m MODULE` entrypoints (the harness among them)
-        start warm; anything else, or a task whose start differs from what was prepared,
-        starts from scratch. One prepared task serves its own allocation only, never another
-        task or user. Only queued trials are prepared: it helps searches that keep trials
-        queued beside the running ones (Determined's default max_concurrent_trials, 16), and
-        slows a search limited to as many trials as there are slots. Off by default:
-        preparing takes CPU from the trials that run (bench/short_trials.py --queued); turn
-        it on where cores sit idle beside the slots.""")
+        help="""Start trials from interpreters prepared ahead of them. Two kinds are
+        prepared, each in its own sandbox, as its trial's user, up to a Python interpreter with
+        det_hub.core (and torch, where the trial's code imports it at its top) imported, which
+        runs the trial's Python entrypoint the moment it is told to: the next queued trials'
+        own tasks, while the slots are busy; and, as a trial starts, one on its slots to follow
+        it with the next trial of the same experiment, by the same user, with the same
+        entrypoint, code and mounts (a search whose next trial is created as one ends). A
+        prepared interpreter nobody takes within 15 s of its slots freeing up is dropped. Only
+        `python3 SCRIPT` and `python3 -m MODULE` entrypoints (the harness among them) start
+        warm; anything else, or a task whose start differs from what was prepared, starts
+        from scratch. A prepared interpreter serves one task only, never another experiment's
+        or user's. Preparing costs CPU on the slot's own cores while its trial runs.""")
     read_only_paths = List(
         Unicode(), config=True,
         help="""Host paths every sandboxed task sees read-only at the same path, besides the
@@ -256,7 +270,11 @@ class LocalAgent(Agent):
         self._python_paths: list[str] | None = None
         #: Tasks prepared ahead of their start (see :meth:`prepare`), by allocation id.
         self._spares: dict[str, _Spare] = {}
+        #: Tasks prepared to follow the trial on their slots (see :meth:`_follow`), by the
+        #: slots' ids.
+        self._follow_ons: dict[tuple[int, ...], _Spare] = {}
         self._spares_lock = threading.Lock()
+        self._remove_unused_follow_ons()
         bad = [v for v in self.environment if "=" not in v]
         if bad:
             raise ValueError(f"LocalAgent.environment: {bad[0]!r} is not NAME=value")
@@ -365,21 +383,39 @@ class LocalAgent(Agent):
                              devices=devices)
 
     def launch(self, spec: TaskSpec) -> LocalTaskHandle:
-        """Lay out the task's directory and start its runner; or, for a task that
-        :meth:`prepare` got ready and that matches what was prepared, send it its go.
+        """Lay out the task's directory and start its runner; or, for a task prepared ahead
+        of it that matches what was prepared, send it its go: the one prepared on its slots to
+        follow the trial before it, else the allocation's own (see :meth:`prepare`).
+        A trial that starts has the task to follow it prepared on its slots (``warm_start``).
 
         Raises:
             SandboxUnavailable: the sandbox cannot run here and the task's owner is no admin.
             ValueError: a bind mount is not absolute or is missing. (Which host paths a task may
                 mount at all is the master's to check: see :mod:`det_hub.service.task_paths`.)
         """
+        key = _slot_key(spec.slot_ids)
         with self._spares_lock:
             spare = self._spares.pop(spec.allocation_id, None)
-        if spare is not None:
+            # Prepared on other slots than these, some of them these: that shape is gone.
+            reshaped = [self._follow_ons.pop(k) for k in list(self._follow_ons)
+                        if k != key and set(k) & set(key)]
+            # The one prepared as the last trial on these slots started is ready sooner than
+            # the allocation's own, prepared once it was queued.
+            follow_on = self._follow_ons.pop(key, None)
+        if follow_on is not None and spare is not None:
+            reshaped.append(spare)  # its directory is the allocation's, which the link takes
+            spare = None
+        for stale in reshaped:
+            self._drop(stale)
+        handle = self._go(follow_on, spec) if follow_on is not None else None
+        if handle is None and spare is not None:
             handle = self._go(spare, spec)
-            if handle is not None:
-                return handle
-        return self._start(spec, go=None)
+        if handle is None:
+            handle = self._start(spec, go=None)
+        if self.warm_start and TRIAL_ID_ENV in spec.env and NNODES_ENV not in spec.env:
+            threading.Thread(target=self._follow, args=(spec, handle), daemon=True,
+                             name=f"follow-{spec.allocation_id}").start()
+        return handle
 
     def prepare(self, spec: TaskSpec) -> bool:
         """Start a queued task's runner, sandbox and interpreter now, on the slots given, its
@@ -393,31 +429,102 @@ class LocalAgent(Agent):
         the variables that exist once its allocation runs (its token among them). False when
         the task is not prepared; it then starts from scratch at :meth:`launch`.
         """
+        if not self._preparable(spec):
+            return False
+        with self._spares_lock:
+            if spec.allocation_id in self._spares or self.task_root(spec.allocation_id).exists():
+                return False
+            if any(_same_task(f.spec, spec) for f in self._follow_ons.values()):
+                return False  # a trial of the same experiment's, ready where it will start
+            self._spares[spec.allocation_id] = self._prepared(spec)
+        return True
+
+    def _preparable(self, spec: TaskSpec) -> bool:
+        """Whether ``spec`` can start warm here: a Python entrypoint of the agent's Python,
+        with ``warm_start`` on, that the agent may start at all."""
         if not self.warm_start or len(spec.argv) < 2:
             return False
         argv = self._resolve_argv(spec.argv)
         if argv[0] != self.python or (argv[1] != "-m" and argv[1].startswith("-")):
             return False
-        with self._spares_lock:
-            if spec.allocation_id in self._spares or self.task_root(spec.allocation_id).exists():
-                return False
-            try:
-                self._check_sandbox(spec)
-            except SandboxUnavailable:
-                return False
-            go_r, go_w = os.pipe()
-            try:
-                handle = self._start(spec, go=go_r)
-            except BaseException:
-                os.close(go_w)
-                raise
-            finally:
-                os.close(go_r)
-            slots = self._slots_of(spec)
-            self._spares[spec.allocation_id] = _Spare(
-                spec, handle, go_w, self.sandbox_layout(spec, slots, handle.root)
-                if self.sandboxed else None)
+        try:
+            self._check_sandbox(spec)
+        except SandboxUnavailable:
+            return False
         return True
+
+    def _prepared(self, spec: TaskSpec) -> _Spare:
+        """Start ``spec``'s runner, sandbox and interpreter, waiting for its go."""
+        go_r, go_w = os.pipe()
+        try:
+            handle = self._start(spec, go=go_r)
+        except BaseException:
+            os.close(go_w)
+            raise
+        finally:
+            os.close(go_r)
+        slots = self._slots_of(spec)
+        return _Spare(spec, handle, go_w, self.sandbox_layout(spec, slots, handle.root)
+                      if self.sandboxed else None)
+
+    def _follow(self, spec: TaskSpec, started: LocalTaskHandle) -> None:
+        """Prepare, on the slots of a trial that has just started, the task to follow it: its
+        spec as it is, under a name of its own (``next-...``) until an allocation takes it.
+        The next trial of the same experiment placed on these slots starts from it (see
+        :meth:`_go` for what must match); it is dropped when another task takes the slots,
+        or once they have been free for :data:`FOLLOW_ON_IDLE_S`."""
+        key = _slot_key(spec.slot_ids)
+        with self._spares_lock:
+            if key in self._follow_ons or not self._preparable(spec):
+                return
+        nxt = dataclasses.replace(spec, allocation_id=FOLLOW_ON_PREFIX + secrets.token_hex(6))
+        try:
+            spare = self._prepared(nxt)
+        except Exception as e:  # the next trial starts from scratch
+            self.log.warning("could not prepare a task to follow allocation %s: %s",
+                             spec.allocation_id, e)
+            shutil.rmtree(self.task_root(nxt.allocation_id), ignore_errors=True)
+            return
+        with self._spares_lock:
+            taken = key in self._follow_ons
+            if not taken:
+                self._follow_ons[key] = spare
+        if taken:
+            self._drop(spare)
+        elif not started.alive():  # it ended before its follower was ready: the slots are free
+            self._expire_later(key, spare)
+
+    def _expire_later(self, key: tuple[int, ...], spare: _Spare) -> None:
+        timer = threading.Timer(FOLLOW_ON_IDLE_S, self._expire, (key, spare))
+        timer.daemon = True
+        timer.start()
+
+    def _expire(self, key: tuple[int, ...], spare: _Spare) -> None:
+        """Drop ``spare`` if it still waits to follow on slots ``key``."""
+        with self._spares_lock:
+            if self._follow_ons.get(key) is not spare:
+                return
+            del self._follow_ons[key]
+        self.log.info("dropped %s: no trial followed on slots %s within %g s",
+                      spare.handle.root.name, list(key), FOLLOW_ON_IDLE_S)
+        self._drop(spare)
+
+    def discard_all_prepared(self) -> None:
+        """Stop every prepared task (the master stops)."""
+        with self._spares_lock:
+            spares = [*self._spares.values(), *self._follow_ons.values()]
+            self._spares.clear()
+            self._follow_ons.clear()
+        for spare in spares:
+            self._drop(spare)
+
+    def _remove_unused_follow_ons(self) -> None:
+        """Remove the directories of tasks prepared to follow a trial that no allocation
+        took before the master last stopped (their interpreters ended with it)."""
+        linked = {os.readlink(p) for p in self.work_root.iterdir() if p.is_symlink()}
+        for path in self.work_root.glob(FOLLOW_ON_PREFIX + "*"):
+            if path.name not in linked and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
 
     def discard_prepared(self, allocation_id: str) -> None:
         """Stop a prepared task that will not start here, and remove its directory."""
@@ -436,14 +543,14 @@ class LocalAgent(Agent):
         """Start a prepared task: its files brought up to date, its whole environment and its
         CPUs sent on the go pipe. None (the spare dropped) where ``spec`` differs from what
         was prepared in anything but the slots' CPUs and the files' content, or the spare is
-        gone; the task then starts from scratch."""
+        gone; the task then starts from scratch.
+
+        A task prepared to follow another keeps its directory: the allocation's directory
+        name becomes a link to it, and a variable of the environment that names one of the
+        task's files names it there."""
         prepared, handle = spare.spec, spare.handle
         slots = self._slots_of(spec)
-        same = (spec.argv == prepared.argv and spec.context == prepared.context
-                and spec.run_as == prepared.run_as and spec.container == prepared.container
-                and set(spec.files) == set(prepared.files)
-                and len(spec.slot_ids) == len(prepared.slot_ids)
-                and handle.alive() and handle.exit_status() is None)
+        same = _same_task(prepared, spec) and handle.alive() and handle.exit_status() is None
         if same and spare.layout is not None:
             same = self.sandbox_layout(spec, slots, handle.root) == spare.layout
         if not same:
@@ -454,6 +561,20 @@ class LocalAgent(Agent):
         for name, text in spec.files.items():
             _rewrite(handle.root / name, text.encode())
         env = self.task_environment(spec, slots, handle.root / "home", handle.root / "tmp")
+        own = self.task_root(spec.allocation_id)
+        if handle.root != own:
+            where = {self.file_path(spec.allocation_id, name): str(handle.root / name)
+                     for name in spec.files}
+            env = {k: where.get(v, v) for k, v in env.items()}
+            try:
+                os.symlink(handle.root.name, own)
+            except OSError as e:
+                self.log.warning("allocation %s cannot take the task prepared for it (%s); "
+                                 "it starts afresh", spec.allocation_id, e)
+                self._drop(spare)
+                return None
+            handle.allocation_id = spec.allocation_id
+            handle.slot_ids = _slot_key(spec.slot_ids)
         cpus = self._cpus_of(slots)
         try:
             with os.fdopen(spare.go, "wb") as go:
@@ -531,7 +652,8 @@ class LocalAgent(Agent):
         entry = [self.python, "-I", "-m", "det_hub.exec.task_start"]
         if spec.context:
             entry += ["--context", str(root / "context.tar"), "--into", str(root / "run")]
-        handle = LocalTaskHandle(allocation_id, root, pid=None)
+        handle = LocalTaskHandle(allocation_id, root, pid=None,
+                                 slot_ids=_slot_key(spec.slot_ids))
         _write_private(handle.spec_path, json.dumps({
             "argv": [*prefix, *entry], "command": argv, "env": env,
             "cwd": str(root / "run"), "sandboxed": self.sandboxed,
@@ -563,7 +685,8 @@ class LocalAgent(Agent):
 
         Returns ``None`` when the task is gone without an exit status (its runner was killed).
         """
-        handle = LocalTaskHandle(allocation_id, self.task_root(allocation_id), pid, log_offset)
+        handle = LocalTaskHandle(allocation_id, self._own_directory(allocation_id), pid,
+                                 log_offset)
         if handle.exit_status() is not None or handle.alive():
             return handle
         return None
@@ -576,6 +699,10 @@ class LocalAgent(Agent):
                 handle.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
+        with self._spares_lock:
+            follow_on = self._follow_ons.get(handle.slot_ids) if handle.slot_ids else None
+        if follow_on is not None:
+            self._expire_later(handle.slot_ids, follow_on)
 
     def notify_exit(self, handle: TaskHandle, callback: Callable[[], None]) -> bool:
         """Call ``callback`` from a thread of its own once the task's runner has exited (it
@@ -617,7 +744,23 @@ class LocalAgent(Agent):
     def cleanup(self, allocation_id: str) -> None:
         """Remove a finished task's directory."""
         self.discard_prepared(allocation_id)
-        shutil.rmtree(self.task_root(allocation_id), ignore_errors=True)
+        root = self.task_root(allocation_id)
+        own = self._own_directory(allocation_id)
+        if own != root:  # a task that followed another: its directory and the link
+            shutil.rmtree(own, ignore_errors=True)
+            root.unlink()
+            return
+        shutil.rmtree(root, ignore_errors=True)
+
+    def _own_directory(self, allocation_id: str) -> Path:
+        """The directory of the allocation's task: its own, or, for a task that followed
+        another, the one its name links to (a ``next-...`` beside it)."""
+        root = self.task_root(allocation_id)
+        if root.is_symlink():
+            target = os.readlink(root)
+            if target.startswith(FOLLOW_ON_PREFIX) and os.sep not in target:
+                return self.work_root / target
+        return root
 
 
 @dataclasses.dataclass
@@ -630,6 +773,19 @@ class _Spare:
     go: int
     #: Its sandbox, which the started task's must equal (None unsandboxed).
     layout: SandboxLayout | None
+
+
+def _same_task(prepared: TaskSpec, spec: TaskSpec) -> bool:
+    """Whether a task prepared as ``prepared`` can run ``spec``: the same command, code,
+    user, container settings and files, on as many slots (the sandbox is compared apart)."""
+    return (spec.argv == prepared.argv and spec.context == prepared.context
+            and spec.run_as == prepared.run_as and spec.container == prepared.container
+            and set(spec.files) == set(prepared.files)
+            and len(spec.slot_ids) == len(prepared.slot_ids))
+
+
+def _slot_key(slot_ids: Sequence[int]) -> tuple[int, ...]:
+    return tuple(sorted(slot_ids))
 
 
 def _rewrite(path: Path, data: bytes) -> None:

@@ -437,12 +437,11 @@ class Preparations:
         self._beside(asyncio.to_thread(agents[agent_id].discard_prepared, alloc_id))
 
     async def close(self) -> None:
-        """Drop every preparation: a prepared task waits on a pipe of this process's, and
-        would only end with it."""
-        prepared, self.agents = self.agents, {}
-        for alloc_id, agent_id in prepared.items():
-            if agent_id in self.cluster.agents:
-                await asyncio.to_thread(self.cluster.agents[agent_id].discard_prepared, alloc_id)
+        """Drop every preparation, the agents' own too (tasks prepared to follow a trial): a
+        prepared task waits on a pipe of this process's, and would only end with it."""
+        self.agents = {}
+        for agent in self.cluster.agents.values():
+            await asyncio.to_thread(agent.discard_all_prepared)
 
     def _beside(self, work: Coroutine[Any, Any, Any]) -> None:
         task = asyncio.get_running_loop().create_task(work)

@@ -5,16 +5,19 @@ trial the moment a slot frees up, without waiting for its next round."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from det_hub.agents import ExitStatus, TaskSpec
+from det_hub.agents import local as local_agent
 from det_hub.agents.local import LocalAgent, LocalTaskHandle
 from det_hub.service.bus import AllocationExited, EventBus
 from det_hub.service.cluster import Cluster, LaunchSpec
@@ -277,3 +280,129 @@ async def test_a_freed_slot_starts_the_next_queued_trial_without_waiting_for_a_r
     assert match.group(1) == "True"  # it was prepared while the first one ran
     assert exits[second.id] - exits[first.id] < 10.0
     assert second.state == AllocationState.TERMINATED
+
+
+def follow_on_ready(agent: LocalAgent, slot: int, timeout: float = 30.0) -> LocalTaskHandle:
+    """Wait until the task prepared to follow the trial on ``slot`` has done its imports."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        spare = agent._follow_ons.get((slot,))
+        if spare is not None and any(_waits_for_go(pid)
+                                     for pid in _descendants(spare.handle.pid or 0)):
+            return spare.handle
+        time.sleep(0.05)
+    raise AssertionError(f"no interpreter got ready to follow on slot {slot}")
+
+
+#: One experiment's context, the same bytes for each of its trials (an archive made again
+#: a second later differs in its times).
+TRIAL_CONTEXT = targz({"train.py": SCRIPT})
+
+
+def trial_task(allocation_id: str, trial_id: int, slot: int, **kwargs: Any) -> TaskSpec:
+    spec = task(allocation_id, {"DET_HUB_TRIAL_ID": str(trial_id), "MY_VAR": "hi"}, slot,
+                **kwargs)
+    return dataclasses.replace(spec, context=TRIAL_CONTEXT)
+
+
+def run_as_trial(agent: LocalAgent, spec: TaskSpec) -> tuple[ExitStatus, list[tuple[str, str]],
+                                                               LocalTaskHandle]:
+    """Run a trial's task to its end; its lines with its allocation and directory (and its
+    trial id) written alike for every trial."""
+    handle = agent.launch(with_info(spec, agent))
+    status = wait_exit(handle)
+    lines = [(line.stdtype, line.message.replace(spec.allocation_id, "ALLOC")
+              .replace(handle.root.name, "ALLOC")
+              .replace(f"'DET_HUB_TRIAL_ID', '{spec.env['DET_HUB_TRIAL_ID']}'", "TRIAL"))
+             for line in handle.read_logs()]
+    agent.reap(handle)
+    return status, lines, handle
+
+
+def test_the_next_trial_on_a_slot_starts_from_the_interpreter_prepared_as_the_last_began(
+        agent: LocalAgent) -> None:
+    slot = agent.slots[0].id
+    first_status, first_lines, first = run_as_trial(agent, trial_task("21.a", 21, slot))
+    ready = follow_on_ready(agent, slot)
+    assert ready.root.name.startswith("next-") and ("stdout", "preloaded False") in first_lines
+    status, lines, second = run_as_trial(agent, trial_task("22.a", 22, slot,
+                                                           info='{"trial": 22}'))
+    # The prepared interpreter ran it, in the directory it was prepared in; the allocation's
+    # own directory name leads there, and the trial read its own id and cluster info.
+    assert second.root == ready.root and agent.task_root("22.a").resolve() == ready.root
+    assert ("stdout", "preloaded True") in lines and ("stdout", 'info {"trial": 22}') in lines
+    env = next(m for _, m in lines if m.startswith("env "))
+    assert "TRIAL" in env and "token-of-ALLOC" in env
+    assert status == first_status
+
+    def same(lines: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        return sorted(line for line in lines
+                      if not line[1].startswith(("preloaded ", "info ")))
+
+    # argv, sys.path[0], __file__, cwd, environment, user and streams as a fresh start's.
+    assert same(lines) == same(first_lines)
+    # A restarted master finds the trial through its allocation's name; its end removes the
+    # directory and the link.
+    adopted = agent.attach("22.a", 0, second.pid)
+    assert adopted is not None and adopted.root == ready.root
+    assert adopted.exit_status() == status
+    agent.cleanup("22.a")
+    assert not ready.root.exists() and not agent.task_root("22.a").is_symlink()
+    # The next one is ready again.
+    assert follow_on_ready(agent, slot).root != ready.root
+    agent.discard_all_prepared()
+    assert not agent._follow_ons
+
+
+@pytest.mark.parametrize("change", ["user", "code", "slots"])
+def test_a_prepared_follower_serves_only_the_same_experiments_next_trial(
+        agent: LocalAgent, change: str) -> None:
+    slot = agent.slots[0].id
+    run_as_trial(agent, trial_task("23.a", 23, slot))
+    ready = follow_on_ready(agent, slot)
+    other = trial_task("24.a", 24, slot, run_as=OTHER if change == "user" else NOBODY)
+    if change == "code":
+        other = dataclasses.replace(other, context=targz({"train.py": SCRIPT + "\n# v2\n"}))
+    elif change == "slots":
+        other = dataclasses.replace(other, slot_ids=[s.id for s in agent.slots])
+    status, lines, handle = run_as_trial(agent, other)
+    assert status.exit_code == 0 and ("stdout", "preloaded False") in lines
+    assert handle.root == agent.task_root("24.a") and not handle.root.is_symlink()
+    # The follower is gone with its directory.
+    assert not ready.root.exists() and not ready.alive()
+    agent.discard_all_prepared()
+    assert not any(p.name.startswith("next-") for p in agent.work_root.iterdir())
+
+
+def test_a_follower_nobody_takes_is_dropped_once_its_slots_have_been_free_a_while(
+        agent: LocalAgent, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local_agent, "FOLLOW_ON_IDLE_S", 0.3)
+    slot = agent.slots[0].id
+    spec = trial_task("25.a", 25, slot)
+    handle = agent.launch(with_info(spec, agent))
+    ready = follow_on_ready(agent, slot)
+    time.sleep(0.6)  # its slot is taken until its task is reaped: kept
+    wait_exit(handle)
+    assert ready.alive() and agent._follow_ons
+    agent.reap(handle)  # the slot is free from here on
+    deadline = time.monotonic() + 10
+    while ready.root.exists() or agent._follow_ons:
+        assert time.monotonic() < deadline, "the follower was not dropped"
+        time.sleep(0.05)
+    assert not ready.alive()
+
+
+def test_only_trials_get_a_follower_and_a_new_agent_removes_the_unused_ones(
+        agent: LocalAgent, tmp_path: Path) -> None:
+    slot = agent.slots[0].id
+    run(agent, task("26.a", {}, slot))  # no trial id: a command, nothing follows it
+    time.sleep(0.3)
+    assert not agent._follow_ons
+    # What a stopped master left: a follower no allocation took, and one an allocation took.
+    work = agent.work_root
+    for name in ("next-0000", "next-1111"):
+        (work / name / "run").mkdir(parents=True)
+    os.symlink("next-1111", work / "27.a")
+    LocalAgent(work_root=work, use_gpus=False, warm_start=True)
+    assert not (work / "next-0000").exists()
+    assert (work / "next-1111" / "run").is_dir() and (work / "27.a").is_symlink()
