@@ -2,14 +2,16 @@
 
     python -m det_hub.exec.warm_start --go-fd N -- PYTHON ENTRY...
 
-The local agent prepares a queued trial's task ahead of time (see
-:meth:`det_hub.agents.local.LocalAgent.prepare`): its directory, its sandbox, its user, and,
-through :mod:`det_hub.exec.task_start`, this interpreter, started with the task's environment
-less what only exists once the allocation runs (its id, its token, where its cluster info is:
-:data:`LATE_VARIABLES`). It imports what every trial imports (``det_hub.core`` and its HTTP
-stack; torch too where it is installed and the task uses it), then blocks on ``N`` until the agent sends the go: the
-task's whole environment and its CPUs, as JSON. It serves exactly one task, the one it was
-started for, inside that task's own sandbox; nothing of another task or user ever reaches it.
+The local agent prepares a trial's task ahead of time (see
+:meth:`det_hub.agents.local.LocalAgent.prepare`, and the task that follows a trial on its slots):
+its directory, its sandbox, its user, and, through :mod:`det_hub.exec.task_start`, this
+interpreter, started with the task's environment less what only exists once the allocation
+runs (its id, its token, where its cluster info is, the trial's id: :data:`LATE_VARIABLES`).
+It imports what every trial imports (``det_hub.core`` and its HTTP stack; torch too where it
+is installed and the task uses it), then blocks on ``N`` until the agent sends the go: the
+task's whole environment and its CPUs, as JSON. It serves exactly one task, inside the sandbox
+it was started in, and only one the agent found to be the same as the one it was prepared for
+(the same experiment's code, user and mounts); nothing of another task or user ever reaches it.
 
 On the go it becomes the task's command:
 
