@@ -37,7 +37,7 @@ import bisect
 import dataclasses
 import math
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Set
 from typing import Any
 
 from det_hub.config import SearcherConfig
@@ -222,6 +222,16 @@ class AshaBracket:
             min(lengths_done.get(rid, 0), self.lengths[trial.rung])
             for rid, trial in self.trials.items()
         )
+
+    def trials_ended(self, lengths_done: Mapping[str, int], closed: Set[str]) -> float:
+        """How many of the bracket's trials have ended, each open one counted by the share of
+        the longest length it has trained. A trial replaced for invalid hyperparameters keeps
+        counting by what it trained (its replacement counts as a trial of its own), so the
+        figure never goes back."""
+        longest = self.lengths[-1]
+        return sum(1.0 if rid in closed and not trial.invalid
+                   else min(1.0, lengths_done.get(rid, 0) / longest)
+                   for rid, trial in self.trials.items())
 
     # --- events -------------------------------------------------------------------------
     def fill(self, new_trial: _NewTrial) -> list[Action]:
@@ -564,13 +574,20 @@ class AsyncHalvingSearch(SearchMethod):
         return bracket is not None and bracket.is_waiting(request_id)
 
     def progress(self, lengths_done: Mapping[str, int]) -> float:
-        """Units trained over the units the brackets are expected to train (capped at 0.99
-        until the search shuts down, since the plan is an estimate)."""
+        """Units trained over the units the brackets are expected to train, and never more
+        than the share of the search's trials that have ended (a trial still open counting
+        by how far it is along the longest length, one not yet created as none): a search
+        with trials still to start never shows itself nearly done, since the plan is only an
+        estimate that a ``stop_once`` search overruns. Capped at 0.99 until the search shuts
+        down; a search stopped early keeps the figure it stopped at."""
         if self.shutdown:
             return 1.0
         planned = sum(b.planned_units() for b in self.brackets)
+        if not planned:
+            return 0.0
         done = sum(b.units_done(lengths_done) for b in self.brackets)
-        return min(0.99, done / planned) if planned else 0.0
+        ended = sum(b.trials_ended(lengths_done, self.trials_closed) for b in self.brackets)
+        return min(0.99, done / planned, ended / sum(b.max_trials for b in self.brackets))
 
     def rung_table(self) -> dict[str, Any]:
         """The state of every bracket and rung, as JSON (for

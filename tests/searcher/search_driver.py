@@ -77,6 +77,8 @@ class Driver:
         self.promotions: list[tuple[str, int]] = []
         self.max_training = 0
         self.progress: list[float] = []
+        #: How many trials had been created at each figure of :attr:`progress`.
+        self.created_then: list[int] = []
 
     # --- running ------------------------------------------------------------------------
     def run(self, max_steps: int = 100_000) -> Driver:
@@ -192,6 +194,7 @@ class Driver:
         self.max_training = max(self.max_training, len(self.training()))
         done = {t.request_id: t.done for t in self.trials.values()}
         self.progress.append(self.method.progress(done))
+        self.created_then.append(len(self.trials))
 
     def _checkpoint(self) -> None:
         if self.rebuild is None:

@@ -65,6 +65,21 @@ def check_finished(driver: Driver, failure: bool = False) -> None:
 
 # --- whole searches ---------------------------------------------------------------------
 @pytest.mark.parametrize("stop_once", [True, False])
+def test_progress_never_runs_ahead_of_the_trials_created(stop_once: bool) -> None:
+    """16 trials, 2 at a time, as in Determined's aggressive mode with one bracket: a search
+    that still has trials to create shows at most the share it created, though the plan's
+    estimate of its work is overrun (stop_once continues more trials past a rung than the
+    plan assumes)."""
+    m = method(max_trials=16, max_concurrent_trials=2, stop_once=stop_once, mode="aggressive",
+               max_rungs=3, divisor=4)
+    driver = Driver(m, validate_every=50 if stop_once else None, seed=2).run()
+    check_finished(driver)
+    for progress, created in zip(driver.progress, driver.created_then, strict=True):
+        if created < 16:
+            assert progress <= created / 16 + 1e-12
+
+
+@pytest.mark.parametrize("stop_once", [True, False])
 def test_the_worked_example_runs_every_trial_once_and_shuts_down(stop_once: bool) -> None:
     m = method(stop_once=stop_once)
     driver = Driver(m, validate_every=50 if stop_once else None, seed=1).run()
