@@ -18,7 +18,10 @@ master's methods, which allow it to the work's owner or an admin, as the REST AP
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import gzip
+import hashlib
 import html
 import importlib.util
 import json
@@ -85,6 +88,22 @@ def plotly_js() -> Path | None:
         if path.is_file():
             return path
     return None
+
+
+@functools.cache
+def plotly_version() -> str | None:
+    """What names this Plotly.js's content in its URL (``?v=``): a digest of the file; None
+    without the package."""
+    path = plotly_js()
+    return None if path is None else hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+@functools.cache
+def plotly_gzip() -> bytes:
+    """Plotly.js gzip-compressed (about a third of its 4.8 MB), made once per process."""
+    path = plotly_js()
+    assert path is not None
+    return gzip.compress(path.read_bytes(), compresslevel=9, mtime=0)
 
 
 # --- what the pages show, without HTTP ---------------------------------------------------
@@ -395,7 +414,7 @@ class ExperimentPage(PageHandler):
             original_config=row.original_config,
             trials=[trial_json(t) for t in trials],
             checkpoints=[checkpoint_json(c) for c in checkpoints],
-            series=await chart_data(m, trials), plotly=plotly_js() is not None,
+            series=await chart_data(m, trials), plotly=plotly_version(),
             live=not ExperimentState(row.state).terminal,
             may_change=who.may_change(row.owner_id))
 
@@ -473,6 +492,33 @@ class TaskKill(PageHandler):
             raise NotFound(f"task {tid} not found")
         await self.master.tasks.kill(self.principal, TaskType(task.type), tid)
         self.done(self.master.base_url)
+
+
+class PlotlyScript(RequestHandler):
+    """``<prefix>static/plotly.min.js``: Plotly.js from the ``plotly`` package, sent
+    gzip-compressed to browsers that take it (compressed once, then from memory). Asked for
+    under the digest of its content (``?v=``, as the pages ask), a browser keeps it a year;
+    otherwise it asks again each time and is answered 304 while it has not changed."""
+
+    async def get(self) -> None:
+        version = plotly_version()
+        path = plotly_js()
+        if version is None or path is None:
+            raise HTTPError(404, "Plotly.js is not installed: install the plotly package")
+        zipped = "gzip" in self.request.headers.get("Accept-Encoding", "")
+        self.set_header("Content-Type", "text/javascript; charset=UTF-8")
+        self.set_header("Vary", "Accept-Encoding")
+        self.set_header("Etag", f'"{version}{"-gzip" if zipped else ""}"')
+        self.set_header("Cache-Control", "public, max-age=31536000, immutable"
+                        if self.get_query_argument("v", None) == version else "no-cache")
+        if self.check_etag_header():
+            self.set_status(304)
+            return
+        if zipped:
+            self.set_header("Content-Encoding", "gzip")
+            self.finish(await asyncio.to_thread(plotly_gzip))
+        else:
+            self.finish(await asyncio.to_thread(path.read_bytes))
 
 
 class AdminPage(PageHandler):
@@ -560,10 +606,7 @@ def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
          AdminAgentAction),
         (rf"{base}admin/webhooks/(?P<webhook_id>\d+)/delete", AdminWebhookDelete),
     ]
-    plotly = plotly_js()
-    if plotly is not None:
-        routes.append((rf"{base}static/(plotly\.min\.js)", StaticFileHandler,
-                       {"path": str(plotly.parent)}))
+    routes.append((rf"{base}static/plotly\.min\.js", PlotlyScript))
     routes.append((rf"{base}static/(.+)", StaticFileHandler, {"path": str(STATIC)}))
     return routes
 

@@ -176,7 +176,7 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
     page = cluster.page(alice, f"/experiments/{cluster.short}")
     assert page.status_code == 200, page.text[:500]
     assert 'id="charts"' in page.text
-    assert f'src="{SERVICE}/static/plotly.min.js"' in page.text
+    [plotly_src] = re.findall(rf'src="{SERVICE}/static/plotly\.min\.js\?v=([0-9a-f]+)"', page.text)
     # The charts' data is the trial's metrics, as the REST API serves them.
     [trial] = cluster.api(f"/experiments/{cluster.short}/trials")["trials"]
     rest = cluster.api(f"/trials/{trial['id']}/metrics", params={"max_points": 500})["metrics"]
@@ -197,10 +197,14 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
     assert len(checkpoints) >= 1
     for c in checkpoints:
         assert f"<code>{c['uuid']}</code>" in page.text
-    # Plotly.js comes from the plotly package, under the service's prefix.
-    plotly = cluster.page(alice, "/static/plotly.min.js")
+    # Plotly.js comes from the plotly package, under the service's prefix: compressed, and
+    # kept a year under the URL the page names.
+    plotly = cluster.page(alice, f"/static/plotly.min.js?v={plotly_src}")
     assert plotly.status_code == 200 and len(plotly.content) > 1_000_000
     assert b"plotly" in plotly.content[:2000].lower()
+    assert plotly.headers["Content-Encoding"] == "gzip"
+    assert int(plotly.headers["Content-Length"]) < len(plotly.content) / 2
+    assert "max-age=31536000" in plotly.headers["Cache-Control"]
 
     # A running experiment's page refreshes its charts from a JSON endpoint.
     live = cluster.page(alice, f"/experiments/{cluster.long}/metrics")

@@ -1,19 +1,28 @@
-"""What the pages show, without HTTP: filters, chart traces, job forms, escaping."""
+"""What the pages show, without HTTP: filters, chart traces, job forms, escaping; and how
+Plotly.js is served."""
 
 from __future__ import annotations
 
+import gzip
 import json
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from tornado.httpclient import AsyncHTTPClient
+from tornado.httpserver import HTTPServer
+from tornado.netutil import bind_sockets
+from tornado.web import Application
 
 from det_hub.service.errors import BadRequest
 from det_hub.service.pages import (
     ExperimentFilters,
+    PlotlyScript,
     job_changes,
     json_script,
     metric_series,
+    plotly_js,
+    plotly_version,
     slot_hours,
 )
 
@@ -81,3 +90,37 @@ def test_json_in_a_script_element_cannot_close_it() -> None:
 def test_slot_hours_read_well_at_every_scale() -> None:
     assert [slot_hours(h) for h in (0.00042, 0.5, 3.14159, 1234.4)] == [
         "0.0004", "0.5000", "3.14", "1234"]
+
+
+async def test_plotly_is_sent_compressed_and_kept_a_year_under_its_digest() -> None:
+    """4.8 MB of Plotly.js goes out gzip-compressed to browsers that take it; under the URL
+    the page asks for (``?v=`` its digest) a browser keeps it, under any other it asks again
+    and gets 304 while it has not changed."""
+    path, version = plotly_js(), plotly_version()
+    if path is None or version is None:
+        pytest.skip("the plotly package is not installed")
+    raw = path.read_bytes()
+    app = Application([(r"/static/plotly\.min\.js", PlotlyScript)])
+    sockets = bind_sockets(0, "127.0.0.1")
+    server = HTTPServer(app)
+    server.add_sockets(sockets)
+    url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}/static/plotly.min.js"
+    client = AsyncHTTPClient()
+    try:
+        zipped = await client.fetch(f"{url}?v={version}", decompress_response=False,
+                                    headers={"Accept-Encoding": "gzip"})
+        assert zipped.headers["Content-Encoding"] == "gzip"
+        assert zipped.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+        assert zipped.headers["Content-Type"].startswith("text/javascript")
+        assert gzip.decompress(zipped.body) == raw
+        assert len(zipped.body) < len(raw) / 2
+        plain = await client.fetch(url, decompress_response=False)
+        assert plain.body == raw and "Content-Encoding" not in plain.headers
+        assert plain.headers["Cache-Control"] == "no-cache"
+        again = await client.fetch(url, raise_error=False, decompress_response=False,
+                                   headers={"If-None-Match": plain.headers["Etag"]})
+        assert again.code == 304 and not again.body
+        stale = await client.fetch(f"{url}?v=0123", decompress_response=False)
+        assert stale.headers["Cache-Control"] == "no-cache"
+    finally:
+        server.stop()
