@@ -238,6 +238,18 @@ def slot_hours(hours: float) -> str:
     return f"{hours:.0f}" if hours >= 100 else f"{hours:.2f}" if hours >= 1 else f"{hours:.4f}"
 
 
+def kill_question(item: Mapping[str, Any]) -> str:
+    """What a Kill button asks before it stops an experiment or a task (as the API shows them):
+    which, whose, and what is lost."""
+    if "type" in item:  # a notebook, shell, TensorBoard or command
+        kind = str(item["type"]).lower().replace("_", " ")
+        return (f'Kill {kind} {item["id"]} ("{item["description"]}") of {item["owner"]}? It '
+                "stops now, and what it has not saved is lost.")
+    return (f'Kill experiment {item["id"]} ("{item["name"]}") of {item["owner"]}? Its running '
+            "trials stop now without a checkpoint, and it ends CANCELED: it cannot be "
+            "activated again.")
+
+
 def hparams_text(hparams: Mapping[str, Any] | None) -> str:
     """Hyperparameters on one line: ``lr=0.01, layers=[64, 32]``."""
     return ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
@@ -294,19 +306,22 @@ class PageHandler(_PageBase):
                             and self.principal.may(MANAGE_SCOPE)),
             xsrf=self.xsrf_token.decode(), version=__version__, when=when, size=size,
             json_script=json_script, hparams_text=hparams_text, slot_hours=slot_hours,
+            kill_question=kill_question,
             post_button=self.post_button, section="",
             active_states=("ACTIVE", *ACTIVE_SUBSTATES))
         return namespace
 
     def post_button(self, action: str, label: str, *, next_page: str = "", danger: bool = False,
-                    title: str = "") -> str:
+                    title: str = "", confirm: str = "") -> str:
         """A form of one button that POSTs to ``action`` (with the XSRF token, and the page to
-        come back to), as HTML for ``{% raw %}``."""
+        come back to), as HTML for ``{% raw %}``. With ``confirm``, the page's script asks that
+        question first and sends nothing unless the user agrees."""
         back = (f'<input type="hidden" name="next" value="{html.escape(next_page)}">'
                 if next_page else "")
         attrs = (' class="danger"' if danger else "") + (
             f' title="{html.escape(title)}"' if title else "")
-        return (f'<form method="post" action="{html.escape(action)}" class="inline">'
+        asks = f' data-confirm="{html.escape(confirm)}"' if confirm else ""
+        return (f'<form method="post" action="{html.escape(action)}" class="inline"{asks}>'
                 f'{self.xsrf_form_html()}{back}<button type="submit"{attrs}>'
                 f"{html.escape(label)}</button></form>")
 
@@ -611,4 +626,5 @@ def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
     return routes
 
 
-__all__ = ["ExperimentFilters", "job_changes", "json_script", "metric_series", "page_handlers"]
+__all__ = ["ExperimentFilters", "job_changes", "json_script", "kill_question", "metric_series",
+           "page_handlers"]

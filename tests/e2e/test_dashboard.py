@@ -234,6 +234,26 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
     assert cluster.page(alice, "/experiments/99999").status_code == 404
 
 
+def test_destructive_buttons_ask_first_naming_what_stops_and_whose(cluster: Cluster) -> None:
+    alice, admin = cluster.hub.login("alice"), cluster.hub.login("admin")
+    page = cluster.page(alice, f"/experiments/{cluster.long}").text
+    actions = page.split('id="actions"', 1)[1].split("</div>", 1)[0]
+    experiment = cluster.api(f"/experiments/{cluster.long}")["experiment"]
+    question = html.escape(f'Kill experiment {cluster.long} ("{experiment["name"]}") of '
+                           f'{experiment["owner"]}?')
+    kill = actions.split('/kill"', 1)[1].split("</form>", 1)[0]
+    assert f'data-confirm="{question}' in kill
+    pause = actions.split('/pause"', 1)[1].split("</form>", 1)[0]
+    assert "data-confirm" not in pause  # pausing checkpoints: nothing is lost
+    admin_page = cluster.page(admin, "/admin").text
+    assert f'data-confirm="{question}' in admin_page
+    agents = admin_page.split('id="agents"', 1)[1].split("</table>", 1)[0]
+    assert 'data-confirm="Drain agent local? It takes no new work' in agents
+    assert 'data-confirm="Disable agent local now?' in agents
+    # Every page carries the script that asks.
+    assert "static/dashboard.js" in admin_page and "static/dashboard.js" in page
+
+
 def test_posts_need_the_xsrf_token_and_the_owner_or_an_admin(cluster: Cluster) -> None:
     alice = cluster.hub.login("alice")
     path = f"/experiments/{cluster.long}/kill"
@@ -428,3 +448,11 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
     assert report["priority"] == 7
     assert cluster.api(f"/jobs/{report['job']}")["job"]["priority"] == 7
     assert any(t["points"] > 0 for t in report["traces"])
+    # Kill asked before it posted, naming what stops and whose it is; dismissed, the
+    # experiment runs on.
+    eid = int(report["job"].removeprefix("exp-"))
+    experiment = cluster.api(f"/experiments/{eid}")["experiment"]
+    assert report["kill_question"].startswith(
+        f'Kill experiment {eid} ("{experiment["name"]}") of {experiment["owner"]}?')
+    assert "without a checkpoint" in report["kill_question"]
+    assert "CANCELED" not in experiment["state"]

@@ -1,6 +1,7 @@
-// det_hub's pages: an experiment's metric charts (Plotly.js) and the follower of a trial's
-// logs. Both read JSON endpoints beside the pages, signed in by the hub's cookie; the page's
-// XSRF token goes with every request, as the hub's sign-in asks of scripts.
+// det_hub's pages: an experiment's metric charts (Plotly.js), the follower of a trial's
+// logs, and the question a destructive button asks before it posts. The charts and the logs
+// read JSON endpoints beside the pages, signed in by the hub's cookie; the page's XSRF token
+// goes with every request, as the hub's sign-in asks of scripts.
 (function () {
   "use strict";
 
@@ -142,6 +143,12 @@
       await sleep(1000);
     }
   }
+
+  // --- destructive actions ask first, naming what stops and whose it is -------------------
+  document.addEventListener("submit", (event) => {
+    const question = event.target.dataset ? event.target.dataset.confirm : undefined;
+    if (question && !window.confirm(question)) event.preventDefault();
+  });
 
   const box = document.getElementById("charts");
   if (box) charts(box);

@@ -6,7 +6,8 @@
 // its link to the admin page, checks that the job queue shows a running experiment's job and
 // changes that job's priority through the page's form, opens the experiment's page and waits
 // for its Plotly chart to draw a trace with points and for the chart's refresh to be
-// answered, then opens a trial's logs and waits for the follower's first answer. Screenshots go to OUTDIR. Every request must go
+// answered, clicks its Kill button and dismisses the question it asks, then opens a trial's
+// logs and waits for the follower's first answer. Screenshots go to OUTDIR. Every request must go
 // to the hub (nothing from the internet), and no page may throw a script error.
 // Exits 0 when all of that holds; prints what failed otherwise.
 
@@ -75,6 +76,17 @@ await runInPage({
     (chart) => chart.data.map((t) => ({ name: t.name, points: t.x.length }))).flat());
   await refreshed;
   await page.screenshot({ path: path.join(outdir, "experiment.png"), fullPage: true });
+
+  // Kill asks first, naming the experiment and its owner; dismissed, nothing is sent.
+  const here = page.url();
+  const asked = new Promise((resolve) => page.once("dialog", async (dialog) => {
+    resolve(dialog.message());
+    await dialog.dismiss();
+  }));
+  await page.click('#actions button:text-is("Kill")');
+  report.kill_question = await asked;
+  await page.waitForTimeout(500);
+  check(page.url() === here, "dismissing the Kill question left the page for " + page.url());
 
   // A trial's logs, followed.
   const logs = page.locator("#trials a", { hasText: "Logs" }).first();
