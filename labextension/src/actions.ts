@@ -6,7 +6,7 @@
 import { Dialog, InputDialog, showDialog, showErrorMessage } from '@jupyterlab/apputils';
 
 import { DetHubClient, errorText } from './api/client';
-import { ExperimentAction, IExperiment, isActive, isTerminal } from './api/types';
+import { ExperimentAction, IExperiment } from './api/types';
 
 interface IActionText {
   label: string;
@@ -47,23 +47,6 @@ const ACTIONS: Record<ExperimentAction, IActionText> = {
     warn: false
   }
 };
-
-/** The actions that make sense for an experiment in its present state. */
-export function actionsFor(experiment: IExperiment): ExperimentAction[] {
-  if (experiment.archived) {
-    return ['unarchive'];
-  }
-  if (isTerminal(experiment.state)) {
-    return ['archive'];
-  }
-  if (isActive(experiment.state)) {
-    return ['pause', 'kill'];
-  }
-  if (experiment.state === 'PAUSED') {
-    return ['activate', 'kill'];
-  }
-  return ['kill'];
-}
 
 /** An action's button label. */
 export function actionLabel(action: ExperimentAction): string {

@@ -19,7 +19,7 @@ import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 
 import { confirmAction, confirmPriority } from './actions';
 import { DetHubClient, errorText } from './api/client';
-import { ExperimentAction, IExperiment } from './api/types';
+import { ExperimentAction, IExperiment, IUser } from './api/types';
 import { ClusterModel } from './model/cluster';
 import { ExperimentListModel } from './model/experiments';
 import { registerCheckpointDialog } from './registry';
@@ -86,6 +86,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     };
 
+    // Who the notebook server acts as on the master: the panel offers actions on their own
+    // experiments only (on all, to an admin).
+    let viewer: IUser | null = null;
     const sidebar = new DetHubSidebar({
       experiments: new ExperimentListModel(client),
       cluster: new ClusterModel(client),
@@ -99,7 +102,10 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(sidebar, sidebar.id);
     client
       .config()
-      .then(config => sidebar.setConfig(config))
+      .then(config => {
+        viewer = config.user;
+        sidebar.setConfig(config);
+      })
       .catch(error => sidebar.setConfig(null, `det_hub is not reachable: ${errorText(error)}`));
 
     commands.addCommand(CommandIDs.showPanel, {
@@ -126,6 +132,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
             experimentId: id,
             onAction,
             onPriority,
+            viewer: () => viewer,
             onInsertCode: uuid => void commands.execute(CommandIDs.insertLoadCheckpoint, { uuid }),
             onRegister: (experiment, checkpoint) =>
               registerCheckpointDialog(client, experiment, checkpoint)

@@ -2,13 +2,16 @@
 
 import * as React from 'react';
 
-import { actionLabel, actionsFor } from '../actions';
-import { ExperimentAction, IExperiment } from '../api/types';
+import { actionLabel } from '../actions';
+import { actionsFor, mayChange } from '../model/actions';
+import { ExperimentAction, IExperiment, IUser } from '../api/types';
 import { ExperimentListModel, formatMetric } from '../model/experiments';
 import { formatHparams, Progress, Sparkline, StateBadge } from './common';
 
 export interface IExperimentListProps {
   model: ExperimentListModel;
+  /** Who looks: actions are offered on their own experiments only, on all to an admin. */
+  viewer: IUser | null;
   /** Opens the experiment's view in the main area. */
   onOpen: (experiment: IExperiment) => void;
   onAction: (experiment: IExperiment, action: ExperimentAction) => void;
@@ -154,7 +157,7 @@ function ExperimentDetail(props: IExperimentListProps & { experiment: IExperimen
         >
           Open
         </button>
-        {actionsFor(experiment).map(action => (
+        {actionsFor(experiment, props.viewer).map(action => (
           <button
             key={action}
             className={`jp-mod-styled jp-DetHub-action${action === 'kill' ? ' jp-mod-warn' : ''}`}
@@ -164,14 +167,16 @@ function ExperimentDetail(props: IExperimentListProps & { experiment: IExperimen
             {actionLabel(action)}
           </button>
         ))}
-        <button
-          className="jp-mod-styled jp-DetHub-action"
-          data-action="priority"
-          title={`Priority ${experiment.priority} (1 runs first)`}
-          onClick={() => props.onPriority(experiment)}
-        >
-          Priority
-        </button>
+        {mayChange(experiment, props.viewer) ? (
+          <button
+            className="jp-mod-styled jp-DetHub-action"
+            data-action="priority"
+            title={`Priority ${experiment.priority} (1 runs first)`}
+            onClick={() => props.onPriority(experiment)}
+          >
+            Priority
+          </button>
+        ) : null}
       </div>
       {trials === undefined ? (
         <p className="jp-DetHub-note">Loading trials…</p>

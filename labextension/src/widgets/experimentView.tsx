@@ -9,7 +9,8 @@ import { Message } from '@lumino/messaging';
 import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
-import { actionLabel, actionsFor } from '../actions';
+import { actionLabel } from '../actions';
+import { actionsFor, mayChange } from '../model/actions';
 import { DetHubClient } from '../api/client';
 import {
   ExperimentAction,
@@ -17,6 +18,7 @@ import {
   IExperiment,
   IModelVersion,
   ISearcherView,
+  IUser,
   isTerminal
 } from '../api/types';
 import { ExperimentModel, TrialLogModel } from '../model/experiment';
@@ -31,6 +33,8 @@ export interface IExperimentViewOptions {
   experimentId: number;
   onAction: (experiment: IExperiment, action: ExperimentAction) => Promise<IExperiment | null>;
   onPriority: (experiment: IExperiment) => Promise<void>;
+  /** Who looks (null until known): actions are offered to the owner and admins only. */
+  viewer: () => IUser | null;
   /** Puts code that loads the checkpoint into the active notebook. */
   onInsertCode: (uuid: string) => void;
   /** Registers the checkpoint in the model registry (after asking under which model). */
@@ -116,7 +120,7 @@ export class ExperimentView extends ReactWidget {
             {model.live ? ' · live' : ''}
           </span>
           <span className="jp-DetHub-actions">
-            {actionsFor(experiment).map(action => (
+            {actionsFor(experiment, this._options.viewer()).map(action => (
               <button
                 key={action}
                 className={`jp-mod-styled jp-DetHub-action${action === 'kill' ? ' jp-mod-warn' : ''}`}
@@ -126,7 +130,8 @@ export class ExperimentView extends ReactWidget {
                 {actionLabel(action)}
               </button>
             ))}
-            {isTerminal(experiment.state) ? null : (
+            {isTerminal(experiment.state) ||
+            !mayChange(experiment, this._options.viewer()) ? null : (
               <button
                 className="jp-mod-styled jp-DetHub-action"
                 data-action="priority"

@@ -153,6 +153,7 @@ export class DetHubSidebar extends ReactWidget {
           {this._tab === 'experiments' ? (
             <ExperimentList
               model={this.experiments}
+              viewer={this._config?.user ?? null}
               onOpen={experiment => options.onOpen(experiment.id)}
               onAction={(experiment, action) => void options.onAction(experiment, action)}
               onPriority={experiment => void options.onPriority(experiment)}
