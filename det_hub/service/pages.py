@@ -38,6 +38,7 @@ from urllib.parse import urlencode
 from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authenticated
 
 from det_hub import __version__
+from det_hub.config import LengthUnit
 from det_hub.scopes import MANAGE_SCOPE
 from det_hub.service import wire
 from det_hub.service.errors import (
@@ -157,10 +158,16 @@ class ExperimentFilters:
         return bool(self.state or self.owner or self.name or self.archived != "no")
 
 
+#: Metrics that count how far training got (``batches``, ``records``, ``epochs``) rather than
+#: how well it goes: their charts are hidden until asked for.
+COUNTERS = frozenset(unit.value for unit in LengthUnit)
+
+
 def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, Any]]:
     """Chart traces from trials' metric rows: one per trial, group and numeric metric, as
-    ``{"metric", "trial_id", "group", "x": steps, "y": values}``; ordered by metric, then
-    trial, then group (training first). Values that are not finite numbers are left out."""
+    ``{"metric", "trial_id", "group", "x": steps, "y": values, "counter"}`` (``counter``: one
+    of :data:`COUNTERS`); ordered by metric, then trial, then group (training first). Values
+    that are not finite numbers are left out."""
     traces: dict[tuple[str, int, str], dict[str, Any]] = {}
     for trial_id, rows in metrics.items():
         for row in rows:
@@ -170,7 +177,7 @@ def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, 
                     continue
                 trace = traces.setdefault((name, trial_id, row.group), {
                     "metric": name, "trial_id": trial_id, "group": row.group, "x": [],
-                    "y": []})
+                    "y": [], "counter": name in COUNTERS})
                 trace["x"].append(row.steps_completed)
                 trace["y"].append(value)
 
@@ -251,14 +258,42 @@ def kill_question(item: Mapping[str, Any]) -> str:
 
 
 def hparams_text(hparams: Mapping[str, Any] | None) -> str:
-    """Hyperparameters on one line: ``lr=0.01, layers=[64, 32]``."""
-    return ", ".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}"
-                     for k, v in (hparams or {}).items())
+    """Hyperparameters on one line, numbers to 4 significant digits:
+    ``lr=0.000123, layers=[64, 32], opt={name=adam}``."""
+    return ", ".join(f"{k}={_short(v)}" for k, v in (hparams or {}).items())
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, Mapping):
+        return "{" + hparams_text(value) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_short(v) for v in value) + "]"
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+#: How a log line says its level: Python's logging (``ERROR:root:``, ``[E 12:00 name]``,
+#: ``... ERROR ...``), a traceback, an exception's last line.
+_ERROR_LINE = re.compile(r"\b(?:CRITICAL|FATAL|ERROR)\b|^\[[EC] |^Traceback \(most recent call "
+                         r"last\)|^[\w.]*(?:Error|Exception)\b(?::|$)")
+_WARNING_LINE = re.compile(r"\bWARN(?:ING)?\b|^\[W |^[\w.]*Warning:")
+_DEBUG_LINE = re.compile(r"\bDEBUG\b|^\[D ")
+
+
+def log_level(message: str) -> str:
+    """``error``, ``warning``, ``debug`` or ``info``: the level a log line reads as, from its
+    text, whichever stream it came on (Python logs INFO to stderr)."""
+    if _ERROR_LINE.search(message):
+        return "error"
+    if _WARNING_LINE.search(message):
+        return "warning"
+    return "debug" if _DEBUG_LINE.search(message) else "info"
 
 
 def log_line_json(row: TaskLog) -> dict[str, Any]:
     return {"id": row.id, "timestamp": iso(row.timestamp), "rank": row.rank,
-            "stdtype": row.stdtype, "message": row.message}
+            "stdtype": row.stdtype, "level": log_level(row.message), "message": row.message}
 
 
 # --- handlers ----------------------------------------------------------------------------

@@ -431,7 +431,7 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
     try:
         done = subprocess.run(
             [node, str(BROWSER_DIR / "admin_page.mjs"), cluster.hub.url, "admin",
-             cluster.hub.password, str(shots)],
+             cluster.hub.password, str(shots), str(cluster.short)],
             capture_output=True, text=True, timeout=240, cwd=BROWSER_DIR)
     finally:
         artifacts = os.environ.get("DET_HUB_ARTIFACTS")
@@ -448,6 +448,13 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
     assert report["priority"] == 7
     assert cluster.api(f"/jobs/{report['job']}")["job"]["priority"] == 7
     assert any(t["points"] > 0 for t in report["traces"])
+    # A trial has one colour on every chart (its training and validation traces alike).
+    colours: dict[str, set[str]] = {}
+    for trace in report["colours"]:
+        colours.setdefault(trace["name"].split(" ")[1], set()).add(trace["colour"])
+    assert colours and all(len(c) == 1 for c in colours.values()), report["colours"]
+    assert len(report["colours"]) > len(colours)  # more than one chart per trial
+    assert report["log_scale"] is True
     # Kill asked before it posted, naming what stops and whose it is; dismissed, the
     # experiment runs on.
     eid = int(report["job"].removeprefix("exp-"))

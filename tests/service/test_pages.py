@@ -18,8 +18,10 @@ from det_hub.service.errors import BadRequest
 from det_hub.service.pages import (
     ExperimentFilters,
     PlotlyScript,
+    hparams_text,
     job_changes,
     json_script,
+    log_level,
     metric_series,
     plotly_js,
     plotly_version,
@@ -66,6 +68,34 @@ def test_metric_series_makes_a_trace_per_trial_group_and_number() -> None:
         ("validation_loss", 7, "validation")]
     assert series[1]["x"] == [5, 10] and series[1]["y"] == [0.5, 0.25]
     assert metric_series({}) == []
+
+
+def test_counters_are_marked_for_the_charts_to_hide() -> None:
+    series = metric_series({1: [_row("training", 5, loss=0.5, batches=5, records=160,
+                                     epochs=0.5)]})
+    assert {s["metric"]: s["counter"] for s in series} == {
+        "batches": True, "epochs": True, "loss": False, "records": True}
+
+
+def test_hyperparameters_read_at_four_significant_digits() -> None:
+    assert hparams_text({"learning_rate": 0.6439717172103006, "layers": [64, 0.123456],
+                         "opt": {"name": "sgd", "momentum": 0.9}, "decay": 1.5e-07,
+                         "n": 3, "bias": True}) == (
+        "learning_rate=0.644, layers=[64, 0.1235], opt={name=sgd, momentum=0.9}, "
+        "decay=1.5e-07, n=3, bias=true")
+    assert hparams_text(None) == ""
+
+
+@pytest.mark.parametrize(("message", "level"), [
+    ("INFO:root:epoch 1", "info"), ("[I 12:00:01 det_hub] started", "info"),
+    ("loss=0.1 error_rate=0.2", "info"), ("ERROR:root:the data is gone", "error"),
+    ("[E 12:00:01 tornado] 500", "error"), ("Traceback (most recent call last):", "error"),
+    ("ValueError: bad shape", "error"), ("torch.cuda.OutOfMemoryError: CUDA out of memory", "error"),
+    ("WARNING:root:slow", "warning"), ("UserWarning: deprecated", "warning"),
+    ("DEBUG:urllib3:GET /", "debug"),
+])
+def test_a_log_line_reads_at_its_level_whatever_its_stream(message: str, level: str) -> None:
+    assert log_level(message) == level
 
 
 def test_job_forms_are_read_as_the_api_reads_job_changes() -> None:

@@ -28,10 +28,72 @@
   }
 
   // --- charts: one per metric, a trace per trial and group ---------------------------------
+  // A trial keeps its colour on every chart of the page: the order trials first appear in.
+  const PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
+    "#7f7f7f", "#bcbd22", "#17becf", "#393b79", "#ad494a", "#637939", "#8c6d31", "#843c39",
+    "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1"];
+  const trialColours = new Map();
+  function colourOf(trialId) {
+    if (!trialColours.has(trialId)) {
+      const n = trialColours.size;
+      // Past the palette, hues a golden angle apart never repeat.
+      trialColours.set(trialId, n < PALETTE.length ? PALETTE[n]
+        : "hsl(" + Math.round((n * 137.508) % 360) + ", 62%, 45%)");
+    }
+    return trialColours.get(trialId);
+  }
+
+  // The chart settings, kept in the browser between pages.
+  const settings = {
+    log: false, smoothing: 0, counters: false,
+    load() {
+      try { Object.assign(this, JSON.parse(localStorage.getItem("det_hub.charts") || "{}")); }
+      catch (e) { /* none kept */ }
+    },
+    save() {
+      try {
+        localStorage.setItem("det_hub.charts", JSON.stringify(
+          { log: this.log, smoothing: this.smoothing, counters: this.counters }));
+      } catch (e) { /* storage refused: the settings last for this page */ }
+    },
+  };
+
+  // Exponential moving average, debiased at the start (TensorBoard's smoothing).
+  function smooth(ys, weight) {
+    let last = 0;
+    return ys.map((y, i) => {
+      last = last * weight + (1 - weight) * y;
+      return last / (1 - Math.pow(weight, i + 1));
+    });
+  }
+
+  // An axis range around values that are all the same (one point): the value in the middle.
+  function around(values) {
+    if (!values.length || values.some((v) => v !== values[0])) return undefined;
+    const pad = Math.abs(values[0]) * 0.1 || 1;
+    return [values[0] - pad, values[0] + pad];
+  }
+
+  function traceData(s) {
+    const colour = colourOf(s.trial_id);
+    const name = label("trial " + s.trial_id + " " + s.group);
+    const mode = s.x.length > 1 ? "lines" : "markers";
+    const dash = s.group === "validation" ? "solid" : "dot";
+    const main = { x: s.x, y: s.y, type: "scatter", mode, name, legendgroup: name,
+      line: { color: colour, dash }, marker: { color: colour } };
+    if (!settings.smoothing || s.x.length < 3) return [main];
+    return [
+      { ...main, name: name + " (raw)", showlegend: false, hoverinfo: "skip", opacity: 0.25 },
+      { ...main, y: smooth(s.y, settings.smoothing) },
+    ];
+  }
+
   function drawCharts(box, series) {
     if (!window.Plotly) return;
     const byMetric = new Map();
     for (const s of series) {
+      colourOf(s.trial_id);
+      if (s.counter && !settings.counters) continue;
       if (!byMetric.has(s.metric)) byMetric.set(s.metric, []);
       byMetric.get(s.metric).push(s);
     }
@@ -39,39 +101,73 @@
     if (empty && byMetric.size) empty.remove();
     const existing = new Map();
     for (const div of box.querySelectorAll("div.chart")) existing.set(div.dataset.metric, div);
+    for (const [metric, div] of existing) {
+      if (!byMetric.has(metric)) { window.Plotly.purge(div.querySelector(".plot")); div.remove(); }
+    }
     for (const [metric, traces] of byMetric) {
       let div = existing.get(metric);
       if (!div) {
         div = document.createElement("div");
         div.className = "chart";
         div.dataset.metric = metric;
+        const title = document.createElement("h3");
+        title.textContent = metric;
+        const plot = document.createElement("div");
+        plot.className = "plot";
+        div.append(title, plot);
         box.appendChild(div);
       }
-      const data = traces.map((s) => ({
-        x: s.x, y: s.y, type: "scatter",
-        mode: s.x.length > 1 ? "lines" : "markers",
-        name: label("trial " + s.trial_id + " " + s.group),
-        line: { dash: s.group === "validation" ? "solid" : "dot" },
-      }));
+      const xs = traces.flatMap((s) => s.x);
+      const ys = traces.flatMap((s) => s.y);
+      const log = settings.log && ys.every((y) => y > 0);
+      const xRange = around(xs);
+      const yRange = log ? undefined : around(ys);
       const layout = {
-        title: { text: label(metric), font: { size: 14 } },
-        xaxis: { title: { text: "batches" } },
-        margin: { l: 55, r: 20, t: 40, b: 45 }, height: 320,
-        legend: { orientation: "h", y: -0.25 },
+        xaxis: { title: { text: "batches", standoff: 4 }, range: xRange, autorange: !xRange },
+        yaxis: { type: log ? "log" : "linear", range: yRange, autorange: !yRange },
+        margin: { l: 60, r: 20, t: 10, b: 40 }, height: 300,
+        legend: { orientation: "h", x: 0, xanchor: "left", y: 1.02, yanchor: "bottom" },
+        showlegend: true,
       };
-      window.Plotly.react(div, data, layout, { responsive: true, displaylogo: false });
+      window.Plotly.react(div.querySelector(".plot"), traces.flatMap(traceData), layout,
+        { responsive: true, displaylogo: false });
     }
+  }
+
+  function chartControls(box, redraw) {
+    settings.load();
+    const log = document.getElementById("log-scale");
+    const smoothing = document.getElementById("smoothing");
+    const shown = document.getElementById("smoothing-value");
+    const counters = document.getElementById("show-counters");
+    if (!log || !smoothing || !counters) return;
+    log.checked = settings.log;
+    smoothing.value = String(settings.smoothing);
+    shown.textContent = String(settings.smoothing);
+    counters.checked = settings.counters;
+    const changed = () => {
+      settings.log = log.checked;
+      settings.smoothing = Number(smoothing.value);
+      settings.counters = counters.checked;
+      shown.textContent = String(settings.smoothing);
+      settings.save();
+      redraw();
+    };
+    for (const input of [log, smoothing, counters]) input.addEventListener("input", changed);
   }
 
   async function charts(box) {
     const source = document.getElementById("chart-data");
-    drawCharts(box, JSON.parse(source.textContent));
+    let series = JSON.parse(source.textContent);
+    chartControls(box, () => drawCharts(box, series));
+    drawCharts(box, series);
     let live = box.dataset.live === "true";
     while (live) {
       await sleep(5000);
       try {
         const answer = await getJSON(box.dataset.url);
-        drawCharts(box, answer.series);
+        series = answer.series;
+        drawCharts(box, series);
         live = answer.live;
         const state = document.getElementById("state");
         if (state && state.textContent !== answer.state) {
@@ -87,7 +183,7 @@
   // --- logs: append new lines while the trial runs ------------------------------------------
   function logLine(line) {
     const row = document.createElement("span");
-    row.className = "line " + line.stdtype;
+    row.className = "line " + line.stdtype + " level-" + (line.level || "info");
     row.dataset.id = line.id;
     const ts = document.createElement("span");
     ts.className = "ts";

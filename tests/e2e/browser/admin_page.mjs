@@ -1,23 +1,25 @@
 // det_hub's pages in a real browser: Debian's Chromium, driven by playwright-core.
 //
-//   node admin_page.mjs HUB_URL USER PASSWORD OUTDIR
+//   node admin_page.mjs HUB_URL USER PASSWORD OUTDIR FINISHED_ID
 //
 // Signs in at the hub's login page as USER (a hub admin), opens det_hub's dashboard, follows
 // its link to the admin page, checks that the job queue shows a running experiment's job and
 // changes that job's priority through the page's form, opens the experiment's page and waits
 // for its Plotly chart to draw a trace with points and for the chart's refresh to be
-// answered, clicks its Kill button and dismisses the question it asks, then opens a trial's
-// logs and waits for the follower's first answer. Screenshots go to OUTDIR. Every request must go
-// to the hub (nothing from the internet), and no page may throw a script error.
+// answered, turns the log scale on and off, clicks its Kill button and dismisses the question
+// it asks, reads each trial's colour on every chart of experiment FINISHED_ID, then opens a
+// trial's logs there and waits for the follower's first answer. Screenshots go to OUTDIR.
+// Every request must go to the hub (nothing from the internet), and no page may throw a
+// script error.
 // Exits 0 when all of that holds; prints what failed otherwise.
 
 import { mkdirSync } from "node:fs";
 import path from "node:path";
 import { runInPage } from "./launch.mjs";
 
-const [hubUrl, user, password, outdir] = process.argv.slice(2);
-if (!outdir) {
-  console.error("usage: node admin_page.mjs HUB_URL USER PASSWORD OUTDIR");
+const [hubUrl, user, password, outdir, finishedId] = process.argv.slice(2);
+if (!finishedId) {
+  console.error("usage: node admin_page.mjs HUB_URL USER PASSWORD OUTDIR FINISHED_ID");
   process.exit(2);
 }
 mkdirSync(outdir, { recursive: true });
@@ -76,6 +78,12 @@ await runInPage({
     (chart) => chart.data.map((t) => ({ name: t.name, points: t.x.length }))).flat());
   await refreshed;
   await page.screenshot({ path: path.join(outdir, "experiment.png"), fullPage: true });
+  // The log-scale switch redraws every chart.
+  await page.check("#log-scale");
+  await page.waitForFunction(() => Array.from(document.querySelectorAll("#charts .js-plotly-plot"))
+    .every((chart) => chart.layout.yaxis.type === "log"), null, { timeout: 10000 });
+  report.log_scale = true;
+  await page.uncheck("#log-scale");
 
   // Kill asks first, naming the experiment and its owner; dismissed, nothing is sent.
   const here = page.url();
@@ -87,6 +95,15 @@ await runInPage({
   report.kill_question = await asked;
   await page.waitForTimeout(500);
   check(page.url() === here, "dismissing the Kill question left the page for " + page.url());
+
+  // A finished experiment with a chart per metric: each trial's colour, chart by chart.
+  await page.goto(service + "experiments/" + finishedId);
+  await page.waitForFunction(() => document.querySelectorAll("#charts .js-plotly-plot").length > 1,
+    null, { timeout: 30000 });
+  report.colours = await page.evaluate(() => Array.from(
+    document.querySelectorAll("#charts .js-plotly-plot"),
+    (chart) => chart.data.filter((t) => t.showlegend !== false)
+      .map((t) => ({ name: t.name, colour: t.line.color }))).flat());
 
   // A trial's logs, followed.
   const logs = page.locator("#trials a", { hasText: "Logs" }).first();
