@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from det_hub.service.pubsub import Subscription, metric_json
-from det_hub.states import ExperimentState
+from det_hub.states import ExperimentState, shown_trial_state
 
 #: Rows read from the store per replay query.
 REPLAY_BATCH = 1_000
@@ -149,9 +149,12 @@ async def _state(master: Master, experiment_id: int) -> dict[str, Any]:
     row = await master.experiments.get(experiment_id)
     trials = await master.experiments.trials(experiment_id)
     return {
-        "experiment_id": experiment_id, "state": row.state, "progress": row.progress,
-        "trials": [{"id": t.id, "state": t.state, "steps_completed": t.steps_completed,
-                    "progress": t.progress} for t in trials],
+        "experiment_id": experiment_id, "state": row.state,
+        "shown_state": master.experiments.shown_state(row), "progress": row.progress,
+        "trials": [{"id": t.id, "state": t.state,
+                    "shown_state": shown_trial_state(t.state, t.run_state),
+                    "steps_completed": t.steps_completed, "progress": t.progress,
+                    "hparams": t.hparams} for t in trials],
     }
 
 

@@ -5,13 +5,15 @@
   TensorBoards and commands;
 - ``<prefix>experiments/<id>``: an experiment: metric charts, its trials with their
   hyperparameters, its checkpoints, and pause/activate/kill/archive for its owner and admins;
+  while it runs, its charts, state, progress and trials follow its event stream;
 - ``<prefix>trials/<id>/logs``: a trial's logs, followed while it runs;
 - ``<prefix>admin``: for hub admins: agents and their slots, the job queue and its controls,
   each user's usage in slot-hours, and what runs, with kill, drain and enable actions.
 
 Pages are rendered here from ``templates/``; a small script in ``static/`` draws the charts
-(Plotly.js, served from the ``plotly`` package: nothing comes from the internet) and follows
-logs through JSON endpoints beside the pages, signed in by the same hub cookie. Every POST must
+(Plotly.js, served from the ``plotly`` package: nothing comes from the internet), follows
+an experiment through Server-Sent Events and logs through a JSON endpoint beside the pages,
+signed in by the same hub cookie. Every POST must
 carry the ``_xsrf`` token the pages put in their forms, and every change goes through the
 master's methods, which allow it to the work's owner or an admin, as the REST API does.
 """
@@ -50,7 +52,9 @@ from det_hub.service.errors import (
     answered_error,
     logged_as_traceback,
 )
+from det_hub.service.events import experiment_events
 from det_hub.service.handlers.base import check_path_ids
+from det_hub.service.handlers.streams import EventSender
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
 from det_hub.service.webhooks import webhook_json
@@ -60,7 +64,7 @@ from det_hub.states import ACTIVE_SUBSTATES, ExperimentState, TaskType
 # pages are served); type checkers see the tornado handler it extends.
 if TYPE_CHECKING:
     from det_hub.service.master import Master, Principal
-    from det_hub.store import MetricRow, Task, TaskLog, Trial
+    from det_hub.store import MetricRow, Task, TaskLog
 
     _PageBase = RequestHandler
 else:
@@ -458,27 +462,35 @@ class ExperimentPage(PageHandler):
         [experiment] = await m.experiments.to_json([row])
         trials = await m.experiments.trials(eid)
         checkpoints = await m.checkpoints.of_experiment(eid)
+        rows = await m.trials.chart_metrics(trials, CHART_POINTS)
         who = self.principal
         self.render(
             "experiment.html", section="dashboard", experiment=experiment,
             original_config=row.original_config,
             trials=[trial_json(t) for t in trials],
             checkpoints=[checkpoint_json(c) for c in checkpoints],
-            series=await chart_data(m, trials), plotly=plotly_version(),
+            series=metric_series(rows), plotly=plotly_version(),
+            # The stream goes on from the newest row drawn (each trial's last row is drawn).
+            after_id=max((r.id for trial_rows in rows.values() for r in trial_rows), default=0),
+            counters=COUNTERS,
             live=not ExperimentState(row.state).terminal,
             may_change=who.may_change(row.owner_id))
 
 
-class ExperimentMetricsData(DataHandler):
-    """``<prefix>experiments/<id>/metrics``: the charts' data, for their refresh."""
+class ExperimentStream(EventSender, DataHandler):
+    """``<prefix>experiments/<id>/stream?after_id=N``: what keeps the experiment's page live,
+    as Server-Sent Events: its metric rows after row ``N`` as they are stored, and its state,
+    progress and trials' states and batches whenever they change (the REST API's
+    ``/experiments/<id>/metrics/stream``, signed in as the page is)."""
 
     async def get(self, experiment_id: str) -> None:
         eid = int(experiment_id)
-        row = await self.master.experiments.get(eid)
-        trials = await self.master.experiments.trials(eid)
-        self.send({"state": self.master.experiments.shown_state(row),
-                   "live": not ExperimentState(row.state).terminal,
-                   "series": await chart_data(self.master, trials)})
+        await self.master.experiments.get(eid)
+        raw = self.get_query_argument("after_id", "0")
+        if not raw.isdigit():
+            raise BadRequest("after_id: must be a metric row id")
+        await self.send_events(experiment_events(self.master, eid, int(raw),
+                                                 heartbeat=self.heartbeat, poll=self.poll))
 
 
 class ExperimentAction(PageHandler):
@@ -630,12 +642,6 @@ class AdminWebhookDelete(PageHandler):
         self.done(f"{self.master.base_url}admin#webhooks")
 
 
-async def chart_data(master: Master, trials: Sequence[Trial]) -> list[dict[str, Any]]:
-    """The charts' traces of these trials, from their downsampled metrics (as
-    ``GET /trials/<id>/metrics?max_points=...`` serves them)."""
-    return metric_series(await master.trials.chart_metrics(trials, CHART_POINTS))
-
-
 def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
     """The pages' routes, their JSON endpoints and static files under the service's
     prefix."""
@@ -644,7 +650,7 @@ def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
     routes: list[tuple[Any, ...]] = [
         (base, DashboardPage),
         (rf"{base}experiments/{eid}", ExperimentPage),
-        (rf"{base}experiments/{eid}/metrics", ExperimentMetricsData),
+        (rf"{base}experiments/{eid}/stream", ExperimentStream),
         (rf"{base}experiments/{eid}/(?P<action>{'|'.join(EXPERIMENT_ACTIONS)})",
          ExperimentAction),
         (rf"{base}trials/{tid}/logs", TrialLogsPage),

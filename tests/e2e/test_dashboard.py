@@ -206,13 +206,29 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
     assert int(plotly.headers["Content-Length"]) < len(plotly.content) / 2
     assert "max-age=31536000" in plotly.headers["Cache-Control"]
 
-    # A running experiment's page refreshes its charts from a JSON endpoint.
-    live = cluster.page(alice, f"/experiments/{cluster.long}/metrics")
-    assert live.status_code == 200, live.text
-    body = live.json()
-    assert body["live"] is True and body["state"] in ACTIVE
-    [loss] = [s for s in body["series"] if s["metric"] == "loss"]
-    assert len(loss["x"]) >= 2 and loss["y"][0] == pytest.approx(1 / 5)
+    # A running experiment's page follows its stream from the newest row it drew: its state,
+    # then the rows stored since.
+    drawn = cluster.page(alice, f"/experiments/{cluster.long}").text
+    after = int(re.search(r'data-after="(\d+)"', drawn).group(1))
+    assert after > 0
+    events: dict[str, list[Any]] = {}
+    with cluster.page(alice, f"/experiments/{cluster.long}/stream", params={"after_id": after},
+                      stream=True) as live:
+        assert live.status_code == 200
+        assert live.headers["Content-Type"].startswith("text/event-stream")
+        name = None
+        for line in live.iter_lines(decode_unicode=True):
+            if line.startswith("event: "):
+                name = line.removeprefix("event: ")
+            elif line.startswith("data: ") and name:
+                events.setdefault(name, []).append(json.loads(line.removeprefix("data: ")))
+            if "state" in events and "metrics" in events:
+                break
+    [state, *_] = events["state"]
+    assert state["shown_state"] in ACTIVE and state["trials"][0]["hparams"] == {"sleep": 0.05}
+    assert all(row["id"] > after for row in events["metrics"])
+    bad = cluster.page(alice, f"/experiments/{cluster.long}/stream", params={"after_id": "x"})
+    assert bad.status_code == 400 and "after_id" in bad.json()["error"]
 
     # Logs: a finished trial's, and a running one's followed from where the page stopped.
     logs = cluster.page(alice, f"/trials/{trial['id']}/logs")
@@ -455,6 +471,8 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
     assert colours and all(len(c) == 1 for c in colours.values()), report["colours"]
     assert len(report["colours"]) > len(colours)  # more than one chart per trial
     assert report["log_scale"] is True
+    # The running experiment's page drew more points and more batches as the trial reported.
+    assert report["live"]["points"][1] > report["live"]["points"][0]
     # Kill asked before it posted, naming what stops and whose it is; dismissed, the
     # experiment runs on.
     eid = int(report["job"].removeprefix("exp-"))

@@ -8,6 +8,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from tornado.iostream import StreamClosedError
+from tornado.web import RequestHandler
 
 from det_hub import nonfinite
 from det_hub.service.errors import BadRequest
@@ -35,8 +36,9 @@ def sse_frame(name: str | None, data: Any) -> str:
     return f"{head}event: {name}\ndata: {nonfinite.dumps(data, separators=(',', ':'))}\n\n"
 
 
-class EventStreamHandler(APIHandler):
-    """A handler answering with Server-Sent Events from an async generator of batches."""
+class EventSender(RequestHandler):
+    """Answers with Server-Sent Events from an async generator of batches (for the REST API's
+    streams and the pages' alike)."""
 
     #: Seconds between comment lines on a quiet stream, which keep proxies from closing it.
     heartbeat = 15.0
@@ -65,6 +67,10 @@ class EventStreamHandler(APIHandler):
     def on_connection_close(self) -> None:
         self._gone = True
         super().on_connection_close()
+
+
+class EventStreamHandler(EventSender, APIHandler):
+    """A REST API endpoint answering with Server-Sent Events."""
 
     def heartbeat_arg(self) -> float:
         raw = self.get_query_argument("heartbeat", None)

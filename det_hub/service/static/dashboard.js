@@ -156,28 +156,147 @@
     for (const input of [log, smoothing, counters]) input.addEventListener("input", changed);
   }
 
-  async function charts(box) {
-    const source = document.getElementById("chart-data");
-    let series = JSON.parse(source.textContent);
-    chartControls(box, () => drawCharts(box, series));
-    drawCharts(box, series);
-    let live = box.dataset.live === "true";
-    while (live) {
-      await sleep(5000);
-      try {
-        const answer = await getJSON(box.dataset.url);
-        series = answer.series;
-        drawCharts(box, series);
-        live = answer.live;
-        const state = document.getElementById("state");
-        if (state && state.textContent !== answer.state) {
-          state.textContent = answer.state;
-          state.className = "state state-" + answer.state.toLowerCase();
-        }
-      } catch (e) {
-        // The master may be restarting; keep trying.
+  // --- live: the experiment's stream keeps its charts, state, progress and trials current ---
+  function appendRow(series, counters, row) {
+    for (const [metric, value] of Object.entries(row.metrics)) {
+      if (typeof value !== "number" || !Number.isFinite(value)) continue;
+      let s = series.find((t) => t.metric === metric && t.trial_id === row.trial_id
+        && t.group === row.group);
+      if (!s) {
+        s = { metric, trial_id: row.trial_id, group: row.group, x: [], y: [],
+          counter: counters.has(metric) };
+        series.push(s);
       }
+      s.x.push(row.steps_completed);
+      s.y.push(value);
     }
+  }
+
+  // A new run of a trial rolled back what its earlier runs reported past a step.
+  function rollBack(series, back) {
+    for (const s of series) {
+      if (s.trial_id !== back.trial_id) continue;
+      const keep = s.x.findIndex((x) => x > back.steps_completed);
+      if (keep >= 0) { s.x.length = keep; s.y.length = keep; }
+    }
+  }
+
+  function stateBadge(element, state) {
+    element.textContent = state;
+    element.className = "state state-" + state.toLowerCase();
+  }
+
+  function shortValue(value) {
+    if (typeof value === "number" && !Number.isInteger(value)) {
+      return String(Number(value.toPrecision(4)));
+    }
+    if (Array.isArray(value)) return "[" + value.map(shortValue).join(", ") + "]";
+    if (value && typeof value === "object") return "{" + hparamsText(value) + "}";
+    return typeof value === "string" ? value : JSON.stringify(value);
+  }
+
+  function hparamsText(hparams) {
+    return Object.entries(hparams || {}).map(([k, v]) => k + "=" + shortValue(v)).join(", ");
+  }
+
+  function trialRow(tbody, trial, logsBase) {
+    const row = document.createElement("tr");
+    row.dataset.trial = trial.id;
+    const cells = ["", "", "hparams", "num steps", "num", "num", "", ""].map((cls) => {
+      const td = document.createElement("td");
+      if (cls) td.className = cls;
+      row.appendChild(td);
+      return td;
+    });
+    cells[0].textContent = trial.id;
+    cells[1].appendChild(document.createElement("span"));
+    cells[2].textContent = hparamsText(trial.hparams);
+    cells[2].title = JSON.stringify(trial.hparams);
+    cells[5].textContent = "0";
+    const logs = document.createElement("a");
+    logs.href = logsBase + trial.id + "/logs";
+    logs.textContent = "Logs";
+    cells[7].appendChild(logs);
+    tbody.appendChild(row);
+    return row;
+  }
+
+  function applyState(state, logsBase) {
+    const badge = document.getElementById("state");
+    if (badge) stateBadge(badge, state.shown_state || state.state);
+    const progress = document.getElementById("progress");
+    if (progress && state.progress !== null && state.progress !== undefined) {
+      progress.replaceChildren();
+      const bar = document.createElement("progress");
+      bar.max = 1;
+      bar.value = state.progress;
+      const percent = document.createElement("span");
+      percent.className = "percent";
+      percent.textContent = Math.round(state.progress * 100) + "%";
+      progress.append(bar, " ", percent);
+    }
+    const table = document.getElementById("trials");
+    if (!table || !state.trials.length) return;
+    table.hidden = false;
+    const none = document.getElementById("no-trials");
+    if (none) none.remove();
+    const tbody = table.tBodies[0];
+    for (const trial of state.trials) {
+      const row = tbody.querySelector('tr[data-trial="' + trial.id + '"]')
+        || trialRow(tbody, trial, logsBase);
+      stateBadge(row.cells[1].querySelector(".state") || row.cells[1].firstChild,
+        trial.shown_state || trial.state);
+      row.querySelector("td.steps").textContent = trial.steps_completed;
+    }
+  }
+
+  function follow(box, series, redraw) {
+    const counters = new Set((box.dataset.counters || "").split(" ").filter(Boolean));
+    const logsBase = box.dataset.logs;
+    let after = Number(box.dataset.after || 0);
+    let drawing = null;
+    // Rows come in bursts: the charts are redrawn at most 5 times a second.
+    const schedule = () => {
+      if (drawing === null) drawing = setTimeout(() => { drawing = null; redraw(); }, 200);
+    };
+    const open = () => {
+      // An EventSource sends no headers of its own: the hub's sign-in takes the page's XSRF
+      // token from the query instead.
+      const source = new EventSource(box.dataset.stream + "?after_id=" + after
+        + "&_xsrf=" + encodeURIComponent(xsrf));
+      source.addEventListener("metrics", (event) => {
+        const row = JSON.parse(event.data);
+        after = Math.max(after, row.id);
+        appendRow(series, counters, row);
+        schedule();
+      });
+      source.addEventListener("rolled_back", (event) => {
+        rollBack(series, JSON.parse(event.data));
+        schedule();
+      });
+      source.addEventListener("state", (event) => applyState(JSON.parse(event.data), logsBase));
+      source.addEventListener("end", () => source.close());
+      source.addEventListener("reconnect", (event) => {
+        source.close();
+        after = JSON.parse(event.data).after_id;
+        open();
+      });
+      // The master may be restarting: go on from the last row drawn.
+      source.onerror = () => {
+        source.close();
+        setTimeout(open, 2000);
+      };
+    };
+    open();
+  }
+
+  function charts(box) {
+    const source = document.getElementById("chart-data");
+    const series = JSON.parse(source.textContent);
+    const redraw = () => drawCharts(box, series);
+    chartControls(box, redraw);
+    redraw();
+    if (box.dataset.live === "true") follow(box, series, redraw);
   }
 
   // --- logs: append new lines while the trial runs ------------------------------------------

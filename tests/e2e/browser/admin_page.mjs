@@ -5,8 +5,8 @@
 // Signs in at the hub's login page as USER (a hub admin), opens det_hub's dashboard, follows
 // its link to the admin page, checks that the job queue shows a running experiment's job and
 // changes that job's priority through the page's form, opens the experiment's page and waits
-// for its Plotly chart to draw a trace with points and for the chart's refresh to be
-// answered, turns the log scale on and off, clicks its Kill button and dismisses the question
+// for its Plotly chart to draw a trace with points, then for its stream to add points to the
+// chart and batches to the trials table, turns the log scale on and off, clicks its Kill button and dismisses the question
 // it asks, reads each trial's colour on every chart of experiment FINISHED_ID, then opens a
 // trial's logs there and waits for the follower's first answer. Screenshots go to OUTDIR.
 // Every request must go to the hub (nothing from the internet), and no page may throw a
@@ -65,9 +65,8 @@ await runInPage({
   check(priority === "7", `the job's priority reads ${priority} after setting it to 7`);
   report.priority = Number(priority);
 
-  // The experiment's page: a chart with points, and its refresh answered.
-  const refreshed = page.waitForResponse(
-    (r) => r.url().endsWith("/metrics") && r.status() === 200, { timeout: 20000 });
+  // The experiment's page: a chart with points, which its stream extends as the trial
+  // reports, and the trial's batches in its table going up.
   await page.goto(new URL(experimentUrl, origin).href);
   await page.waitForFunction(() => {
     const chart = document.querySelector("#charts .js-plotly-plot");
@@ -76,7 +75,18 @@ await runInPage({
   report.traces = await page.evaluate(() => Array.from(
     document.querySelectorAll("#charts .js-plotly-plot"),
     (chart) => chart.data.map((t) => ({ name: t.name, points: t.x.length }))).flat());
-  await refreshed;
+  const points = () => Math.max(...Array.from(document.querySelectorAll("#charts .js-plotly-plot"),
+    (chart) => Math.max(...chart.data.map((t) => t.x.length))));
+  const drawnFirst = await page.evaluate(points);
+  const stepsFirst = Number(await page.textContent("#trials td.steps"));
+  await page.waitForFunction((n) => {
+    const chart = Array.from(document.querySelectorAll("#charts .js-plotly-plot"));
+    return chart.some((c) => c.data.some((t) => t.x.length > n));
+  }, drawnFirst, { timeout: 20000 });
+  await page.waitForFunction(
+    (n) => Number(document.querySelector("#trials td.steps").textContent) > n, stepsFirst,
+    { timeout: 20000 });
+  report.live = { points: [drawnFirst, await page.evaluate(points)], steps: stepsFirst };
   await page.screenshot({ path: path.join(outdir, "experiment.png"), fullPage: true });
   // The log-scale switch redraws every chart.
   await page.check("#log-scale");
