@@ -52,7 +52,7 @@ from det_hub.service.errors import (
     answered_error,
     logged_as_traceback,
 )
-from det_hub.service.events import experiment_events
+from det_hub.service.events import ExperimentFilter, experiment_events, experiment_list_events
 from det_hub.service.handlers.base import check_path_ids
 from det_hub.service.handlers.streams import EventSender
 from det_hub.service.hub import page_base
@@ -432,14 +432,7 @@ class DashboardPage(PageHandler):
         filters = ExperimentFilters.parse(
             {k: self.get_query_argument(k, "") for k in ("state", "owner", "archived", "name",
                                                           "offset")})
-        owner_id: int | None = None
-        nobody = False
-        if filters.owner == "mine":
-            assert self.principal.user is not None
-            owner_id = self.principal.user.id
-        elif filters.owner:
-            owner = await users.get(filters.owner)
-            owner_id, nobody = (owner.id, False) if owner else (None, True)
+        owner_id, nobody = await filter_owner(self, filters)
         rows, total = ([], 0) if nobody else await self.master.experiments.query(
             states=[filters.state] if filters.state else None,
             archived={"no": False, "yes": True}.get(filters.archived), owner_id=owner_id,
@@ -450,6 +443,36 @@ class DashboardPage(PageHandler):
             page_size=PAGE_SIZE, states=list(ExperimentState.__members__),
             users=[u.username for u in await users.all()],
             tasks=await self.live_tasks())
+
+
+class ExperimentListStream(EventSender, DataHandler):
+    """``<prefix>experiments/stream?state=&owner=&archived=``: what keeps the dashboard's list
+    live, as Server-Sent Events (the REST API's ``/experiments/stream`` with the dashboard's
+    filters, signed in as the page is): a snapshot, then each experiment that changes."""
+
+    async def get(self) -> None:
+        filters = ExperimentFilters.parse(
+            {k: self.get_query_argument(k, "") for k in ("state", "owner", "archived")})
+        owner_id, nobody = await filter_owner(self, filters)
+        if nobody:
+            raise NotFound(f"no user {filters.owner!r}")
+        where = ExperimentFilter(
+            owner_id=owner_id, archived={"no": False, "yes": True}.get(filters.archived),
+            states=frozenset([filters.state]) if filters.state else None)
+        await self.send_events(experiment_list_events(
+            self.master, where, limit=PAGE_SIZE, heartbeat=self.heartbeat, poll=self.poll))
+
+
+async def filter_owner(page: PageHandler, filters: ExperimentFilters) -> tuple[int | None, bool]:
+    """The user id the dashboard's owner filter names (None for anyone), and whether it names
+    nobody known."""
+    if filters.owner == "mine":
+        assert page.principal.user is not None
+        return page.principal.user.id, False
+    if filters.owner:
+        owner = await page.master.users.get(filters.owner)
+        return (owner.id, False) if owner else (None, True)
+    return None, False
 
 
 class ExperimentPage(PageHandler):
@@ -649,6 +672,7 @@ def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
     eid, tid = r"(?P<experiment_id>\d+)", r"(?P<trial_id>\d+)"
     routes: list[tuple[Any, ...]] = [
         (base, DashboardPage),
+        (rf"{base}experiments/stream", ExperimentListStream),
         (rf"{base}experiments/{eid}", ExperimentPage),
         (rf"{base}experiments/{eid}/stream", ExperimentStream),
         (rf"{base}experiments/{eid}/(?P<action>{'|'.join(EXPERIMENT_ACTIONS)})",

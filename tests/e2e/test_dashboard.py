@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -444,6 +445,19 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
         cluster: Cluster, tmp_path: Path) -> None:
     node = browser_node()
     shots = tmp_path / "screenshots"
+    made: list[int] = []
+
+    def create_while_watched() -> None:
+        # Once the browser shows the dashboard, an experiment is created: its row must come
+        # in at the top without a reload.
+        deadline = time.monotonic() + 120
+        while not (shots / "dashboard.png").is_file() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        made.append(_create(cluster.hub, cluster.admin, steps_config(
+            "made-while-watched", length=4, sleep=0.01, report_every=2)))
+
+    creator = threading.Thread(target=create_while_watched, daemon=True)
+    creator.start()
     try:
         done = subprocess.run(
             [node, str(BROWSER_DIR / "admin_page.mjs"), cluster.hub.url, "admin",
@@ -453,12 +467,16 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
         artifacts = os.environ.get("DET_HUB_ARTIFACTS")
         if artifacts and shots.is_dir():
             shutil.copytree(shots, REPO / "test-artifacts" / "dashboard", dirs_exist_ok=True)
+    creator.join(timeout=30)
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
     for name in ("dashboard.png", "admin.png", "experiment.png", "logs.png"):
         shot = shots / name
         assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     report = json.loads((shots / "report.json").read_text())
     assert report["experiments_listed"] == 3
+    # The experiment made while the dashboard was open came in on top, as it is.
+    assert report["arrived"]["id"] == made[0]
+    assert report["arrived"]["name"] == "made-while-watched" and report["arrived"]["state"]
     assert report["job"] in (f"exp-{cluster.long}", f"exp-{cluster.bobs}")
     # The priority set through the page's form, in the browser, is the job's.
     assert report["priority"] == 7

@@ -290,6 +290,77 @@
     open();
   }
 
+  // --- the dashboard's list: each row follows its experiment; new ones come in on top -------
+  function when(iso) {
+    return iso ? iso.replace("T", " ").slice(0, 19) : "";
+  }
+
+  function progressCell(cell, progress) {
+    cell.replaceChildren();
+    if (progress === null || progress === undefined) return;
+    const bar = document.createElement("progress");
+    bar.max = 1;
+    bar.value = progress;
+    cell.append(bar, " " + Math.round(progress * 100) + "%");
+  }
+
+  function experimentRow(tbody, e, base) {
+    const row = document.createElement("tr");
+    row.dataset.experiment = e.id;
+    const cells = ["", "", "", "", "num trials", "progress", "", "ended"].map((cls) => {
+      const td = document.createElement("td");
+      if (cls) td.className = cls;
+      row.appendChild(td);
+      return td;
+    });
+    for (const [cell, text] of [[cells[0], String(e.id)], [cells[1], e.name]]) {
+      const link = document.createElement("a");
+      link.href = base + "experiments/" + e.id;
+      link.textContent = text;
+      cell.appendChild(link);
+    }
+    cells[2].appendChild(document.createElement("span"));
+    cells[3].textContent = e.owner;
+    cells[6].textContent = when(e.created_at);
+    tbody.prepend(row);
+    return row;
+  }
+
+  function followList(table) {
+    const base = table.dataset.base;
+    const insert = table.dataset.insert === "true";
+    const tbody = table.tBodies[0];
+    const show = (e) => {
+      let row = tbody.querySelector('tr[data-experiment="' + e.id + '"]');
+      if (!row) {
+        if (!insert) return;
+        row = experimentRow(tbody, e, base);
+        table.hidden = false;
+        const none = document.getElementById("no-experiments");
+        if (none) none.remove();
+      }
+      stateBadge(row.cells[2].firstChild, e.state);
+      row.querySelector("td.trials").textContent = e.num_trials;
+      progressCell(row.querySelector("td.progress"), e.progress);
+      row.querySelector("td.ended").textContent = when(e.ended_at);
+    };
+    const open = () => {
+      const sep = table.dataset.stream.includes("?") ? "&" : "?";
+      const source = new EventSource(table.dataset.stream + sep + "_xsrf="
+        + encodeURIComponent(xsrf));
+      // The snapshot brings rows up to date that changed since the page was made.
+      source.addEventListener("snapshot", (event) => {
+        for (const e of JSON.parse(event.data).experiments) {
+          if (tbody.querySelector('tr[data-experiment="' + e.id + '"]')) show(e);
+        }
+      });
+      source.addEventListener("experiment", (event) => show(JSON.parse(event.data)));
+      source.addEventListener("reconnect", () => { source.close(); open(); });
+      source.onerror = () => { source.close(); setTimeout(open, 2000); };
+    };
+    open();
+  }
+
   function charts(box) {
     const source = document.getElementById("chart-data");
     const series = JSON.parse(source.textContent);
@@ -367,6 +438,8 @@
 
   const box = document.getElementById("charts");
   if (box) charts(box);
+  const list = document.querySelector("table#experiments[data-stream]");
+  if (list) followList(list);
   const pre = document.getElementById("logs");
   if (pre) followLogs(pre);
 })();

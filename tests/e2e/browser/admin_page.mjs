@@ -2,8 +2,9 @@
 //
 //   node admin_page.mjs HUB_URL USER PASSWORD OUTDIR FINISHED_ID
 //
-// Signs in at the hub's login page as USER (a hub admin), opens det_hub's dashboard, follows
-// its link to the admin page, checks that the job queue shows a running experiment's job and
+// Signs in at the hub's login page as USER (a hub admin), opens det_hub's dashboard, waits
+// for the experiment the pytest side creates meanwhile to come in on top, follows its link
+// to the admin page, checks that the job queue shows a running experiment's job and
 // changes that job's priority through the page's form, opens the experiment's page and waits
 // for its Plotly chart to draw a trace with points, then for its stream to add points to the
 // chart and batches to the trials table, turns the log scale on and off, clicks its Kill button and dismisses the question
@@ -48,6 +49,15 @@ await runInPage({
   await page.locator("#experiments tbody tr").first().waitFor({ timeout: 15000 });
   report.experiments_listed = await page.locator("#experiments tbody tr").count();
   await page.screenshot({ path: path.join(outdir, "dashboard.png"), fullPage: true });
+  // The pytest side creates an experiment once that screenshot exists: its row comes in on
+  // top, without a reload.
+  await page.waitForFunction((n) => document.querySelectorAll("#experiments tbody tr").length > n,
+    report.experiments_listed, { timeout: 60000 });
+  report.arrived = await page.evaluate(() => {
+    const row = document.querySelector("#experiments tbody tr");
+    return { id: Number(row.dataset.experiment), name: row.cells[1].textContent,
+             state: row.cells[2].textContent };
+  });
   await Promise.all([page.waitForNavigation(), page.click('header nav a:text-is("Admin")')]);
   check((await page.textContent("h1")).includes("Cluster administration"),
     "the admin page did not open: " + (await page.textContent("body")).slice(0, 500));
