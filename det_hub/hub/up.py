@@ -138,6 +138,9 @@ def spawner_lines(spawner: str, image: str, homes: Path) -> list[str]:
     return [
         "c.JupyterHub.spawner_class = 'simple'",
         f"c.SimpleLocalProcessSpawner.home_dir_template = {str(homes / '{username}')!r}",
+        # A new user's first server opens with the quickstart notebook and the examples.
+        "from det_hub.hub.first_run import pre_spawn_hook",
+        "c.Spawner.pre_spawn_hook = pre_spawn_hook",
         "c.Spawner.default_url = '/lab'",
         # This Python's, whatever the PATH of the hub's environment.
         f"c.Spawner.cmd = [{sys.executable!r}, '-m', 'jupyterhub.singleuser']",

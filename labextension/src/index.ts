@@ -96,7 +96,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
       onAction: async (experiment, action) => {
         await onAction(experiment, action);
       },
-      onPriority
+      onPriority,
+      onOpenQuickstart: () => void openQuickstart(app)
     });
     shell.add(sidebar, 'left', { rank: 650 });
     restorer?.add(sidebar, sidebar.id);
@@ -275,6 +276,24 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
   }
 };
+
+/** The quickstart notebook, as a new user's first server has it at the top of its root. */
+const QUICKSTART = 'quickstart.ipynb';
+
+/** Opens the quickstart notebook, or says where it would be and how to get it. */
+async function openQuickstart(app: JupyterFrontEnd): Promise<void> {
+  try {
+    await app.serviceManager.contents.get(QUICKSTART, { content: false });
+  } catch {
+    await showErrorMessage(
+      'No quickstart notebook here',
+      `There is no ${QUICKSTART} at the top of this server's folder. det_hub copies it there ` +
+        "on a user's first server; it also comes with det_hub's source, in examples/."
+    );
+    return;
+  }
+  await app.commands.execute('docmanager:open', { path: QUICKSTART });
+}
 
 /** The path of the document a main-area widget shows, when it shows one. */
 function docPath(widget: unknown): string | null {

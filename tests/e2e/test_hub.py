@@ -137,6 +137,13 @@ def test_a_users_notebook_server_reaches_the_master_as_that_user(hub: HubProcess
             "", "exec(open('whoami.py').read())", headers=auth)
     out = (hub.data_dir / "users" / "carol" / "whoami.out").read_text()
     assert "carol" in out, out
+    # Her first server opened with the quickstart notebook and the examples in its root.
+    root = requests.get(f"{server}/api/contents", timeout=30, headers=auth).json()
+    names = {item["name"] for item in root["content"]}
+    assert {"quickstart.ipynb", "examples"} <= names, names
+    config = requests.get(f"{server}/api/contents/examples/core_api/const.yaml", timeout=30,
+                          headers=auth)
+    assert config.status_code == 200 and "entrypoint" in config.json()["content"]
 
 
 

@@ -66,6 +66,7 @@ def test_det_hub_up_writes_a_config_jupyterhub_can_load(tmp_path: Path) -> None:
     assert c.JupyterHub.services[0]["url"] == "http://127.0.0.1:18082"
     assert c.Spawner.environment["PATH"].startswith(str(Path(sys.executable).parent) + ":")
     assert c.Authenticator.admin_users == {"admin"}
+    assert c.Spawner.pre_spawn_hook.__module__ == "det_hub.hub.first_run"
 
 
 def test_det_hub_up_runs_notebooks_in_containers_only_where_it_can(

@@ -18,6 +18,8 @@ export interface IExperimentListProps {
   onPriority: (experiment: IExperiment) => void;
   /** Reloads the list from a fresh snapshot. */
   onRefresh: () => void;
+  /** Opens the quickstart notebook of the server's root. */
+  onOpenQuickstart: () => void;
 }
 
 export function ExperimentList(props: IExperimentListProps): JSX.Element {
@@ -66,12 +68,23 @@ export function ExperimentList(props: IExperimentListProps): JSX.Element {
       {!model.loaded && !model.error ? (
         <p className="jp-DetHub-note">Loading experiments…</p>
       ) : null}
-      {model.loaded && shown.length === 0 ? (
-        <p className="jp-DetHub-note">
-          {model.experiments.length === 0
-            ? 'No experiments yet. Right-click a .yaml config in the file browser to create one.'
-            : 'No experiment matches the filter.'}
-        </p>
+      {model.loaded && shown.length === 0 && model.experiments.length > 0 ? (
+        <p className="jp-DetHub-note">No experiment matches the filter.</p>
+      ) : null}
+      {model.loaded && model.experiments.length === 0 ? (
+        <div className="jp-DetHub-note jp-DetHub-empty">
+          <p>
+            No experiments yet. The quickstart notebook trains a small search from a notebook cell;
+            or right-click an experiment config in the file browser, such as
+            examples/core_api/const.yaml, and create it there.
+          </p>
+          <button
+            className="jp-mod-styled jp-mod-accept jp-DetHub-quickstart"
+            onClick={props.onOpenQuickstart}
+          >
+            Open the quickstart
+          </button>
+        </div>
       ) : null}
       <ul className="jp-DetHub-experiments">
         {shown.map(experiment => (

@@ -26,6 +26,7 @@ export interface ISidebarOptions {
   onOpen: (experimentId: number) => void;
   onAction: (experiment: IExperiment, action: ExperimentAction) => Promise<void>;
   onPriority: (experiment: IExperiment) => Promise<void>;
+  onOpenQuickstart: () => void;
   /** Milliseconds between looks at the cluster while it is shown (default 3000). */
   interval?: number;
 }
@@ -157,6 +158,7 @@ export class DetHubSidebar extends ReactWidget {
               onOpen={experiment => options.onOpen(experiment.id)}
               onAction={(experiment, action) => void options.onAction(experiment, action)}
               onPriority={experiment => void options.onPriority(experiment)}
+              onOpenQuickstart={options.onOpenQuickstart}
               onRefresh={() => {
                 if (this._shouldFollow()) {
                   this.experiments.restart();
