@@ -42,6 +42,14 @@ from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authentica
 from det_hub import __version__
 from det_hub.config import LengthUnit
 from det_hub.scopes import MANAGE_SCOPE
+from det_hub.search_view import (
+    drawn,
+    flatten,
+    hparam_axes,
+    log_scaled,
+    parallel_coordinates,
+    scatter,
+)
 from det_hub.service import wire
 from det_hub.service.errors import (
     APIError,
@@ -190,6 +198,26 @@ def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, 
         return name, trial_id, {"training": 0, "validation": 1}.get(group, 2), group
 
     return [traces[k] for k in sorted(traces, key=order)]
+
+
+def search_data(experiment: Mapping[str, Any],
+                trials: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The experiment page's view of its search (as the API shows the experiment and its
+    trials): a parallel-coordinates trace of the trials' hyperparameters and searcher metric,
+    and each hyperparameter against the metric, on a log axis where its space is log. None
+    until two trials have a metric."""
+    rows = [{"trial_id": t["id"], "state": t["state"], "hparams": flatten(t["hparams"] or {}),
+             "metric": t["searcher_metric_value"]
+             if isinstance(t["searcher_metric_value"], (int, float))
+             and math.isfinite(t["searcher_metric_value"]) else None} for t in trials]
+    if len(drawn(rows)) < 2:
+        return None
+    metric, smaller = experiment["searcher_metric"], bool(experiment["smaller_is_better"])
+    logs = log_scaled((experiment.get("config") or {}).get("hyperparameters"))
+    return {"metric": metric, "smaller_is_better": smaller,
+            "parallel": parallel_coordinates(rows, metric, smaller, logs),
+            "scatters": [{"name": name, "log": name in logs, **scatter(rows, name)}
+                         for name in hparam_axes(rows)]}
 
 
 def job_changes(form: Mapping[str, str]) -> wire.JobChanges:
@@ -486,11 +514,13 @@ class ExperimentPage(PageHandler):
         trials = await m.experiments.trials(eid)
         checkpoints = await m.checkpoints.of_experiment(eid)
         rows = await m.trials.chart_metrics(trials, CHART_POINTS)
+        shown_trials = [trial_json(t) for t in trials]
         who = self.principal
         self.render(
             "experiment.html", section="dashboard", experiment=experiment,
             original_config=row.original_config,
-            trials=[trial_json(t) for t in trials],
+            trials=shown_trials,
+            search=search_data(experiment, shown_trials),
             checkpoints=[checkpoint_json(c) for c in checkpoints],
             series=metric_series(rows), plotly=plotly_version(),
             # The stream goes on from the newest row drawn (each trial's last row is drawn).

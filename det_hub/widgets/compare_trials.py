@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from det_hub.client import Client
+from det_hub.search_view import (
+    flatten,
+    hparam_axes,
+    is_number,
+    log_scaled,
+    parallel_coordinates,
+    scatter,
+)
 from det_hub.widgets._common import client_or_default
 
 
@@ -46,6 +53,8 @@ class CompareTrials:
         self.rows: list[dict[str, Any]] = []
         #: The hyperparameters given an axis, in axis order.
         self.hparam_names: list[str] = []
+        #: Those whose space is ``type: log``, drawn on a log axis.
+        self.log_scaled: set[str] = set()
 
         self.figure = go.FigureWidget(layout={
             "margin": {"l": 60, "r": 60, "t": 60, "b": 30}, "height": 400})
@@ -70,16 +79,13 @@ class CompareTrials:
         for trial in sorted(self.client.list_trials(self.experiment_id), key=lambda t: t.id):
             values: list[Any] = [r.metrics.get(self.metric) for r in
                                  self.client.trial_metrics(trial.id, group="validation")]
-            numbers = [float(v) for v in values if _is_number(v) and math.isfinite(v)]
+            numbers = [float(v) for v in values if is_number(v) and math.isfinite(v)]
             best = (min(numbers) if self.smaller_is_better else max(numbers)) if numbers else None
             rows.append({"trial_id": trial.id, "state": trial.state,
                          "hparams": flatten(trial.hparams), "metric": best})
         self.rows = rows
-        drawn = self._drawn()
-        names = sorted({str(name) for r in rows for name in r["hparams"]})
-        varying = [n for n in names
-                   if len({repr(r["hparams"].get(n)) for r in drawn}) > 1]
-        self.hparam_names = varying or names
+        self.log_scaled = log_scaled((exp.config or {}).get("hyperparameters"))
+        self.hparam_names = hparam_axes(rows)
         chosen = self.hparam.value
         self.hparam.options = self.hparam_names
         self.hparam.value = (chosen if chosen in self.hparam_names
@@ -97,68 +103,27 @@ class CompareTrials:
         return [r for r in self.rows if r["metric"] is not None]
 
     def _draw_parallel(self) -> None:
-        drawn = self._drawn()
-        metrics = [r["metric"] for r in drawn]
-        dimensions = [axis(name, [r["hparams"].get(name) for r in drawn])
-                      for name in self.hparam_names]
-        dimensions.append({"label": self.metric, "values": metrics})
+        trace = parallel_coordinates(self.rows, self.metric, self.smaller_is_better,
+                                     self.log_scaled)
+        trace.pop("type")
         better = "lower" if self.smaller_is_better else "higher"
         with self.figure.batch_update():
             self.figure.data = ()
-            self.figure.add_parcoords(
-                dimensions=dimensions,
-                line={"color": metrics, "colorscale": "Viridis",
-                      "reversescale": self.smaller_is_better, "showscale": True,
-                      "colorbar": {"title": {"text": self.metric}}},
-                customdata=[r["trial_id"] for r in drawn])
+            self.figure.add_parcoords(**trace)
             self.figure.layout.title = {
-                "text": f"experiment {self.experiment_id}: {len(drawn)} trials by "
+                "text": f"experiment {self.experiment_id}: {len(self._drawn())} trials by "
                         f"{self.metric} ({better} is better)"}
 
     def _draw_scatter(self) -> None:
         name = self.hparam.value
-        drawn = self._drawn()
-        xs = [_plain(r["hparams"].get(name)) for r in drawn] if name else []
+        points = scatter(self.rows, name) if name else {"x": [], "y": [], "trial_ids": []}
         with self.scatter.batch_update():
             self.scatter.data = ()
             self.scatter.add_scatter(
-                x=xs, y=[r["metric"] for r in drawn], mode="markers",
-                text=[f"trial {r['trial_id']}" for r in drawn],
-                marker={"size": 10, "color": [r["metric"] for r in drawn],
+                x=points["x"], y=points["y"], mode="markers",
+                text=[f"trial {t}" for t in points["trial_ids"]],
+                marker={"size": 10, "color": points["y"],
                         "colorscale": "Viridis", "reversescale": self.smaller_is_better})
             self.scatter.layout.xaxis.title = {"text": name or ""}
+            self.scatter.layout.xaxis.type = "log" if name in self.log_scaled else "-"
             self.scatter.layout.yaxis.title = {"text": self.metric}
-
-
-def flatten(hparams: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested hyperparameters as one mapping of dotted names to values."""
-    flat: dict[str, Any] = {}
-    for key, value in hparams.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
-
-
-def axis(label: str, values: list[Any]) -> dict[str, Any]:
-    """One parallel-coordinates dimension: numeric when every value is a number, else the
-    distinct values (as text, sorted) on integer ticks."""
-    if all(_is_number(v) for v in values):
-        return {"label": label, "values": [float(v) for v in values]}
-    texts = [_plain(v) for v in values]
-    labels = sorted(set(texts))
-    index = {text: i for i, text in enumerate(labels)}
-    return {"label": label, "values": [index[t] for t in texts],
-            "tickvals": list(range(len(labels))), "ticktext": labels,
-            "range": [-0.5, len(labels) - 0.5] if len(labels) == 1 else [0, len(labels) - 1]}
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _plain(value: Any) -> Any:
-    """A value as a chart can place it: numbers as they are, anything else as text."""
-    return value if _is_number(value) else str(value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 from types import SimpleNamespace
 from typing import Any
 
@@ -25,6 +26,7 @@ from det_hub.service.pages import (
     metric_series,
     plotly_js,
     plotly_version,
+    search_data,
     slot_hours,
 )
 
@@ -154,3 +156,34 @@ async def test_plotly_is_sent_compressed_and_kept_a_year_under_its_digest() -> N
         assert stale.headers["Cache-Control"] == "no-cache"
     finally:
         server.stop()
+
+
+def test_the_search_view_draws_trials_with_a_metric_on_log_axes_where_the_space_is_log() -> None:
+    experiment = {"searcher_metric": "loss", "smaller_is_better": True, "config": {
+        "hyperparameters": {"lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1},
+                            "opt": {"name": "sgd", "momentum": {"type": "double", "minval": 0,
+                                                                "maxval": 1}},
+                            "batch": 32}}}
+
+    def trial(tid: int, lr: float, momentum: float, metric: Any) -> dict[str, Any]:
+        return {"id": tid, "state": "COMPLETED", "searcher_metric_value": metric,
+                "hparams": {"lr": lr, "opt": {"name": "sgd", "momentum": momentum},
+                            "batch": 32}}
+
+    assert search_data(experiment, [trial(1, 0.01, 0.5, 0.3)]) is None  # one point: no view
+    view = search_data(experiment, [trial(1, 0.01, 0.5, 0.3), trial(2, 0.001, 0.9, 0.2),
+                                    trial(3, 0.1, 0.1, None), trial(4, 0.05, 0.2, math.nan)])
+    assert view is not None
+    # Only what varies gets an axis; trials without a (finite) metric are not drawn.
+    assert [d["label"] for d in view["parallel"]["dimensions"]] == ["lr", "opt.momentum", "loss"]
+    # lr's space is log: its axis is, ticked at powers of ten.
+    lr = view["parallel"]["dimensions"][0]
+    assert lr["values"] == [pytest.approx(-2), pytest.approx(-3)]
+    assert (lr["tickvals"], lr["ticktext"]) == ([-3, -2], ["0.001", "0.01"])
+    assert view["parallel"]["dimensions"][1]["values"] == [0.5, 0.9]
+    assert view["parallel"]["customdata"] == [1, 2]
+    assert view["parallel"]["line"]["reversescale"] is True  # lower is better: darkest
+    assert [(s["name"], s["log"]) for s in view["scatters"]] == [("lr", True),
+                                                                 ("opt.momentum", False)]
+    assert view["scatters"][1] == {"name": "opt.momentum", "log": False, "x": [0.5, 0.9],
+                                   "y": [0.3, 0.2], "trial_ids": [1, 2]}

@@ -430,6 +430,63 @@
     }
   }
 
+  // --- the search: parallel coordinates, and each hyperparameter against the metric ------
+  function drawSearch(search) {
+    if (!window.Plotly) return;
+    const config = { responsive: true, displaylogo: false };
+    window.Plotly.newPlot(document.getElementById("search-parallel"), [search.parallel],
+      { margin: { l: 70, r: 70, t: 40, b: 20 }, height: 360 }, config);
+    const box = document.getElementById("search-scatter");
+    for (const s of search.scatters) {
+      const div = document.createElement("div");
+      div.className = "chart";
+      const title = document.createElement("h3");
+      title.textContent = s.name;
+      const plot = document.createElement("div");
+      plot.className = "plot";
+      div.append(title, plot);
+      box.appendChild(div);
+      const log = s.log && s.x.every((x) => typeof x === "number" && x > 0);
+      window.Plotly.newPlot(plot, [{
+        x: s.x, y: s.y, type: "scatter", mode: "markers",
+        text: s.trial_ids.map((id) => "trial " + id), hoverinfo: "text+x+y",
+        marker: { size: 9, color: s.trial_ids.map(colourOf) },
+      }], {
+        xaxis: { title: { text: label(s.name), standoff: 4 }, type: log ? "log" : "-" },
+        yaxis: { title: { text: label(search.metric) } },
+        margin: { l: 60, r: 20, t: 10, b: 45 }, height: 280, showlegend: false,
+      }, config);
+    }
+  }
+
+  // --- tables sorted by a click on a column's heading --------------------------------------
+  function sortable(table) {
+    const key = (cell) => {
+      const text = cell ? cell.textContent.trim() : "";
+      const number = Number(text);
+      return text !== "" && !Number.isNaN(number) ? number : text.toLowerCase();
+    };
+    for (const [index, th] of Array.from(table.tHead.rows[0].cells).entries()) {
+      th.classList.add("sort");
+      th.title = "Sort by " + th.textContent;
+      th.addEventListener("click", () => {
+        const down = th.dataset.sorted === "up";
+        for (const other of table.tHead.rows[0].cells) delete other.dataset.sorted;
+        th.dataset.sorted = down ? "down" : "up";
+        const rows = Array.from(table.tBodies[0].rows);
+        rows.sort((a, b) => {
+          const [x, y] = [key(a.cells[index]), key(b.cells[index])];
+          // Empty cells (no metric yet) go last either way.
+          if (x === "" || y === "") return (x === "") - (y === "");
+          const order = typeof x === typeof y ? (x < y ? -1 : x > y ? 1 : 0)
+            : typeof x === "number" ? -1 : 1;
+          return down ? -order : order;
+        });
+        table.tBodies[0].append(...rows);
+      });
+    }
+  }
+
   // --- destructive actions ask first, naming what stops and whose it is -------------------
   document.addEventListener("submit", (event) => {
     const question = event.target.dataset ? event.target.dataset.confirm : undefined;
@@ -440,6 +497,9 @@
   if (box) charts(box);
   const list = document.querySelector("table#experiments[data-stream]");
   if (list) followList(list);
+  const search = document.getElementById("search-data");
+  if (search) drawSearch(JSON.parse(search.textContent));
+  for (const table of document.querySelectorAll("table.sortable")) sortable(table);
   const pre = document.getElementById("logs");
   if (pre) followLogs(pre);
 })();
