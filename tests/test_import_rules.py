@@ -42,6 +42,7 @@ LAYERS: dict[str, str] = {
     "det_hub.states": "pure",
     "det_hub.nonfinite": "pure",
     "det_hub.lttb": "pure",
+    "det_hub.search_view": "pure",
     "det_hub.defaults": "pure",
     "det_hub.env_names": "pure",
     "det_hub.scopes": "pure",
@@ -75,8 +76,8 @@ LAYERS: dict[str, str] = {
 #: The pure code: packages, modules, and ``det_hub.storage.gc`` (the retention policy, which
 #: the storage backends around it do not make impure).
 PURE = ("det_hub.config", "det_hub.searcher", "det_hub.scheduler", "det_hub.states",
-        "det_hub.nonfinite", "det_hub.lttb", "det_hub.defaults", "det_hub.env_names",
-        "det_hub.scopes", "det_hub.contract", "det_hub.storage.gc")
+        "det_hub.nonfinite", "det_hub.lttb", "det_hub.search_view", "det_hub.defaults",
+        "det_hub.env_names", "det_hub.scopes", "det_hub.contract", "det_hub.storage.gc")
 
 #: Libraries that do I/O (databases, network, servers, processes, object storage, containers);
 #: pure code imports none of them.

@@ -15,6 +15,7 @@ from det_hub.client import Client
 from det_hub.service.events import experiment_events
 from det_hub.service.handlers.streams import sse_frame
 from det_hub.service.pubsub import MetricEvents
+from det_hub.states import shown_experiment_state
 from det_hub.store import Store
 from det_hub.testing import MasterProcess
 
@@ -176,6 +177,9 @@ class _Experiments:
 
     async def trials(self, experiment_id: int) -> list[Any]:
         return await self.store.list_trials(experiment_id)
+
+    def shown_state(self, row: Any) -> str:
+        return shown_experiment_state(row.state, ())
 
 
 class _Trials:

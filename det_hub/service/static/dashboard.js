@@ -199,15 +199,21 @@
     return Object.entries(hparams || {}).map(([k, v]) => k + "=" + shortValue(v)).join(", ");
   }
 
-  function trialRow(tbody, trial, logsBase) {
+  // A table row of empty cells with these classes (one per column), and its cells.
+  function newRow(classes) {
     const row = document.createElement("tr");
-    row.dataset.trial = trial.id;
-    const cells = ["", "", "hparams", "num steps", "num", "num", "", ""].map((cls) => {
+    const cells = classes.map((cls) => {
       const td = document.createElement("td");
       if (cls) td.className = cls;
       row.appendChild(td);
       return td;
     });
+    return [row, cells];
+  }
+
+  function trialRow(tbody, trial, logsBase) {
+    const [row, cells] = newRow(["", "", "hparams", "num steps", "num", "num", "", ""]);
+    row.dataset.trial = trial.id;
     cells[0].textContent = trial.id;
     cells[1].appendChild(document.createElement("span"));
     cells[2].textContent = hparamsText(trial.hparams);
@@ -305,14 +311,8 @@
   }
 
   function experimentRow(tbody, e, base) {
-    const row = document.createElement("tr");
+    const [row, cells] = newRow(["", "", "", "", "num trials", "progress", "", "ended"]);
     row.dataset.experiment = e.id;
-    const cells = ["", "", "", "", "num trials", "progress", "", "ended"].map((cls) => {
-      const td = document.createElement("td");
-      if (cls) td.className = cls;
-      row.appendChild(td);
-      return td;
-    });
     for (const [cell, text] of [[cells[0], String(e.id)], [cells[1], e.name]]) {
       const link = document.createElement("a");
       link.href = base + "experiments/" + e.id;

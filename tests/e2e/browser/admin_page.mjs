@@ -16,7 +16,7 @@
 
 import { mkdirSync } from "node:fs";
 import path from "node:path";
-import { runInPage } from "./launch.mjs";
+import { runInPage, signIn } from "./launch.mjs";
 
 const [hubUrl, user, password, outdir, finishedId] = process.argv.slice(2);
 if (!finishedId) {
@@ -38,11 +38,7 @@ await runInPage({
   viewport: { width: 1400, height: 1000 }, problems, report, outdir,
   allows: (url) => url.origin === origin,
 }, async (page) => {
-  // Sign in at the hub.
-  await page.goto(origin + "/hub/login");
-  await page.fill("#username_input", user);
-  await page.fill("#password_input", password);
-  await Promise.all([page.waitForNavigation(), page.click("#login_submit")]);
+  await signIn(page, origin, user, password);
 
   // The dashboard, through the hub's OAuth sign-in to the service, links to the admin page.
   await page.goto(service);

@@ -47,3 +47,11 @@ export async function runInPage({ viewport, allows, problems, report, outdir,
     process.exit(1);
   }
 }
+
+// Signs in at the hub's login page of `origin` as `user`.
+export async function signIn(page, origin, user, password) {
+  await page.goto(origin + "/hub/login");
+  await page.fill("#username_input", user);
+  await page.fill("#password_input", password);
+  await Promise.all([page.waitForNavigation(), page.click("#login_submit")]);
+}

@@ -12,7 +12,7 @@
 
 import { mkdirSync } from "node:fs";
 import path from "node:path";
-import { runInPage } from "./launch.mjs";
+import { runInPage, signIn } from "./launch.mjs";
 
 const [hubUrl, user, password, experimentId, outdir] = process.argv.slice(2);
 if (!outdir) {
@@ -28,10 +28,7 @@ await runInPage({
   viewport: { width: 1400, height: 1200 }, problems, report, outdir,
   allows: (url) => url.origin === origin,
 }, async (page) => {
-  await page.goto(origin + "/hub/login");
-  await page.fill("#username_input", user);
-  await page.fill("#password_input", password);
-  await Promise.all([page.waitForNavigation(), page.click("#login_submit")]);
+  await signIn(page, origin, user, password);
 
   await page.goto(origin + "/services/det-hub/experiments/" + experimentId);
   await page.waitForFunction(() => {
