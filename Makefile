@@ -114,7 +114,8 @@ horovod: $(VENV)/.installed
 
 # Debian packages the suite needs: PostgreSQL, a Docker engine, OpenSSH's client (shells),
 # debootstrap for the test image (scripts/build-test-image.sh), Chromium for the browser
-# test and bubblewrap for the local agent's sandbox; installed when missing.
+# test, bubblewrap for the local agent's sandbox, and Slurm with munge for the Slurm pool's
+# tests; installed when missing.
 system-deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -123,12 +124,15 @@ system-deps:
 	command -v ssh >/dev/null || missing="$$missing openssh-client"; \
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
+	command -v slurmctld >/dev/null || missing="$$missing slurm-wlm"; \
+	command -v munged >/dev/null || missing="$$missing munge"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# Installs what the tests need, starts PostgreSQL and a Docker engine, runs the whole suite.
+# Installs what the tests need, starts PostgreSQL, the Docker engines and Slurm, runs the whole
+# suite.
 test: system-deps install-test labextension-check
 	scripts/test-services.sh start > .test-services.env
 	. ./.test-services.env && \

@@ -5,15 +5,16 @@ long a chart of a million-point trial takes to build.
 whose value is the wall-clock time of the report call (``sent_at``). A ``MetricsPlot`` of the
 experiment, made before the trial starts, follows the master's event stream; a watcher polls
 the plot's points every 2 ms and takes, for each row, the time it first holds it minus
-``sent_at``. Training rows wait in the Core API's sender for up to its batch interval (1 s by
+``sent_at``. Training rows wait in the Core API's sender for up to its batch interval (0.25 s by
 default, ``core.init(metric_batch_interval=...)``) before they are posted; validation rows are
 posted at once, so theirs is the master-to-widget latency.
 
 (b) Drawing. A trial of ``--points`` training rows (a noisy decaying curve) is written
-straight into the database through the store, then the master serves it. Timed: building a
-``MetricsPlot`` of it (the REST call with ``max_points=1000&metric=loss``, LTTB in the master,
-and the figure), the REST call alone with LTTB, the REST call with every-k-th thinning (no
-``metric``), and LTTB alone over the points in memory.
+straight into the database through the store, then the master serves it. Timed: a
+``MetricsPlot`` of it until its stored curve is drawn (the REST call with
+``max_points=1000&metric=loss``, LTTB in the master, and the chart), the REST call alone with
+LTTB, the REST call with every-k-th thinning (no ``metric``), and LTTB alone over the points in
+memory.
 
 (a) runs on an SQLite store with the embedded local agent; (b) on SQLite or, with
 ``--db postgres``, on the PostgreSQL server named by DET_HUB_TEST_PG_URL.
@@ -107,6 +108,14 @@ def latency(reports: int) -> dict[str, list[float]]:
             master.stop()
 
 
+def drawn_plot(experiment_id: int, client: Client) -> MetricsPlot:
+    """A ``MetricsPlot`` of the experiment's loss, once its stored curves are drawn."""
+    plot = MetricsPlot(experiment_id, "loss", client)
+    plot.wait(120)
+    plot.stop()
+    return plot
+
+
 def wait_until(what: Callable[[], bool], timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while not what() and time.monotonic() < deadline:
@@ -153,8 +162,8 @@ def drawing(points: int, runs: int, db: str) -> dict[str, list[float]]:
         try:
             client = Client(master.url, master.token)
             timed: dict[str, Callable[[], object]] = {
-                "MetricsPlot built (LTTB, 1000 points)":
-                    lambda: MetricsPlot(eid, "loss", client, start=False),
+                "MetricsPlot built and drawn (LTTB, 1000 points)":
+                    lambda: drawn_plot(eid, client),
                 "REST call, LTTB on loss":
                     lambda: client.downsampled_metrics(tid, "loss", max_points=1000),
                 "REST call, every k-th row":
@@ -166,7 +175,7 @@ def drawing(points: int, runs: int, db: str) -> dict[str, list[float]]:
                     started = time.perf_counter()
                     call()
                     out[label].append(time.perf_counter() - started)
-            plot = MetricsPlot(eid, "loss", client, start=False)
+            plot = drawn_plot(eid, client)
             xs, ys = plot.points(tid)
             print(f"  (the plot holds {len(xs)} points, from step {xs[0]:.0f} to "
                   f"{xs[-1]:.0f}; highest value {max(ys):.2f})")

@@ -1,6 +1,8 @@
 """A search at a glance, as data for charts: its trials' hyperparameters against the searcher
-metric. One implementation for the notebook widget (:class:`det_hub.widgets.CompareTrials`)
-and the dashboard's experiment page: both draw what these functions give with Plotly.
+metric. One implementation for the notebook widget (:class:`det_hub.widgets.CompareTrials`),
+the dashboard's experiment page and the lab panel (through
+``GET /api/v1/experiments/<id>/search-view``): each draws what these functions give with
+Plotly.
 
 A row is a trial: ``{"trial_id", "state", "hparams": {dotted name: value}, "metric"}``, its
 metric its best searcher-metric value (None before it validated; such rows are not drawn).
@@ -44,13 +46,26 @@ def drawn(rows: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in rows if r["metric"] is not None]
 
 
+def varying(names: Iterable[str], rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Those of ``names`` whose value differs between ``rows``."""
+    rows = list(rows)
+    return [n for n in names if len({repr(r["hparams"].get(n)) for r in rows}) > 1]
+
+
 def hparam_axes(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     """The hyperparameters given an axis: those whose value differs between the drawn trials
     (all of them when none does), by name."""
     names = sorted({str(name) for r in rows for name in r["hparams"]})
-    shown = drawn(rows)
-    varying = [n for n in names if len({repr(r["hparams"].get(n)) for r in shown}) > 1]
-    return varying or names
+    return varying(names, drawn(rows)) or names
+
+
+def hparam_columns(rows: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """A trials table's hyperparameters: the names given a column each (those whose value
+    differs between the rows, by name), and the others with the value all rows share."""
+    names = sorted({str(name) for r in rows for name in r["hparams"]})
+    columns = varying(names, rows)
+    fixed = {n: rows[0]["hparams"].get(n) for n in names if n not in columns}
+    return columns, fixed
 
 
 def axis(label: str, values: list[Any]) -> dict[str, Any]:
@@ -115,3 +130,23 @@ def is_number(value: Any) -> bool:
 def plain(value: Any) -> Any:
     """A value as a chart can place it: numbers as they are, anything else as text."""
     return value if is_number(value) else str(value)
+
+
+def search_data(experiment: Mapping[str, Any],
+                trials: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """An experiment's search at a glance (the experiment page's and the lab panel's), from
+    the experiment and its trials as the API shows them: a parallel-coordinates trace of the
+    trials' hyperparameters and searcher metric, and each hyperparameter against the metric,
+    on a log axis where its space is log. None until two trials have a metric."""
+    rows = [{"trial_id": t["id"], "state": t["state"], "hparams": flatten(t["hparams"] or {}),
+             "metric": t["searcher_metric_value"]
+             if isinstance(t["searcher_metric_value"], (int, float))
+             and math.isfinite(t["searcher_metric_value"]) else None} for t in trials]
+    if len(drawn(rows)) < 2:
+        return None
+    metric, smaller = experiment["searcher_metric"], bool(experiment["smaller_is_better"])
+    logs = log_scaled((experiment.get("config") or {}).get("hyperparameters"))
+    return {"metric": metric, "smaller_is_better": smaller,
+            "parallel": parallel_coordinates(rows, metric, smaller, logs),
+            "scatters": [{"name": name, "log": name in logs, **scatter(rows, name)}
+                         for name in hparam_axes(rows)]}

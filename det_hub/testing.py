@@ -2,7 +2,8 @@
 
 ``MasterProcess`` starts the master as users do (the ``det-hub`` console script) on 127.0.0.1
 with its own data directory and database, and offers small helpers to call its API, wait for
-states and run the CLI against it.
+states and run the CLI against it. ``jupyterlab_server`` starts a JupyterLab server whose
+kernels and server extension reach a master, for the browser tests and benchmarks.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import sys
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -289,6 +290,67 @@ class HubProcess:
                 if s.connect_ex(("127.0.0.1", port)) == 0:
                     taken.append(port)
         return taken
+
+
+@contextlib.contextmanager
+def jupyterlab_server(master_url: str, master_token: str, tmp_path: Path, work: Path,
+                      token: str, args: Sequence[str] = (),
+                      env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """A JupyterLab server on 127.0.0.1 serving ``work``, whose kernels (and det_hub's server
+    extension) reach the master at ``master_url`` with ``master_token``, with its settings
+    and state under ``tmp_path``; yields its base URL once it answers. Its login token is
+    ``token``, and the page offers ``window.jupyterapp`` to scripts that drive it.
+
+    Args:
+        args: More ``jupyter lab`` options.
+        env: More environment variables.
+    """
+    # No "would you like news?" prompt over the screenshots.
+    notifications = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
+    notifications.mkdir(parents=True)
+    (notifications / "notification.jupyterlab-settings").write_text(
+        json.dumps({"fetchNews": "false"}))
+    environment = {**os.environ, MASTER_ENV: master_url, TOKEN_ENV: master_token,
+                   # The server's own settings and state, away from the user's.
+                   "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
+                   "JUPYTER_RUNTIME_DIR": str(tmp_path / "jupyter-runtime"), **(env or {})}
+    port = free_port()
+    log_path = tmp_path / "jupyterlab.log"
+    with open(log_path, "wb") as log:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1",
+             f"--ServerApp.port={port}", f"--ServerApp.token={token}",
+             "--ServerApp.open_browser=False", f"--ServerApp.root_dir={work}",
+             "--ServerApp.allow_root=True",
+             # `window.jupyterapp`, so the browser runs JupyterLab's own commands.
+             "--LabApp.expose_app_in_browser=True",
+             f"--LabApp.user_settings_dir={tmp_path / 'lab-settings'}",
+             f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}",
+             "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+             *args],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert server.poll() is None, log_path.read_text()
+            try:
+                if requests.get(f"{url}/api/status", params={"token": token},
+                                timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline, "JupyterLab did not answer:\n" + \
+                log_path.read_text()
+            time.sleep(0.2)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
 
 
 def targz(files: dict[str, str]) -> bytes:

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Starts the real services the test suite talks to: a PostgreSQL cluster and two Docker engines
+# Starts the real services the test suite talks to: a PostgreSQL cluster, two Docker engines
 # (two agent hosts, each with its own socket, data root, exec root and pid file) holding the
-# offline-built test image (scripts/build-test-image.sh), all private to this checkout (under
-# .test-services/), listening on loopback or a unix socket only. A service already running is
-# reused. Prints the environment the tests read, as `export` lines:
+# offline-built test image (scripts/build-test-image.sh), and a Slurm cluster (munged, slurmctld
+# and two slurmd, each node one CPU), all private to this checkout (under .test-services/),
+# listening on loopback or a unix socket only. A service already running is reused. Prints the environment the tests read, as `export` lines:
 #   scripts/test-services.sh start > .test-services.env && . .test-services.env
 #   scripts/test-services.sh stop
+#   scripts/test-services.sh start slurm   (only the services named: pg, docker, slurm;
+#   stop takes them too)
 # Exits non-zero, with the reason on stderr, when a service cannot be started.
 set -euo pipefail
 
@@ -16,6 +18,7 @@ pg_data="$state/pg"
 docker_root="$state/docker"
 docker2_root="$state/docker2"
 test_image=${DET_HUB_TEST_IMAGE:-det-hub-test:bookworm-2}
+slurm_dir="$state/slurm"
 
 log() { echo "test-services: $*" >&2; }
 
@@ -123,17 +126,182 @@ unmount_below() {
     sort -r | while read -r m; do umount -l "$m" 2>/dev/null || true; done
 }
 
-stop_all() {
+# ------------------------------------------------------------------------------------ Slurm
+# A private Slurm: its own munged (own key and socket), a controller and two node daemons of one
+# CPU each (n1, n2: Debian's build runs several on one host, told apart by -N and their ports),
+# with config, state, spools and logs under .test-services/slurm. The Slurm commands find it by
+# SLURM_CONF; jobs run as the users that submit them, so the directory is readable by all.
+
+slurm_ctl() { SLURM_CONF="$slurm_dir/slurm.conf" "$@"; }
+
+slurm_answers() {
+  [ -f "$slurm_dir/slurm.conf" ] && slurm_ctl scontrol ping 2>/dev/null | grep -q "is UP"
+}
+
+free_ports() {
+  # free_ports N FROM: N free ports of 127.0.0.1, from FROM up.
+  local n=$1 port=$2 found=()
+  while [ "${#found[@]}" -lt "$n" ]; do
+    port_free "$port" && found+=("$port")
+    port=$((port + 1))
+  done
+  echo "${found[@]}"
+}
+
+write_slurm_conf() {
+  local host ports
+  host=$(hostname -s)
+  read -r -a ports <<< "$(free_ports 4 46817)"
+  cat > "$slurm_dir/slurm.conf" <<EOF
+# Written by scripts/test-services.sh: a private test cluster on 127.0.0.1.
+ClusterName=dethubtest
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=${ports[0]}
+SlurmdPort=${ports[1]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$slurm_dir/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$slurm_dir/state
+SlurmdSpoolDir=$slurm_dir/spool/%n
+SlurmctldPidFile=$slurm_dir/run/slurmctld.pid
+SlurmdPidFile=$slurm_dir/run/slurmd-%n.pid
+SlurmctldLogFile=$slurm_dir/log/slurmctld.log
+SlurmdLogFile=$slurm_dir/log/slurmd-%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+KillWait=5
+MinJobAge=600
+NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[2]} CPUs=1 RealMemory=2000 State=UNKNOWN
+NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[3]} CPUs=1 RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+start_munge() {
+  local m="$slurm_dir/munge"
+  mkdir -p "$m" "$slurm_dir/log"
+  chmod 755 "$m"
+  [ -f "$m/munge.key" ] || mungekey -c -k "$m/munge.key"
+  if [ -f "$m/munged.pid" ] && kill -0 "$(cat "$m/munged.pid")" 2>/dev/null; then
+    return 0
+  fi
+  # --force: munged refuses to run as root without it; this one serves the test cluster only.
+  munged --force --socket="$m/munge.socket" --key-file="$m/munge.key" \
+    --pid-file="$m/munged.pid" --seed-file="$m/munged.seed" --log-file="$slurm_dir/log/munged.log" ||
+    { log "munged did not start; see $slurm_dir/log/munged.log"; return 1; }
+}
+
+start_slurm() {
+  command -v slurmctld >/dev/null && command -v munged >/dev/null ||
+    { log "Slurm is not installed (apt-get install slurm-wlm munge)"; return 1; }
+  [ "$(id -u)" = 0 ] || { log "the test Slurm runs its daemons as root; run this as root"; return 1; }
+  mkdir -p "$slurm_dir"/{state,spool,run,log}
+  chmod 755 "$slurm_dir"
+  start_munge
+  if ! slurm_answers; then
+    [ -f "$slurm_dir/slurm.conf" ] || write_slurm_conf
+    slurm_ctl slurmctld -i -f "$slurm_dir/slurm.conf" ||
+      { log "slurmctld did not start; see $slurm_dir/log/slurmctld.log"; return 1; }
+    local node
+    for node in n1 n2; do
+      slurm_ctl slurmd -f "$slurm_dir/slurm.conf" -N "$node" ||
+        { log "slurmd $node did not start; see $slurm_dir/log/slurmd-$node.log"; return 1; }
+    done
+  fi
+  local i
+  for i in $(seq 1 60); do
+    [ "$(slurm_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 2 ] && break
+    sleep 0.5
+  done
+  [ "$(slurm_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 2 ] ||
+    { log "the test Slurm's nodes are not up:"; slurm_ctl sinfo >&2 || true
+      tail -5 "$slurm_dir/log/slurmctld.log" >&2; return 1; }
+  slurm_python
+  log "Slurm (partition debug, nodes n1 n2) with SLURM_CONF=$slurm_dir/slurm.conf"
+  echo "export DET_HUB_TEST_SLURM_CONF=$slurm_dir/slurm.conf"
+  echo "export DET_HUB_TEST_SLURM_PARTITION=debug"
+  echo "export DET_HUB_TEST_SLURM_PYTHON=$slurm_dir/python/bin/python"
+}
+
+slurm_python() {
+  # Jobs run as their users, straight on the node: they need a Python every account can run.
+  # The checkout's environment may be built on a Python in root's home (pyenv); this one is
+  # Debian's, with the checkout's environment's packages added by a .pth file.
+  local venv="$slurm_dir/python" site
+  [ -x "$venv/bin/python" ] && return 0
+  [ -x /usr/bin/python3 ] || { log "Slurm's test Python needs Debian's python3"; return 1; }
+  site=$("$root/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
+  /usr/bin/python3 -m venv --without-pip "$venv"
+  echo "import site; site.addsitedir('$site')" > \
+    "$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')/det_hub_checkout.pth"
+}
+
+stop_slurm() {
+  local pid i f
+  if slurm_answers; then
+    # Jobs first: their processes would outlive the daemons.
+    slurm_ctl scancel --full --signal=KILL --state=running 2>/dev/null || true
+    slurm_ctl scancel --state=pending 2>/dev/null || true
+    slurm_ctl scontrol shutdown >/dev/null 2>&1 || true
+  fi
+  for f in "$slurm_dir"/run/*.pid "$slurm_dir/munge/munged.pid"; do
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    kill "$pid" 2>/dev/null || true
+    for i in $(seq 1 20); do
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.25
+    done
+    rm -f "$f"
+  done
+}
+
+stop_pg() {
   local bin
   if bin=$(pg_bin) && [ -f "$pg_data/PG_VERSION" ]; then
     as_pg "$bin/pg_ctl" -D "$pg_data" -m fast stop >/dev/null 2>&1 || true
   fi
-  stop_engine "$docker_root"
-  stop_engine "$docker2_root"
 }
 
+stop_all() {
+  stop_pg
+  stop_engine "$docker_root"
+  stop_engine "$docker2_root"
+  stop_slurm
+}
+
+# `start slurm` (or `start pg docker`, ...) starts only the services named; `stop slurm` stops
+# only those.
 case "${1:-start}" in
-  start) start_pg; start_docker ;;
-  stop) stop_all ;;
-  *) echo "usage: $0 start|stop" >&2; exit 2 ;;
+  start)
+    shift || true
+    for service in "${@:-pg docker slurm}"; do
+      for s in $service; do
+        case "$s" in
+          pg) start_pg ;; docker) start_docker ;; slurm) start_slurm ;;
+          *) echo "unknown service $s (pg, docker, slurm)" >&2; exit 2 ;;
+        esac
+      done
+    done ;;
+  stop)
+    shift || true
+    if [ $# = 0 ]; then stop_all; fi
+    for s in "$@"; do
+      case "$s" in
+        pg) stop_pg ;; docker) stop_engine "$docker_root"; stop_engine "$docker2_root" ;;
+        slurm) stop_slurm ;;
+        *) echo "unknown service $s (pg, docker, slurm)" >&2; exit 2 ;;
+      esac
+    done ;;
+  *) echo "usage: $0 start|stop [pg|docker|slurm ...]" >&2; exit 2 ;;
 esac

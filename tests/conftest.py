@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -172,3 +174,25 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
 def s3_bucket(s3_server: SeaweedS3) -> str:
     """A new, empty bucket on :func:`s3_server`."""
     return s3_server.create_bucket()
+
+
+@pytest.fixture(scope="module")
+def slurm() -> dict[str, str]:
+    """The test Slurm cluster (scripts/test-services.sh): its ``slurm_conf``, ``partition``
+    and the ``python`` its jobs run det_hub with."""
+    conf, partition, python = required_env("DET_HUB_TEST_SLURM_CONF",
+                                           "DET_HUB_TEST_SLURM_PARTITION",
+                                           "DET_HUB_TEST_SLURM_PYTHON")
+    if os.geteuid() != 0:
+        pytest.skip("the Slurm agent submits as its tasks' users only where it runs as root")
+    return {"slurm_conf": conf, "partition": partition, "python": python}
+
+
+@pytest.fixture
+def slurm_shared() -> Iterator[Path]:
+    """A directory Slurm jobs' users can reach, as the filesystem the master and the nodes
+    share (pytest's own directories are root's alone); removed afterwards."""
+    path = Path(tempfile.mkdtemp(prefix="det-hub-slurm-"))
+    path.chmod(0o755)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -51,6 +51,7 @@ LAYERS: dict[str, str] = {
     "det_hub.archive": "I/O",
     "det_hub.ports": "I/O",
     "det_hub._relay": "I/O",
+    "det_hub.plotly_bundle": "I/O",
     "det_hub.storage": "I/O",
     "det_hub.store": "I/O",
     "det_hub.service": "master",

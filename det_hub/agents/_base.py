@@ -81,6 +81,9 @@ class TaskSpec:
             container's user; a local task where the master runs as root): its owner's linked
             account, else the master's unprivileged task account.
         owner_is_admin: whether the task's owner is an admin (trusted with the master itself).
+        slurm: the experiment's or task's ``slurm`` section (see
+            :class:`~det_hub.config.slurm.SlurmConfig`) as a mapping; agents that do not submit
+            to Slurm ignore it.
     """
 
     allocation_id: str
@@ -92,6 +95,7 @@ class TaskSpec:
     container: ContainerSpec = dataclasses.field(default_factory=ContainerSpec)
     run_as: tuple[int, int] | None = None
     owner_is_admin: bool = False
+    slurm: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 class TaskHandle(abc.ABC):
@@ -105,6 +109,13 @@ class TaskHandle(abc.ABC):
     pid: int | None
     #: Where the task lives, for people reading the record: a directory, a container id.
     where: str
+
+    @property
+    def waiting(self) -> str | None:
+        """Why the task waits in a queue of its agent's own before it runs (a Slurm job
+        still pending), as last seen by :meth:`exit_status` or :meth:`alive`; None once it
+        runs, and for agents that start tasks at once. Reads no more than what they saw."""
+        return None
 
     @abc.abstractmethod
     def read_logs(self) -> list[LogLine]:
@@ -144,6 +155,10 @@ class Agent(LoggingConfigurable, metaclass=_AgentMeta):
     kind: str = ""
     #: Whether tasks run in containers, which see host paths only through bind mounts.
     uses_containers: bool = False
+    #: Whether a launched task may wait in a queue of the agent's own before it runs (see
+    #: :attr:`TaskHandle.waiting`): its allocation stays STARTING meanwhile, and a restarted
+    #: master adopts it so.
+    queues_tasks: bool = False
 
     def connection(self) -> dict[str, Any] | None:
         """How another program reaches this agent's container engine (a hub spawner that runs

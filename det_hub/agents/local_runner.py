@@ -12,7 +12,11 @@ off. The runner stays outside the sandbox, as the master's account: the task can
 log or exit status.
 
     python -I -m det_hub.agents.local_runner --log LOG --exit-file EXIT --start START
-        [--go-fd N]
+        [--go-fd N] [--pass-env NAME ...]
+
+The Slurm agent's batch jobs run it too, as the job's user on its node
+(:mod:`det_hub.agents.slurm`); ``--pass-env`` hands the variables Slurm sets for the job
+(``SLURM_*``, the GPUs it gave) on to the task.
 
 A task the agent prepared ahead of its start (``--go-fd``) is started the same way, but its
 interpreter waits inside the sandbox for the go the agent writes on ``N``
@@ -33,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from typing import IO, Any
 
 
@@ -111,6 +116,13 @@ def _exit_status(code: int, sandboxed: bool) -> dict[str, object]:
     return status
 
 
+def _passed(environ: Mapping[str, str], names: list[str]) -> dict[str, str]:
+    """The variables of ``environ`` that ``names`` name (``NAME``, or ``PREFIX*``)."""
+    exact = {n for n in names if not n.endswith("*")}
+    prefixes = tuple(n[:-1] for n in names if n.endswith("*"))
+    return {k: v for k, v in environ.items() if k in exact or (prefixes and k.startswith(prefixes))}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="det_hub.agents.local_runner")
     parser.add_argument("--log", required=True)
@@ -118,8 +130,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--start", required=True, help="the start file (JSON) the agent wrote")
     parser.add_argument("--go-fd", type=int, help="a prepared task: the read end of the pipe "
                         "the agent sends its go on, handed through to the task's interpreter")
+    parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
+                        help="a variable of the runner's own environment the task gets too "
+                        "(over the start file's); NAME* for every one starting with NAME")
     args = parser.parse_args(argv)
     start = _read_start(args.start)
+    start["env"] = {**start["env"], **_passed(os.environ, args.pass_env)}
     command: list[str] = list(start["command"])
     if start.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(start["cpus"]))

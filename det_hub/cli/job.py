@@ -23,7 +23,8 @@ def job_rows(jobs: Iterable[Job]) -> list[list[Any]]:
     return [
         [r.or_none(j.queue_position), j.job_id, j.type, r.or_none(j.name), r.or_none(j.priority),
          r.fmt_value(j.weight), r.fmt_time(j.submitted),
-         f"{j.slots_allocated}/{j.slots_requested}", j.state, r.or_none(j.owner)]
+         f"{j.slots_allocated}/{j.slots_requested}",
+         f"{j.state} ({j.reason})" if j.reason else j.state, r.or_none(j.owner)]
         for j in jobs
     ]
 

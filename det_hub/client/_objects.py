@@ -544,6 +544,8 @@ class Job:
     task_id: int | None = None
     #: How many allocations it has, running or waiting.
     allocations: int = 0
+    #: Why its allocations wait where the resource manager says (Slurm's pending reason).
+    reason: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -567,6 +569,7 @@ class Job:
             experiment_id=_opt_int(data.get("experiment_id")),
             task_id=_opt_int(data.get("task_id")),
             allocations=_int(data.get("allocations")),
+            reason=_opt_str(data.get("reason")),
             raw=data,
         )
 

@@ -1,7 +1,7 @@
 """Task configs: what ``det-hub command run`` runs, and on which slots and in what container
 a command, notebook, shell or TensorBoard runs.
 
-Determined's command config, less what only its Kubernetes and Slurm back ends read; notebooks,
+Determined's command config, less what only its Kubernetes and PBS back ends read; notebooks,
 shells and TensorBoards take the same settings without ``entrypoint`` (they run a Jupyter server,
 an SSH server or a TensorBoard)::
 
@@ -11,6 +11,7 @@ an SSH server or a TensorBoard)::
     environment: {image: ..., environment_variables: ["A=1"]}
     bind_mounts: [{host_path: /data, container_path: /data, read_only: true}]
     idle_timeout: 30m
+    slurm: {sbatch_args: ["--time=1:00:00"]}   # where the pool is a Slurm partition
 
 ``idle_timeout`` frees slots a command holds while doing nothing: a running command that
 writes no line to stdout or stderr for that long is killed. It is counted from when the
@@ -37,6 +38,7 @@ from det_hub.config.experiment import check_command
 from det_hub.config.limited_yaml import LOCAL_LIMITS, ConfigLimits
 from det_hub.config.parse import parse_model
 from det_hub.config.resources import _pool_name, _size
+from det_hub.config.slurm import SlurmConfig
 from det_hub.defaults import DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.IGNORECASE)
@@ -99,13 +101,14 @@ class TaskConfig(ConfigModel):
     """A validated notebook, shell or TensorBoard config with its defaults filled in (a command
     config is one with an ``entrypoint``); see the module's docstring."""
 
-    ignored_keys: ClassVar[frozenset[str]] = frozenset({"pbs", "slurm"})
+    ignored_keys: ClassVar[frozenset[str]] = frozenset({"pbs"})
 
     description: str = ""
     resources: CommandResources = CommandResources()
     environment: EnvironmentConfig = EnvironmentConfig()
     bind_mounts: list[BindMount] = []
     idle_timeout: Annotated[int | float | str | None, BeforeValidator(_duration)] = None
+    slurm: SlurmConfig | None = None
 
     @property
     def idle_timeout_seconds(self) -> float | None:

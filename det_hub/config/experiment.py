@@ -19,6 +19,7 @@ from det_hub.config.hyperparameters import (
 )
 from det_hub.config.resources import ResourcesConfig
 from det_hub.config.searcher import SearcherConfig
+from det_hub.config.slurm import SlurmConfig
 from det_hub.config.storage import CheckpointStorage, parse_checkpoint_storage
 
 # "package.module:Class" (a nested "Outer.Inner" allowed) names a trial class; anything else,
@@ -71,12 +72,13 @@ class ReproducibilityConfig(ConfigModel):
 class ExperimentConfig(ConfigModel):
     """A validated experiment config with its defaults filled in.
 
-    Build one with :func:`det_hub.config.parse_experiment_config`. ``pbs`` and ``slurm``
-    sections are accepted and dropped; ``data``, ``optimizations``, ``profiling``,
+    Build one with :func:`det_hub.config.parse_experiment_config`. A ``pbs`` section is
+    accepted and dropped; ``slurm`` is read (see :class:`~det_hub.config.slurm.SlurmConfig`)
+    and used where the trials' pool is a Slurm partition; ``data``, ``optimizations``, ``profiling``,
     ``log_policies``, ``retention_policy`` and ``integrations`` are kept as written.
     """
 
-    ignored_keys: ClassVar[frozenset[str]] = frozenset({"pbs", "slurm"})
+    ignored_keys: ClassVar[frozenset[str]] = frozenset({"pbs"})
 
     name: str = "Experiment"
     description: str = ""
@@ -111,6 +113,7 @@ class ExperimentConfig(ConfigModel):
     log_policies: list[Any] | dict[str, Any] | None = None
     retention_policy: dict[str, Any] = {}
     integrations: dict[str, Any] = {}
+    slurm: SlurmConfig | None = None
 
     @property
     def entrypoint_kind(self) -> Literal["trial_class", "script"]:

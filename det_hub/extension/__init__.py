@@ -9,7 +9,9 @@ Once enabled (the wheel installs ``etc/jupyter/jupyter_server_config.d/det_hub.j
   version, for the JupyterLab panel;
 - ``POST <base_url>det-hub/launch``: an experiment created from a config file and a context
   directory on this server (see :mod:`det_hub.extension.launch`);
-- ``<base_url>det-hub/checkpoints/<uuid>/download``: a checkpoint's files as a ``.tar.gz``.
+- ``<base_url>det-hub/checkpoints/<uuid>/download``: a checkpoint's files as a ``.tar.gz``;
+- ``<base_url>det-hub/static/plotly.min.js``: Plotly.js, which the notebook widgets' charts
+  (:mod:`det_hub.widgets`) load once per page.
 
 All need the notebook server's own login (its token or cookie). The master and token come
 from ``DET_HUB_MASTER`` and ``DET_HUB_TOKEN`` (see :class:`MasterConnection` for the rest).

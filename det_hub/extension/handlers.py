@@ -1,5 +1,6 @@
 """The extension's HTTP handlers: the master's API passed through, the panel's config, an
-experiment created from files on the server, and a checkpoint's download.
+experiment created from files on the server, a checkpoint's download, and Plotly.js for the
+notebook widgets' charts.
 
 All need the notebook server's login (``@tornado.web.authenticated``); jupyter_server checks
 XSRF on cookie-authenticated requests that change things, as for its own API.
@@ -14,7 +15,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 import tornado.web
-from jupyter_server.base.handlers import APIHandler
+from jupyter_server.base.handlers import APIHandler, JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado.httpclient import HTTPClientError, HTTPRequest
 from tornado.httputil import responses
@@ -27,6 +28,7 @@ from det_hub.extension.errors import BadRequest, ExtensionError
 from det_hub.extension.launch import experiment_body, parse_launch
 from det_hub.extension.master import MasterConnection
 from det_hub.extension.upstream import UpstreamRequest
+from det_hub.plotly_bundle import send_plotly
 
 #: Bytes of a checkpoint archive sent at a time.
 _CHUNK = 1024 * 1024
@@ -203,6 +205,18 @@ class CheckpointDownloadHandler(DetHubHandler):
         self.finish(set_content_type="application/gzip")
 
 
+class PlotlyScriptHandler(JupyterHandler):
+    """``<base_url>det-hub/static/plotly.min.js``: Plotly.js from the ``plotly`` package, which
+    the notebook widgets' charts load once per page. Sent gzip-compressed to browsers that take
+    it; asked for under the digest of its content (``?v=``), a browser keeps it a year,
+    otherwise it asks again and is answered 304 while it has not changed."""
+
+    @tornado.web.authenticated
+    async def get(self) -> None:
+        await send_plotly(self, cache="private", missing="Plotly.js is not installed on the "
+                          "notebook server: install plotly")
+
+
 def routes(base_url: str) -> list[tuple[str, type[tornado.web.RequestHandler]]]:
     """The extension's routes below the notebook server's ``base_url``."""
     return [
@@ -211,8 +225,9 @@ def routes(base_url: str) -> list[tuple[str, type[tornado.web.RequestHandler]]]:
         (url_path_join(base_url, r"det-hub/launch"), LaunchHandler),
         (url_path_join(base_url, r"det-hub/checkpoints/([^/]+)/download"),
          CheckpointDownloadHandler),
+        (url_path_join(base_url, r"det-hub/static/plotly\.min\.js"), PlotlyScriptHandler),
     ]
 
 
 __all__ = ["ApiProxyHandler", "CheckpointDownloadHandler", "ConfigHandler", "DetHubHandler",
-           "LaunchHandler", "routes"]
+           "LaunchHandler", "PlotlyScriptHandler", "routes"]

@@ -18,6 +18,14 @@ A cluster of Docker hosts in ``det_hub_config.py``::
          "preemption_timeout": 600},
         {"name": "default", "scheduler": {"type": "fair_share"}},
     ]
+
+A pool backed by a Slurm partition (see docs/slurm.md): its ``resource_manager`` makes one
+SlurmAgent of the pool's name, whose settings are the other keys (c.SlurmAgent for all)::
+
+    c.MasterApp.resource_pools = [
+        {"name": "hpc", "resource_manager": {"type": "slurm", "partition": "gpu",
+         "slot_type": "cuda", "job_root": "/shared/det_hub/jobs", "account": "ml"}},
+    ]
 """
 
 from __future__ import annotations
@@ -92,11 +100,13 @@ def make_app(master: Master, *, cookie_secret: bytes | None = None,
 
 def _agent_classes() -> list[type[Configurable]]:
     """The agent classes whose settings `--help-all` lists: Docker's when its SDK is there."""
+    from det_hub.agents.slurm import SlurmAgent
+
     try:
         from det_hub.agents.docker import DockerAgent
     except ImportError:
-        return [LocalAgent]
-    return [LocalAgent, DockerAgent]
+        return [LocalAgent, SlurmAgent]
+    return [LocalAgent, DockerAgent, SlurmAgent]
 
 
 class MasterApp(Application):
@@ -138,7 +148,10 @@ class MasterApp(Application):
         help="""Resource pools and their scheduling: {"name": "gpu", "description": "...",
         "scheduler": {"type": "priority" | "fair_share", "preemption": true,
         "fitting_policy": "best" | "worst"}, "preemption_timeout": 3600}. Pools that agents
-        name but that are not listed get the defaults (priority, no preemption, best fit).""")
+        name but that are not listed get the defaults (priority, no preemption, best fit).
+        A pool on a Slurm partition adds "resource_manager": {"type": "slurm", ...SlurmAgent
+        settings} (partition, account, qos, slot_type, gres, job_root, ...): its work is
+        submitted to Slurm by a SlurmAgent named after the pool.""")
     base_url = Unicode(
         config=True,
         help="""The path the master serves under: "/", or behind JupyterHub the service's
@@ -342,8 +355,38 @@ class MasterApp(Application):
                     raise ValueError(f"docker_agents[{i}]: unknown setting(s) "
                                      f"{', '.join(unknown)}")
                 agents.append(DockerAgent(parent=self, **entry))
+        agents.extend(self.make_slurm_agents())
         if not agents:
-            raise ValueError("no agents: set local_agent = True or list docker_agents")
+            raise ValueError("no agents: set local_agent = True, list docker_agents, or give "
+                             "a resource pool a resource_manager")
+        return agents
+
+    def make_slurm_agents(self) -> list[Agent]:
+        """A SlurmAgent per resource pool whose ``resource_manager`` is Slurm.
+
+        Raises:
+            ValueError: A resource manager of another type, or a setting no SlurmAgent has.
+        """
+        from det_hub.agents.slurm import SlurmAgent
+
+        agents: list[Agent] = []
+        for i, entry in enumerate(self.resource_pools):
+            manager = entry.get("resource_manager")
+            if manager is None:
+                continue
+            where = f"resource_pools[{i}].resource_manager"
+            if not isinstance(manager, dict) or manager.get("type") != "slurm":
+                raise ValueError(f"{where}: must be {{\"type\": \"slurm\", ...}}: Slurm is "
+                                 "the resource manager det_hub knows besides its own agents")
+            settings = {k: v for k, v in manager.items() if k != "type"}
+            unknown = sorted(set(settings) - set(SlurmAgent.class_trait_names(config=True)))
+            if unknown:
+                raise ValueError(f"{where}: unknown setting(s) {', '.join(unknown)}")
+            settings.setdefault("agent_id", entry.get("name") or f"slurm-{i}")
+            settings["resource_pool"] = entry.get("name", "")
+            agents.append(SlurmAgent(
+                self.data_path / "slurm" / settings["agent_id"], parent=self,
+                private_paths=[self.data_path, *self.private_paths()], **settings))
         return agents
 
     def make_pools(self) -> list[PoolSettings]:
@@ -353,13 +396,15 @@ class MasterApp(Application):
             ValueError: A pool entry has no name or an unknown key.
         """
         pools = []
-        fields = {f.name for f in dataclasses.fields(PoolSettings)}
+        # A pool's resource manager makes its agent (make_slurm_agents), not its settings.
+        fields = {f.name for f in dataclasses.fields(PoolSettings)} | {"resource_manager"}
         for i, entry in enumerate(self.resource_pools):
             unknown = sorted(set(entry) - fields)
             if unknown or not entry.get("name"):
                 raise ValueError(f"resource_pools[{i}]: " + (
                     f"unknown key(s) {', '.join(unknown)}" if unknown else "needs a name"))
-            pools.append(PoolSettings(**entry))
+            pools.append(PoolSettings(**{k: v for k, v in entry.items()
+                                         if k != "resource_manager"}))
         return pools
 
     def initialize(self, argv: list[str] | None = None) -> None:

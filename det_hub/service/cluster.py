@@ -58,6 +58,7 @@ from det_hub.scheduler import (
 )
 from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
 from det_hub.service.monitor import AllocationMonitor, allocation_system_log, store_logs
+from det_hub.service.pubsub import ClusterChanges
 from det_hub.states import AllocationState, check_allocation_transition
 from det_hub.storage import storage_in_container, storage_mounts
 from det_hub.store import Store, StoreUnavailable, hash_token, utcnow
@@ -118,6 +119,8 @@ class LaunchSpec:
     task_id: int | None = None
     job_id: str = ""
     container: ContainerSpec = dataclasses.field(default_factory=ContainerSpec)
+    #: The config's ``slurm`` section, for an agent that submits to Slurm (see ``TaskSpec``).
+    slurm: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Kill the task once it has been idle this many seconds: written no log line and, for a
     #: proxied task, not been used through the proxy.
     idle_timeout: float | None = None
@@ -201,6 +204,9 @@ class Allocation:
     #: oldest first; and how many were dropped past the limit (see ``monitor.keep_logs``).
     unstored_logs: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     lost_log_lines: int = 0
+    #: Why its tasks, handed to their agents, wait in a queue of the agents' own (a Slurm
+    #: job pending, with Slurm's reason); it stays STARTING until they run. None otherwise.
+    waiting: str | None = None
 
     @property
     def agent_ids(self) -> list[str]:
@@ -368,6 +374,26 @@ class OpenAllocations:
         return len(self._by_id)
 
 
+async def until_stored(allocations: OpenAllocations, alloc: Allocation, what: str,
+                       write: Callable[[], Awaitable[None]]) -> bool:
+    """Run ``write`` (a state of ``alloc``'s, stored and announced) until the database takes
+    it, waiting between tries while it cannot be used. False when the allocation ended in the
+    meantime (it left ``allocations``), and its end, stored by :meth:`Cluster.finish`, makes
+    the write moot."""
+    delay = STORE_RETRY_FIRST_S
+    while alloc.id in allocations:
+        try:
+            await write()
+            return True
+        except StoreUnavailable as e:
+            if delay == STORE_RETRY_FIRST_S:
+                log.warning("allocation %s: %s is not stored yet, as %s; trying again "
+                            "until it is", alloc.id, what, e.what)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, STORE_RETRY_MAX_S)
+    return False
+
+
 def wake_on_exit(agent: Agent, handle: TaskHandle, wake: asyncio.Event) -> None:
     """Have the cluster's loop run a round (``wake``) as soon as the task ends, where its
     agent can tell: its slots go to the next allocation at once rather than at the next
@@ -499,6 +525,9 @@ class Cluster:
         self.monitor = AllocationMonitor(self, self._wake, agent_timeout=agent_timeout,
                                          heartbeat_interval=heartbeat_interval)
         self._task: asyncio.Task[None] | None = None
+        #: Told of every change of what the cluster shows (agents enabled or reachable, jobs,
+        #: allocations queued, placed, started or ended): the live cluster streams follow it.
+        self.changes = ClusterChanges()
 
     # --- lifecycle ----------------------------------------------------------------------
     async def load_settings(self) -> None:
@@ -548,9 +577,11 @@ class Cluster:
         """Add a job to the queue, or change its settings."""
         self.jobs[job.id] = job
         self._wake.set()
+        self.changes.publish()
 
     def forget_job(self, job_id: str) -> None:
-        self.jobs.pop(job_id, None)
+        if self.jobs.pop(job_id, None) is not None:
+            self.changes.publish()
 
     def move_ahead_of(self, job: Job, other: Job) -> None:
         """Put ``job`` right before ``other`` in the queue, taking ``other``'s priority."""
@@ -558,6 +589,7 @@ class Cluster:
         job.position = position_before(
             [j.position for j in self.jobs.values() if j.id != job.id], other.position)
         self._wake.set()
+        self.changes.publish()
 
     # --- requests from the experiments ---------------------------------------------------
     async def request(self, spec: LaunchSpec) -> Allocation:
@@ -572,6 +604,7 @@ class Cluster:
         alloc = Allocation(alloc_id, spec, token)
         self.allocations.add(alloc, hash_token(token))
         self._wake.set()
+        self.changes.publish()
         return alloc
 
     async def adopt(self, row: Any, spec: LaunchSpec) -> Allocation | None:
@@ -588,7 +621,10 @@ class Cluster:
                       log_offset=int(p.get("log_offset") or 0), pid=p.get("pid"))
                  for p in placements]
         alloc = Allocation(row.id, spec, token="", state=AllocationState.RUNNING, nodes=nodes)
-        if row.state != AllocationState.RUNNING or not nodes \
+        # Submitted to agents that queue tasks of their own (Slurm), it may still wait there.
+        queued_there = row.state == AllocationState.STARTING and bool(nodes) and all(
+            n.agent_id in self.agents and self.agents[n.agent_id].queues_tasks for n in nodes)
+        if (row.state != AllocationState.RUNNING and not queued_there) or not nodes \
                 or any(n.agent_id not in self.agents for n in nodes):
             await self._discard(alloc)
             return None
@@ -599,6 +635,7 @@ class Cluster:
             except AgentUnreachable:
                 node.attach_pending = True
                 self.unreachable.setdefault(node.agent_id, time.monotonic())
+                self.changes.publish()
                 continue
             if node.handle is None:
                 await self._discard(alloc)
@@ -607,7 +644,16 @@ class Cluster:
         if row.preempt:
             alloc.preempt_requested = True
             alloc.preempt.set()
+        if queued_there:
+            alloc.state = AllocationState.STARTING
+            alloc.waiting = next((n.handle.waiting for n in nodes
+                                  if n.handle is not None and n.handle.waiting), None)
+            if alloc.waiting is None and any(n.attach_pending for n in nodes):
+                alloc.waiting = "its agent does not answer yet"
         self.allocations.add(alloc, row.token_hash)
+        self.changes.publish()
+        if queued_there and alloc.waiting is None:
+            await self.started(alloc)  # it began to run while the master was away
         return alloc
 
     async def _discard(self, alloc: Allocation) -> None:
@@ -629,14 +675,25 @@ class Cluster:
         Returns False when it has started already; the caller then preempts or kills it.
         No exit is reported for a dequeued allocation: the caller settles its trial itself.
         """
-        if alloc.state != AllocationState.QUEUED or not self.allocations.remove(alloc):
+        # One whose tasks wait in their agents' own queue (Slurm's) has not started either:
+        # they are cancelled there.
+        waiting = alloc.waiting is not None and alloc.state == AllocationState.STARTING
+        if (alloc.state != AllocationState.QUEUED and not waiting) \
+                or not self.allocations.remove(alloc):
             return False
         self.prepared.drop(alloc.id)
         alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()
+        self.changes.publish()
+        for node in alloc.nodes if waiting else []:
+            if node.handle is not None:
+                self._signal(node.agent_id, node.handle, force=True)
         await self.store.update_allocation(
             alloc.id, state=AllocationState.TERMINATED, ended_at=utcnow(),
-            exit_reason="taken off the queue before it started")
+            exit_reason="taken off the queue before it started"
+            + (f" ({alloc.waiting})" if waiting else ""))
+        if waiting:
+            await self._reap(alloc)
         return True
 
     async def preempt(self, alloc: Allocation, reason: str | None = None) -> None:
@@ -700,6 +757,7 @@ class Cluster:
         agent = self.agents[agent_id]
         agent.enabled = enabled
         await self.store.set_agent_enabled(agent_id, enabled)
+        self.changes.publish()
         if not enabled and not drain:
             for alloc in list(self.allocations):
                 job = self.jobs.get(alloc.spec.job_id)
@@ -781,6 +839,7 @@ class Cluster:
                     alloc.move_to(AllocationState.STARTING)
                     alloc.nodes = [Node(p.agent_id, tuple(p.slot_ids))
                                    for p in assignment.placements]
+                    self.changes.publish()
                     task = asyncio.get_running_loop().create_task(self._launch(alloc))
                     self._launching.add(task)
                     task.add_done_callback(self._launching.discard)
@@ -798,7 +857,7 @@ class Cluster:
         self.prepared.drop(alloc.id, keep_on=chief.agent_id if len(alloc.nodes) == 1
                             and not alloc.spec.reserve_only else None)
         try:
-            if not await self._until_stored(alloc, "its start", starting):
+            if not await until_stored(self.allocations, alloc, "its start", starting):
                 return
             addrs = [self.agents[n.agent_id].address for n in alloc.nodes]
             results = [] if alloc.spec.reserve_only else await asyncio.gather(
@@ -817,8 +876,24 @@ class Cluster:
             return
         if alloc.id not in self.allocations:
             return  # settled while it started
+        alloc.waiting = next((n.handle.waiting for n in alloc.nodes
+                              if n.handle is not None and n.handle.waiting), None)
+        if alloc.waiting is not None:
+            # In its agents' own queue (Slurm's): the monitor says it runs once it does.
+            self.changes.publish()
+            if alloc.killed:
+                self.terminate(alloc)
+            await allocation_system_log(self.store, alloc, f"waiting: {alloc.waiting}")
+            return
+        await self.started(alloc)
+
+    async def started(self, alloc: Allocation) -> None:
+        """An allocation's tasks run: it is RUNNING, stored and announced as such."""
+        chief = alloc.nodes[0]
+        alloc.waiting = None
         alloc.move_to(AllocationState.RUNNING)
         alloc.last_activity = time.monotonic()
+        self.changes.publish()
         if alloc.killed:
             self.terminate(alloc)
         chief_handle = chief.handle
@@ -832,25 +907,7 @@ class Cluster:
                 placements=[n.record() for n in alloc.nodes])
             await self.bus.publish(AllocationStateChanged(alloc, AllocationState.RUNNING))
 
-        await self._until_stored(alloc, "that it runs", running)
-
-    async def _until_stored(self, alloc: Allocation, what: str,
-                            write: Callable[[], Awaitable[None]]) -> bool:
-        """Run ``write`` (a state of ``alloc``'s, stored and announced) until the database
-        takes it, waiting between tries while it cannot be used. False when the allocation
-        ended in the meantime, and its end, stored by :meth:`finish`, makes the write moot."""
-        delay = STORE_RETRY_FIRST_S
-        while alloc.id in self.allocations:
-            try:
-                await write()
-                return True
-            except StoreUnavailable as e:
-                if delay == STORE_RETRY_FIRST_S:
-                    log.warning("allocation %s: %s is not stored yet, as %s; trying again "
-                                "until it is", alloc.id, what, e.what)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, STORE_RETRY_MAX_S)
-        return False
+        await until_stored(self.allocations, alloc, "that it runs", running)
 
     async def _launch_node(self, alloc: Allocation, rank: int, addrs: list[str]) -> None:
         node = alloc.nodes[rank]
@@ -898,7 +955,8 @@ class Cluster:
             })
         return TaskSpec(alloc.id, spec.argv, env, spec.context, node.slot_ids,
                         {CLUSTER_INFO_FILE: json.dumps(info, indent=2)}, container,
-                        run_as=spec.run_as, owner_is_admin=spec.owner_is_admin)
+                        run_as=spec.run_as, owner_is_admin=spec.owner_is_admin,
+                        slurm=spec.slurm)
 
     async def finish(self, alloc: Allocation, status: ExitStatus) -> None:
         """An allocation has ended: it is closed, its end and last log lines are stored, its
@@ -913,6 +971,7 @@ class Cluster:
         self.prepared.drop(alloc.id)
         alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()  # release any long-poll still waiting (answers true: stop)
+        self.changes.publish()
         await self.endings.settle(Ending(alloc, status))
 
     async def _reap(self, alloc: Allocation) -> None:

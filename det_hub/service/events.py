@@ -5,7 +5,8 @@ sequence: it subscribes first, replays the stored rows after the client's last i
 live rows on, dropping those the replay already sent. :func:`experiment_list_events` subscribes
 to experiment changes, sends a snapshot of the list, then the summary of each changed
 experiment, read again from the store, whenever it differs from what that client was last
-sent.
+sent. :func:`cluster_events` does the same for the cluster's agents, pools, queue and
+allocations, read from the master's memory.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ async def experiment_events(
     ``after_id``, each once, ascending per trial; ``rolled_back`` (``{"trial_id", "run_id",
     "steps_completed"}``) when a new run of a trial rolled back the rows its earlier runs
     reported past ``steps_completed``, so that a client drops those it has; ``state`` (``{"experiment_id", "state",
-    "progress", "trials": [{"id", "state", "steps_completed", "progress"}]}``) first and
+    "shown_state", "progress", "trials": [{"id", "state", "shown_state", "steps_completed",
+    "progress", "hparams", "searcher_metric_value", "restarts", "latest_checkpoint"}]}``) first and
     whenever it changes; a comment at least every ``heartbeat`` seconds; and last either ``end``
     (``{"after_id", "state"}``: the experiment is over and every row was sent) or ``reconnect``
     (``{"after_id"}``: the client fell too far behind, or the master is stopping; resume from
@@ -154,7 +156,9 @@ async def _state(master: Master, experiment_id: int) -> dict[str, Any]:
         "trials": [{"id": t.id, "state": t.state,
                     "shown_state": shown_trial_state(t.state, t.run_state),
                     "steps_completed": t.steps_completed, "progress": t.progress,
-                    "hparams": t.hparams} for t in trials],
+                    "hparams": t.hparams, "searcher_metric_value": t.searcher_metric_value,
+                    "restarts": t.restarts, "latest_checkpoint": t.latest_checkpoint}
+                   for t in trials],
     }
 
 
@@ -256,9 +260,75 @@ async def _changed(master: Master, where: ExperimentFilter, ids: list[int],
     return events
 
 
+# --- the cluster -------------------------------------------------------------------------------
+
+async def cluster_events(
+    master: Master,
+    *,
+    heartbeat: float = 15.0,
+    poll: float = 0.5,
+    min_interval: float = 0.15,
+) -> AsyncGenerator[list[Event], None]:
+    """The events one client streaming the cluster gets, in batches to send together.
+
+    Events: ``snapshot`` first, the whole cluster (:meth:`JobQueue.state
+    <det_hub.service.jobs.JobQueue.state>`: ``{"agents", "resource_pools", "jobs",
+    "allocations"}``); then ``cluster`` whenever any of it changes (an agent enabled, disabled
+    or unreachable, a slot assigned or freed, a job queued, started or ended, its priority,
+    weight or place changed), with each of those four parts that differs from what this
+    client was last sent, whole; a comment at least every ``heartbeat`` seconds; and last,
+    ``reconnect`` (``{}``) when the master is stopping: connect again for a fresh snapshot.
+
+    Only the cluster's own notifications (:class:`~det_hub.service.pubsub.ClusterChanges`)
+    make it read the cluster again.
+
+    Args:
+        poll: how often, at the least, the master stopping and the heartbeat are looked at.
+        min_interval: the least time between two reads of the cluster, so that a burst of
+            changes (a round of the scheduler placing many allocations) is one event. What
+            changes during the pause is read after it: the last state is always sent.
+    """
+    changes = master.cluster_changes
+    # Subscribed before the snapshot is read: what changes meanwhile is read again after it.
+    sub = changes.subscribe()
+    try:
+        sent = master.jobs.state()
+        yield [("snapshot", sent)]
+        sent_at = read_at = time.monotonic()
+        while True:
+            if master.stopping:
+                yield [("reconnect", {})]
+                return
+            if not sub.is_set():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(sub.wait(), poll)
+            batch: list[Event] = []
+            if sub.is_set():
+                wait = read_at + min_interval - time.monotonic()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                # Cleared before the read: a change after it sets it again, and is read next.
+                sub.clear()
+                read_at = time.monotonic()
+                current = master.jobs.state()
+                parts = {key: value for key, value in current.items() if sent[key] != value}
+                if parts:
+                    sent = current
+                    batch.append(("cluster", parts))
+            now = time.monotonic()
+            if not batch and now - sent_at >= heartbeat:
+                batch.append((None, "heartbeat"))
+            if batch:
+                sent_at = now
+                yield batch
+    finally:
+        changes.unsubscribe(sub)
+
+
 __all__ = [
     "Event",
     "ExperimentFilter",
+    "cluster_events",
     "experiment_events",
     "experiment_list_events",
 ]

@@ -88,7 +88,9 @@ class JobQueue:
         out = []
         for place, job in enumerate(jobs, start=1):
             allocs = by_job[job.id]
-            running = [a for a in allocs if a.state != AllocationState.QUEUED]
+            # Waiting in an agent's own queue (a Slurm job pending) is waiting still.
+            running = [a for a in allocs
+                       if a.state != AllocationState.QUEUED and a.waiting is None]
             first = min(allocs, key=lambda a: a.queued_at)
             out.append({
                 "job_id": job.id, "type": job.kind, "name": job.name, "owner": job.owner,
@@ -102,6 +104,7 @@ class JobQueue:
                 "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
                 "queued_at": first.queued_wall.isoformat().replace("+00:00", "Z"),
                 "experiment_id": first.spec.experiment_id, "task_id": first.spec.task_id,
+                "reason": next((a.waiting for a in allocs if a.waiting is not None), None),
             })
         return out
 
@@ -120,7 +123,7 @@ class JobQueue:
                    "slots_allocated": 0, "allocations": 0, "preemptible": job.preemptible,
                    "submitted": job.submitted.isoformat().replace("+00:00", "Z"),
                    "queued_at": None, "experiment_id": job_number(job.id, "exp-"),
-                   "task_id": task_job_number(job.id)}
+                   "task_id": task_job_number(job.id), "reason": None}
         return row
 
     async def update(self, who: Principal, job_id: str, changes: wire.JobChanges) -> Job:
@@ -204,9 +207,21 @@ class JobQueue:
         """The open allocation with this id, None when it has ended or never was."""
         return self.cluster.allocations.get(allocation_id)
 
-    def allocations(self) -> list[Allocation]:
-        """The open allocations: what holds or waits for slots."""
-        return list(self.cluster.allocations)
+    def holders(self) -> list[dict[str, Any]]:
+        """The open allocations as the cluster stream shows them: whose job each is, for
+        which trial or task, its state and the slots it asks for (a slot's
+        ``allocation_id`` names one of them)."""
+        return [{"id": a.id, "job_id": a.spec.job_id, "owner": a.spec.owner,
+                 "experiment_id": a.spec.experiment_id, "trial_id": a.spec.trial_id,
+                 "task_id": a.spec.task_id, "state": a.state.value, "slots": a.spec.slots}
+                for a in self.cluster.allocations]
+
+    def state(self) -> dict[str, Any]:
+        """The whole cluster at once, as the cluster stream sends it: the agents, the resource
+        pools and the queue as ``GET /agents``, ``/resource_pools`` and ``/jobs`` show them,
+        and the open allocations (:meth:`holders`)."""
+        return {"agents": self.agents(), "resource_pools": self.pools(), "jobs": self.queue(),
+                "allocations": self.holders()}
 
     async def usage(self) -> dict[str, float]:
         """Slot-hours used so far, by user (allocations still open count up to now)."""

@@ -152,7 +152,7 @@ class Launcher:
             slots=slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_experiment_context(exp.id),
             job_id=experiment_job_id(exp.id),
-            container=container_spec(config))
+            container=container_spec(config), slurm=slurm_options(config))
 
     async def task_spec(self, task: Task) -> LaunchSpec:
         """A command's, notebook's, shell's or TensorBoard's launch spec."""
@@ -195,7 +195,8 @@ class Launcher:
             task_id=task.id, owner=await self.users.username(task.owner_id),
             slots=config.resources.slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_task_context(task.id), job_id=task_job_id(task),
-            container=container, reserve_only=kind.reserves_only,
+            container=container, slurm=slurm_options(config),
+            reserve_only=kind.reserves_only,
             # A hub server's idleness is the hub's to judge (its idle culler stops it).
             idle_timeout=None if kind.reserves_only else config.idle_timeout_seconds,
             idle_means="no output" if kind is TaskType.COMMAND
@@ -306,6 +307,11 @@ def container_spec(config: Any) -> ContainerSpec:
         add_capabilities=list(env.add_capabilities),
         drop_capabilities=list(env.drop_capabilities),
     )
+
+
+def slurm_options(config: Any) -> dict[str, Any]:
+    """The config's ``slurm`` section as a mapping (empty without one), for a Slurm pool."""
+    return config.slurm.model_dump() if config.slurm is not None else {}
 
 
 def _device(entry: Any) -> dict[str, Any]:

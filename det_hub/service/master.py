@@ -41,6 +41,7 @@ from det_hub.service.checkpoints import CheckpointManager
 from det_hub.service.cluster import Allocation, Cluster, PoolSettings
 from det_hub.service.errors import Unavailable
 from det_hub.service.experiments import ExperimentManager
+from det_hub.service.importance import HyperparameterImportance
 from det_hub.service.jobs import JobQueue
 from det_hub.service.launch import Launcher
 from det_hub.service.pubsub import ExperimentChanges, MetricEvents
@@ -113,6 +114,7 @@ class Master:
         self.checkpoints = CheckpointManager(store, self.experiments, self.checkpoint_gc,
                                              self.bus)
         self.registry = ModelRegistry(store, self.users, self.checkpoints)
+        self.importance = HyperparameterImportance(self.experiments)
         #: Subscribers of metric rows as they are stored (the live metric streams).
         self.metric_events = MetricEvents()
         self.trials = TrialManager(store, self.cluster, self.experiments, self.registry,
@@ -122,6 +124,9 @@ class Master:
         #: every committed write that may change an experiment's summary, wherever it is made.
         self.experiment_changes = ExperimentChanges()
         store.experiment_listeners.append(self.experiment_changes.publish)
+        #: Subscribers of cluster changes (the live cluster: admin page, panel, REST stream).
+        #: The cluster tells it of every change to its agents, queue and allocations.
+        self.cluster_changes = self.cluster.changes
         #: Webhooks: their registration, and delivery of state changes and alerts to them.
         self.webhooks = webhooks or WebhookManager(store)
         store.experiment_state_listeners.append(self.webhooks.on_experiment_state)

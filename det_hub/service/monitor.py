@@ -75,10 +75,12 @@ class AllocationMonitor:
                 if agent_id not in self.cluster.unreachable:
                     log.warning("agent %s does not answer: %s", agent_id, e)
                     self.cluster.unreachable[agent_id] = now
+                    self.cluster.changes.publish()
                 continue
             if self.cluster.unreachable.pop(agent_id, None) is not None:
                 log.info("agent %s answers again", agent_id)
                 self._wake.set()
+                self.cluster.changes.publish()
             for handle in self.cluster.orphans.pop(agent_id, []):
                 # Its allocation was given up for lost and has run again elsewhere.
                 try:
@@ -93,7 +95,10 @@ class AllocationMonitor:
 
     async def watch(self) -> None:
         for alloc in list(self.cluster.allocations):
-            if alloc.state != AllocationState.RUNNING:
+            # One whose tasks wait in their agents' own queue (Slurm's) is watched as well: it
+            # may end there (cancelled) or start running.
+            if alloc.state != AllocationState.RUNNING and not (
+                    alloc.state == AllocationState.STARTING and alloc.waiting is not None):
                 continue
             for node in alloc.nodes:
                 if node.status is None:
@@ -121,8 +126,27 @@ class AllocationMonitor:
                 alloc.killed = True
                 self.cluster.terminate(alloc)
             if None not in statuses:
+                if alloc.waiting is not None and any(
+                        s is not None and s.exit_code is not None for s in statuses):
+                    # Its task ran and ended between two looks at it: it started all the same.
+                    await self._still_waiting(alloc)
                 await self.cluster.finish(
                     alloc, failed[0] if failed else statuses[0] or ExitStatus(0))
+            elif alloc.waiting is not None:
+                await self._still_waiting(alloc)
+
+    async def _still_waiting(self, alloc: Allocation) -> None:
+        """Say that an allocation whose tasks waited in their agents' queue runs once none
+        waits any more; else keep why it waits up to date (the job queue shows it)."""
+        waiting = next((n.handle.waiting for n in alloc.nodes
+                        if n.handle is not None and n.status is None and n.handle.waiting), None)
+        if waiting is None:
+            where = ", ".join(n.handle.where for n in alloc.nodes if n.handle is not None)
+            await allocation_system_log(self.cluster.store, alloc, f"started: {where}")
+            await self.cluster.started(alloc)
+        elif waiting != alloc.waiting:
+            alloc.waiting = waiting
+            self.cluster.changes.publish()
 
     async def _watch_node(self, alloc: Allocation, node: Node) -> None:
         agent = self.cluster.agents[node.agent_id]
@@ -149,7 +173,9 @@ class AllocationMonitor:
                 await self._ship_logs(alloc, handle)
                 node.status = status
         except AgentUnreachable:
-            self.cluster.unreachable.setdefault(node.agent_id, time.monotonic())
+            if node.agent_id not in self.cluster.unreachable:
+                self.cluster.unreachable[node.agent_id] = time.monotonic()
+                self.cluster.changes.publish()
 
     async def enforce_timeouts(self) -> None:
         """Kill running allocations past their preemption deadline or their idle timeout."""

@@ -8,7 +8,8 @@
   while it runs, its charts, state, progress and trials follow its event stream;
 - ``<prefix>trials/<id>/logs``: a trial's logs, followed while it runs;
 - ``<prefix>admin``: for hub admins: agents and their slots, the job queue and its controls,
-  each user's usage in slot-hours, and what runs, with kill, drain and enable actions.
+  each user's usage in slot-hours, and what runs, with kill, drain and enable actions; the
+  pools, agents and queue follow the cluster's event stream.
 
 Pages are rendered here from ``templates/``; a small script in ``static/`` draws the charts
 (Plotly.js, served from the ``plotly`` package: nothing comes from the internet), follows
@@ -20,16 +21,12 @@ master's methods, which allow it to the work's owner or an admin, as the REST AP
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import gzip
-import hashlib
+import contextlib
 import html
-import importlib.util
 import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -41,38 +38,39 @@ from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authentica
 
 from det_hub import __version__
 from det_hub.config import LengthUnit
+from det_hub.plotly_bundle import plotly_version, send_plotly
 from det_hub.scopes import MANAGE_SCOPE
-from det_hub.search_view import (
-    drawn,
-    flatten,
-    hparam_axes,
-    log_scaled,
-    parallel_coordinates,
-    scatter,
-)
+from det_hub.search_view import flatten, hparam_columns, search_data
 from det_hub.service import wire
 from det_hub.service.errors import (
     APIError,
     BadRequest,
+    Conflict,
     Forbidden,
     NotFound,
     Unavailable,
     answered_error,
     logged_as_traceback,
 )
-from det_hub.service.events import ExperimentFilter, experiment_events, experiment_list_events
+from det_hub.service.events import (
+    Event,
+    ExperimentFilter,
+    cluster_events,
+    experiment_events,
+    experiment_list_events,
+)
 from det_hub.service.handlers.base import check_path_ids
 from det_hub.service.handlers.streams import EventSender
 from det_hub.service.hub import page_base
 from det_hub.service.serialize import checkpoint_json, iso, trial_json
 from det_hub.service.webhooks import webhook_json
-from det_hub.states import ACTIVE_SUBSTATES, ExperimentState, TaskType
+from det_hub.states import ACTIVE_SUBSTATES, ExperimentState, TaskType, TrialState
 
 # The hub's sign-in handler base comes from jupyterhub (an optional extra, present whenever
 # pages are served); type checkers see the tornado handler it extends.
 if TYPE_CHECKING:
     from det_hub.service.master import Master, Principal
-    from det_hub.store import MetricRow, Task, TaskLog
+    from det_hub.store import MetricRow, Task, TaskLog, Trial
 
     _PageBase = RequestHandler
 else:
@@ -87,36 +85,11 @@ PAGE_SIZE = 50
 CHART_POINTS = 500
 #: Log lines per read, on the page and from its follower.
 LOG_BATCH = 1000
+#: The most experiments one comparison shows.
+COMPARE_MAX = 8
 
 EXPERIMENT_ACTIONS = ("pause", "activate", "kill", "archive", "unarchive")
 AGENT_ACTIONS = ("enable", "drain", "disable")
-
-
-@functools.cache
-def plotly_js() -> Path | None:
-    """Plotly.js as the ``plotly`` Python package bundles it; None without the package."""
-    spec = importlib.util.find_spec("plotly")
-    for folder in (spec.submodule_search_locations or []) if spec else []:
-        path = Path(folder) / "package_data" / "plotly.min.js"
-        if path.is_file():
-            return path
-    return None
-
-
-@functools.cache
-def plotly_version() -> str | None:
-    """What names this Plotly.js's content in its URL (``?v=``): a digest of the file; None
-    without the package."""
-    path = plotly_js()
-    return None if path is None else hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
-@functools.cache
-def plotly_gzip() -> bytes:
-    """Plotly.js gzip-compressed (about a third of its 4.8 MB), made once per process."""
-    path = plotly_js()
-    assert path is not None
-    return gzip.compress(path.read_bytes(), compresslevel=9, mtime=0)
 
 
 # --- what the pages show, without HTTP ---------------------------------------------------
@@ -175,11 +148,13 @@ class ExperimentFilters:
 COUNTERS = frozenset(unit.value for unit in LengthUnit)
 
 
-def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, Any]]:
+def metric_series(metrics: Mapping[int, Sequence[MetricRow]],
+                  labels: Mapping[int, str] | None = None) -> list[dict[str, Any]]:
     """Chart traces from trials' metric rows: one per trial, group and numeric metric, as
     ``{"metric", "trial_id", "group", "x": steps, "y": values, "counter"}`` (``counter``: one
-    of :data:`COUNTERS`); ordered by metric, then trial, then group (training first). Values
-    that are not finite numbers are left out."""
+    of :data:`COUNTERS`), with ``"label"``, what the legend calls the trial, for trials named
+    in ``labels``; ordered by metric, then trial, then group (training first). Values that
+    are not finite numbers are left out."""
     traces: dict[tuple[str, int, str], dict[str, Any]] = {}
     for trial_id, rows in metrics.items():
         for row in rows:
@@ -190,6 +165,8 @@ def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, 
                 trace = traces.setdefault((name, trial_id, row.group), {
                     "metric": name, "trial_id": trial_id, "group": row.group, "x": [],
                     "y": [], "counter": name in COUNTERS})
+                if labels and trial_id in labels:
+                    trace["label"] = labels[trial_id]
                 trace["x"].append(row.steps_completed)
                 trace["y"].append(value)
 
@@ -200,24 +177,20 @@ def metric_series(metrics: Mapping[int, Sequence[MetricRow]]) -> list[dict[str, 
     return [traces[k] for k in sorted(traces, key=order)]
 
 
-def search_data(experiment: Mapping[str, Any],
-                trials: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The experiment page's view of its search (as the API shows the experiment and its
-    trials): a parallel-coordinates trace of the trials' hyperparameters and searcher metric,
-    and each hyperparameter against the metric, on a log axis where its space is log. None
-    until two trials have a metric."""
-    rows = [{"trial_id": t["id"], "state": t["state"], "hparams": flatten(t["hparams"] or {}),
-             "metric": t["searcher_metric_value"]
-             if isinstance(t["searcher_metric_value"], (int, float))
-             and math.isfinite(t["searcher_metric_value"]) else None} for t in trials]
-    if len(drawn(rows)) < 2:
-        return None
-    metric, smaller = experiment["searcher_metric"], bool(experiment["smaller_is_better"])
-    logs = log_scaled((experiment.get("config") or {}).get("hyperparameters"))
-    return {"metric": metric, "smaller_is_better": smaller,
-            "parallel": parallel_coordinates(rows, metric, smaller, logs),
-            "scatters": [{"name": name, "log": name in logs, **scatter(rows, name)}
-                         for name in hparam_axes(rows)]}
+#: The admin page's live sections: each one's template (``admin_<name>.html``) and the parts of
+#: the cluster's state (:meth:`JobQueue.state <det_hub.service.jobs.JobQueue.state>`) it shows.
+ADMIN_SECTIONS: dict[str, frozenset[str]] = {
+    "pools": frozenset({"resource_pools"}),
+    "agents": frozenset({"agents", "allocations"}),
+    "jobs": frozenset({"jobs"}),
+}
+
+
+def admin_sections(state: Mapping[str, Any]) -> dict[str, Any]:
+    """What the admin page's sections are drawn from, out of the cluster's state: the pools,
+    the agents, the open allocations by id (who holds each slot) and the queue."""
+    return {"pools": state["resource_pools"], "agents": state["agents"],
+            "holders": {a["id"]: a for a in state["allocations"]}, "jobs": state["jobs"]}
 
 
 def job_changes(form: Mapping[str, str]) -> wire.JobChanges:
@@ -292,17 +265,24 @@ def kill_question(item: Mapping[str, Any]) -> str:
 def hparams_text(hparams: Mapping[str, Any] | None) -> str:
     """Hyperparameters on one line, numbers to 4 significant digits:
     ``lr=0.000123, layers=[64, 32], opt={name=adam}``."""
-    return ", ".join(f"{k}={_short(v)}" for k, v in (hparams or {}).items())
+    return ", ".join(f"{k}={short_value(v)}" for k, v in (hparams or {}).items())
 
 
-def _short(value: Any) -> str:
+def short_value(value: Any) -> str:
+    """A hyperparameter's value as a table shows it: floats to 4 significant digits."""
     if isinstance(value, float):
         return f"{value:.4g}"
     if isinstance(value, Mapping):
         return "{" + hparams_text(value) + "}"
     if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_short(v) for v in value) + "]"
+        return "[" + ", ".join(short_value(v) for v in value) + "]"
     return value if isinstance(value, str) else json.dumps(value)
+
+
+def trial_columns(trials: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, Any]]:
+    """The trials table's hyperparameter columns (dotted names of those that differ between
+    trials) and the hyperparameters all trials share, with their value."""
+    return hparam_columns([{"hparams": flatten(t["hparams"] or {})} for t in trials])
 
 
 #: How a log line says its level: Python's logging (``ERROR:root:``, ``[E 12:00 name]``,
@@ -503,6 +483,44 @@ async def filter_owner(page: PageHandler, filters: ExperimentFilters) -> tuple[i
     return None, False
 
 
+def best_trial(trials: Sequence[Trial], smaller_is_better: bool) -> Trial | None:
+    """The trial with the best searcher metric (the first of equals); None when none has
+    one."""
+    scored = [t for t in trials if t.searcher_metric_value is not None
+              and math.isfinite(t.searcher_metric_value)]
+    if not scored:
+        return None
+    pick = min if smaller_is_better else max
+    return pick(scored, key=lambda t: t.searcher_metric_value or 0.0)
+
+
+def compared_ids(raw: Sequence[str]) -> list[int]:
+    """The experiment ids of a comparison's ``id`` arguments, each once, in order.
+
+    Raises:
+        BadRequest: one is no id, or there are fewer than two or more than COMPARE_MAX.
+    """
+    bad = [value for value in raw if not value.isdigit()]
+    if bad:
+        raise BadRequest(f"id: {bad[0]!r} is no experiment id (compare?id=1&id=2)")
+    ids = list(dict.fromkeys(int(value) for value in raw))
+    if not 2 <= len(ids) <= COMPARE_MAX:
+        raise BadRequest(f"id: tick from 2 to {COMPARE_MAX} experiments to compare, not "
+                         f"{len(ids)}")
+    return ids
+
+
+def page_part_keys(trials: Sequence[Mapping[str, Any]]) -> dict[str, list[tuple[Any, ...]]]:
+    """What each live part of an experiment's page (beside its charts and trials table) is
+    drawn from, in the trials of a stream's ``state`` event: the part is read again when this
+    changes."""
+    return {
+        "search": [(t["id"], t["searcher_metric_value"]) for t in trials],
+        "rungs": [(t["id"], t["shown_state"], t["steps_completed"]) for t in trials],
+        "checkpoints": [(t["id"], t["latest_checkpoint"]) for t in trials],
+    }
+
+
 class ExperimentPage(PageHandler):
     """``<prefix>experiments/<id>``: charts, trials, checkpoints and actions."""
 
@@ -515,19 +533,33 @@ class ExperimentPage(PageHandler):
         checkpoints = await m.checkpoints.of_experiment(eid)
         rows = await m.trials.chart_metrics(trials, CHART_POINTS)
         shown_trials = [trial_json(t) for t in trials]
+        columns, fixed = trial_columns(shown_trials)
         who = self.principal
         self.render(
             "experiment.html", section="dashboard", experiment=experiment,
             original_config=row.original_config,
-            trials=shown_trials,
+            trials=shown_trials, columns=columns, fixed=fixed, flatten=flatten,
+            short=short_value,
             search=search_data(experiment, shown_trials),
+            rungs=(await m.experiments.searcher_view(eid))["rungs"],
             checkpoints=[checkpoint_json(c) for c in checkpoints],
+            registered=self.registered(),
             series=metric_series(rows), plotly=plotly_version(),
             # The stream goes on from the newest row drawn (each trial's last row is drawn).
             after_id=max((r.id for trial_rows in rows.values() for r in trial_rows), default=0),
             counters=COUNTERS,
             live=not ExperimentState(row.state).terminal,
             may_change=who.may_change(row.owner_id))
+
+
+    def registered(self) -> dict[str, str] | None:
+        """What :class:`CheckpointRegister` came back saying it registered, if it did."""
+        found = {k: self.get_query_argument(k, "") for k in ("registered", "version",
+                                                             "checkpoint")}
+        if not all(found.values()) or not found["version"].isdigit():
+            return None
+        return {"model": found["registered"], "version": found["version"],
+                "checkpoint": found["checkpoint"]}
 
 
 class ExperimentStream(EventSender, DataHandler):
@@ -542,8 +574,110 @@ class ExperimentStream(EventSender, DataHandler):
         raw = self.get_query_argument("after_id", "0")
         if not raw.isdigit():
             raise BadRequest("after_id: must be a metric row id")
-        await self.send_events(experiment_events(self.master, eid, int(raw),
-                                                 heartbeat=self.heartbeat, poll=self.poll))
+        await self.send_events(self.with_page_parts(eid, experiment_events(
+            self.master, eid, int(raw), heartbeat=self.heartbeat, poll=self.poll)))
+
+    async def with_page_parts(self, eid: int, events: AsyncGenerator[list[Event], None],
+                              ) -> AsyncGenerator[list[Event], None]:
+        """``events``, and after each ``state`` event what else of the page it changed:
+        ``search`` (the search view, as :func:`search_data` gives it), ``rungs`` (the ASHA
+        rung table) and ``checkpoints`` (the experiment's, newest first)."""
+        m = self.master
+        [experiment] = await m.experiments.to_json([await m.experiments.get(eid)])
+        # What each part was last read from, and what was last sent of it.
+        keys: dict[str, Any] = {}
+        sent: dict[str, Any] = {}
+        async with contextlib.aclosing(events):
+            async for batch in events:
+                states = [data for name, data in batch if name == "state"]
+                if states:
+                    trials = states[-1]["trials"]
+                    # Each part is read again only when what it shows may have changed, and
+                    # sent only when it did.
+                    for name, key in page_part_keys(trials).items():
+                        if keys.get(name) == key:
+                            continue
+                        keys[name] = key
+                        value = await self.page_part(name, experiment, trials)
+                        if name not in sent or sent[name] != value:
+                            sent[name] = value
+                            batch.append((name, value))
+                yield batch
+
+    async def page_part(self, name: str, experiment: Mapping[str, Any],
+                        trials: Sequence[Mapping[str, Any]]) -> Any:
+        m, eid = self.master, experiment["id"]
+        if name == "search":
+            return search_data(experiment, trials)
+        if name == "rungs":
+            return (await m.experiments.searcher_view(eid))["rungs"]
+        return [checkpoint_json(c) for c in await m.checkpoints.of_experiment(eid)]
+
+
+class ComparePage(PageHandler):
+    """``<prefix>compare?id=1&id=2``: the best trial of each experiment (by its searcher
+    metric) side by side: metric, hyperparameters, and their curves on the same charts."""
+
+    @authenticated
+    async def get(self) -> None:
+        m = self.master
+        # Each experiment, as the API shows it, and its best trial.
+        compared: list[tuple[dict[str, Any], Trial | None]] = []
+        for eid in compared_ids(self.get_query_arguments("id")):
+            row = await m.experiments.get(eid)
+            [experiment] = await m.experiments.to_json([row])
+            compared.append((experiment, best_trial(await m.experiments.trials(eid),
+                                                    bool(experiment["smaller_is_better"]))))
+        best = {e["id"]: trial for e, trial in compared if trial is not None}
+        shown = {eid: trial_json(trial) for eid, trial in best.items()}
+        rows = await m.trials.chart_metrics(best.values(), CHART_POINTS)
+        labels = {trial.id: f"experiment {eid} trial {trial.id}" for eid, trial in best.items()}
+        columns, fixed = trial_columns(list(shown.values()))
+        self.render("compare.html", section="dashboard", compared=[e for e, _ in compared],
+                    best=shown, columns=columns, fixed=fixed, flatten=flatten,
+                    short=short_value, series=metric_series(rows, labels), counters=COUNTERS,
+                    plotly=plotly_version())
+
+
+class CheckpointRegister(PageHandler):
+    """``POST <prefix>checkpoints/<uuid>/register`` (field ``model``): the checkpoint as the
+    next version of that model, made first when there is none of that name (the checkpoint's
+    experiment's owner, a user with the manage scope, or an admin); back to its experiment's
+    page, which says what was registered."""
+
+    @authenticated
+    async def post(self, uuid: str) -> None:
+        m, who = self.master, self.principal
+        name = self.get_body_argument("model", "").strip()
+        if not name:
+            raise BadRequest("model: name the model to register the checkpoint under")
+        checkpoint = await m.checkpoints.get(who, uuid)
+        made = False
+        try:
+            await m.registry.get_model(name)
+        except NotFound:
+            try:
+                await m.registry.create_model(who, {"name": name})
+                made = True
+            except Conflict:
+                pass  # made meanwhile: registered under as it is
+        try:
+            version = await m.registry.register_version(who, name, {"checkpoint_uuid": uuid})
+        except APIError:
+            if made:  # made for this checkpoint only: not left behind empty
+                await m.registry.delete_model(who, name)
+            raise
+        query = urlencode({"registered": name, "version": version.version, "checkpoint": uuid})
+        self.redirect(f"{m.base_url}experiments/{checkpoint.experiment_id}?{query}#checkpoints",
+                      status=303)
+
+
+class ExperimentImportance(DataHandler):
+    """``<prefix>experiments/<id>/importance``: each hyperparameter's share of the variance
+    of the searcher metric (the REST API's ``hyperparameter-importance``)."""
+
+    async def get(self, experiment_id: str) -> None:
+        self.send(await self.master.importance.of(int(experiment_id)))
 
 
 class ExperimentAction(PageHandler):
@@ -562,6 +696,28 @@ class ExperimentAction(PageHandler):
         else:
             await m.experiments.set_archived(who, eid, action == "archive")
         self.done(f"{m.base_url}experiments/{eid}")
+
+
+class TrialPage(PageHandler):
+    """``<prefix>trials/<id>``: a trial's facts, every hyperparameter at full precision, its
+    metric charts and checkpoints, live while it runs."""
+
+    @authenticated
+    async def get(self, trial_id: str) -> None:
+        m, tid = self.master, int(trial_id)
+        trial = await m.experiments.get_trial(self.principal, tid)
+        row = await m.experiments.get(trial.experiment_id)
+        [experiment] = await m.experiments.to_json([row])
+        rows = await m.trials.chart_metrics([trial], CHART_POINTS)
+        checkpoints = [checkpoint_json(c) for c in await m.checkpoints.of_experiment(row.id)
+                       if c.trial_id == tid]
+        self.render(
+            "trial.html", section="dashboard", trial=trial_json(trial), experiment=experiment,
+            hparams=sorted(flatten(trial.hparams or {}).items()),
+            series=metric_series(rows), plotly=plotly_version(), counters=COUNTERS,
+            after_id=max((r.id for r in rows.get(tid, [])), default=0),
+            live=not TrialState(trial.state).terminal, checkpoints=checkpoints,
+            may_change=self.principal.may_change(row.owner_id))
 
 
 class TrialLogsPage(PageHandler):
@@ -616,24 +772,8 @@ class PlotlyScript(RequestHandler):
     otherwise it asks again each time and is answered 304 while it has not changed."""
 
     async def get(self) -> None:
-        version = plotly_version()
-        path = plotly_js()
-        if version is None or path is None:
-            raise HTTPError(404, "Plotly.js is not installed: install the plotly package")
-        zipped = "gzip" in self.request.headers.get("Accept-Encoding", "")
-        self.set_header("Content-Type", "text/javascript; charset=UTF-8")
-        self.set_header("Vary", "Accept-Encoding")
-        self.set_header("Etag", f'"{version}{"-gzip" if zipped else ""}"')
-        self.set_header("Cache-Control", "public, max-age=31536000, immutable"
-                        if self.get_query_argument("v", None) == version else "no-cache")
-        if self.check_etag_header():
-            self.set_status(304)
-            return
-        if zipped:
-            self.set_header("Content-Encoding", "gzip")
-            self.finish(await asyncio.to_thread(plotly_gzip))
-        else:
-            self.finish(await asyncio.to_thread(path.read_bytes))
+        await send_plotly(self, cache="public",
+                          missing="Plotly.js is not installed: install the plotly package")
 
 
 class AdminPage(PageHandler):
@@ -644,17 +784,49 @@ class AdminPage(PageHandler):
     @authenticated
     async def get(self) -> None:
         m = self.master
-        holders = {a.id: {"owner": a.spec.owner, "job_id": a.spec.job_id,
-                          "experiment_id": a.spec.experiment_id, "task_id": a.spec.task_id}
-                   for a in m.jobs.allocations()}
         usage = await m.jobs.usage()
         self.render(
-            "admin.html", section="admin", pools=m.jobs.pools(),
-            agents=m.jobs.agents(), holders=holders, jobs=m.jobs.queue(),
+            "admin.html", section="admin", **admin_sections(m.jobs.state()),
             usage=sorted(usage.items(), key=lambda kv: (-kv[1], kv[0])),
             experiments=await m.experiments.to_json(m.experiments.live()),
             tasks=await self.live_tasks(),
             webhooks=[webhook_json(h) for h in await m.webhooks.list_webhooks(self.principal)])
+
+
+class ClusterStream(EventSender, DataHandler):
+    """``<prefix>admin/stream``: what keeps the admin page's pools, agents and queue live, as
+    Server-Sent Events (the REST API's ``/cluster/stream``, signed in as the page is):
+    ``sections`` with the HTML of each section that a change of the cluster touched, rendered
+    from the same templates as the page (all of them first), so that their forms and the
+    questions they ask are the page's own."""
+
+    admin_only = True
+
+    async def get(self) -> None:
+        # The sections' forms carry the page's XSRF token: read before the answer starts.
+        self.xsrf_token  # noqa: B018
+        await self.send_events(self.sections(cluster_events(
+            self.master, heartbeat=self.heartbeat, poll=self.poll)))
+
+    async def sections(self, events: AsyncGenerator[list[Event], None],
+                       ) -> AsyncGenerator[list[Event], None]:
+        """The cluster's events as the page takes them: each ``snapshot`` or ``cluster``
+        event as a ``sections`` event (``{name: html}``, see :data:`ADMIN_SECTIONS`); the
+        others as they are."""
+        state: dict[str, Any] = {}
+        async with contextlib.aclosing(events):
+            async for batch in events:
+                out: list[Event] = []
+                for name, data in batch:
+                    if name not in ("snapshot", "cluster"):
+                        out.append((name, data))
+                        continue
+                    state.update(data)
+                    args = admin_sections(state)
+                    out.append(("sections", {
+                        section: self.render_string(f"admin_{section}.html", **args).decode()
+                        for section, parts in ADMIN_SECTIONS.items() if parts & data.keys()}))
+                yield out
 
 
 class AdminJobUpdate(PageHandler):
@@ -705,12 +877,17 @@ def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
         (rf"{base}experiments/stream", ExperimentListStream),
         (rf"{base}experiments/{eid}", ExperimentPage),
         (rf"{base}experiments/{eid}/stream", ExperimentStream),
+        (rf"{base}experiments/{eid}/importance", ExperimentImportance),
+        (rf"{base}compare", ComparePage),
+        (rf"{base}checkpoints/(?P<uuid>[0-9a-fA-F-]{{36}})/register", CheckpointRegister),
         (rf"{base}experiments/{eid}/(?P<action>{'|'.join(EXPERIMENT_ACTIONS)})",
          ExperimentAction),
+        (rf"{base}trials/{tid}", TrialPage),
         (rf"{base}trials/{tid}/logs", TrialLogsPage),
         (rf"{base}trials/{tid}/logs/lines", TrialLogsData),
         (rf"{base}tasks/(?P<task_id>\d+)/kill", TaskKill),
         (rf"{base}admin", AdminPage),
+        (rf"{base}admin/stream", ClusterStream),
         (rf"{base}admin/jobs/(?P<job_id>[^/]+)", AdminJobUpdate),
         (rf"{base}admin/agents/(?P<agent_id>[^/]+)/(?P<action>{'|'.join(AGENT_ACTIONS)})",
          AdminAgentAction),
@@ -721,5 +898,5 @@ def page_handlers(base_url: str) -> list[tuple[Any, ...]]:
     return routes
 
 
-__all__ = ["ExperimentFilters", "job_changes", "json_script", "kill_question", "metric_series",
-           "page_handlers"]
+__all__ = ["ADMIN_SECTIONS", "ExperimentFilters", "admin_sections", "job_changes", "json_script",
+           "kill_question", "metric_series", "page_handlers"]

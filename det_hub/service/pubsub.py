@@ -1,5 +1,6 @@
 """In-process publish/subscribe for the live streams: stored metric rows by experiment
-(:class:`MetricEvents`), and the ids of experiments that changed (:class:`ExperimentChanges`).
+(:class:`MetricEvents`), the ids of experiments that changed (:class:`ExperimentChanges`), and
+that the cluster changed (:class:`ClusterChanges`).
 
 Publishing never blocks and never grows memory without bound: each subscriber has a bounded
 queue (or set), and one that falls behind is marked overflowed and told nothing more, so that
@@ -169,10 +170,42 @@ class ExperimentChanges:
             sub.wake.set()
 
 
+class ClusterChanges:
+    """Subscribers of changes to the cluster: its agents (enabled, reachable), the job queue
+    and the allocations holding or waiting for slots.
+
+    The :class:`~det_hub.service.cluster.Cluster` holds one (``changes``) and calls
+    :meth:`publish` after every change it makes. A subscription is an event that is set by a
+    change and cleared by its reader; many changes before a read are one, since a reader reads
+    the whole cluster again, so nothing queues up and no subscriber can fall behind.
+    """
+
+    def __init__(self) -> None:
+        self._subscribers: set[asyncio.Event] = set()
+
+    def subscribe(self) -> asyncio.Event:
+        sub = asyncio.Event()
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: asyncio.Event) -> None:
+        self._subscribers.discard(sub)
+
+    @property
+    def subscribers(self) -> int:
+        return len(self._subscribers)
+
+    def publish(self) -> None:
+        """Tell every subscriber that the cluster changed; never blocks."""
+        for sub in self._subscribers:
+            sub.set()
+
+
 __all__ = [
     "DEFAULT_PENDING_EXPERIMENTS",
     "DEFAULT_QUEUE_ROWS",
     "ChangeSubscription",
+    "ClusterChanges",
     "ExperimentChanges",
     "MetricEvents",
     "Subscription",

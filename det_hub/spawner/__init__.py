@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import os
 import time
 from typing import Any
 
@@ -37,7 +38,7 @@ from docker.tls import TLSConfig
 from docker.types import DeviceRequest
 from dockerspawner import DockerSpawner
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from traitlets import Dict, Float, Integer, List, Unicode, default
+from traitlets import Bool, Dict, Float, Integer, List, Unicode, default
 
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
 from det_hub.env_names import MASTER_ENV
@@ -80,6 +81,15 @@ class DetSpawner(DockerSpawner):
         help="Seconds a server may wait in the queue for slots before its start fails.")
     poll_interval = Float(1.0, config=True, help="Seconds between asking the master "
                           "whether the server's slots are there.")
+    seed_examples = Bool(
+        True, config=True,
+        help="""Copy det_hub's quickstart notebook and examples into a user's notebook
+        directory the first time a server starts there (the image's det_hub does it, before
+        the server's command: see det_hub.hub.first_run). Never replaces a file.""")
+    seed_python = Unicode(
+        "", config=True,
+        help="""The image's Python with det_hub, which seeds the notebook directory. Default:
+        the server command's own program when it is a Python, else python3.""")
 
     #: The master's task that holds this server's slots.
     task_id = Integer(0)
@@ -223,6 +233,18 @@ class DetSpawner(DockerSpawner):
                                 verify=bool(docker.get("tls_verify")))
             _CLIENTS[host] = APIClient(base_url=host, version="auto", tls=tls)
         return _CLIENTS[host]
+
+    async def get_command(self) -> list[str]:
+        """The server's command, after det_hub has seeded the notebook directory (see
+        ``seed_examples``)."""
+        command = list(await super().get_command())
+        if not self.seed_examples:
+            return command
+        python = self.seed_python or (
+            command[0] if command and os.path.basename(command[0]).startswith("python")
+            else "python3")
+        return [python, "-m", "det_hub.hub.first_run",
+                *(["--into", self.notebook_dir] if self.notebook_dir else []), "--", *command]
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()

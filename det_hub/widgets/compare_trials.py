@@ -18,6 +18,7 @@ from det_hub.search_view import (
     scatter,
 )
 from det_hub.widgets._common import client_or_default
+from det_hub.widgets.plotly_chart import PlotlyChart
 
 
 class CompareTrials:
@@ -39,7 +40,8 @@ class CompareTrials:
         metric: the validation metric; the experiment's ``searcher.metric`` by default.
         client: the master's client; one from the environment by default.
 
-    :attr:`figure` is the parallel-coordinates ``FigureWidget``, :attr:`scatter` the other;
+    :attr:`figure` is the parallel-coordinates ``Figure``, :attr:`scatter` the other, as
+    drawn by the :class:`PlotlyChart` widgets :attr:`chart` and :attr:`scatter_chart`;
     :attr:`rows` holds one dict per trial (``trial_id``, ``state``, ``hparams`` flattened,
     ``metric``). Call :meth:`refresh` to read the trials again.
     """
@@ -56,16 +58,18 @@ class CompareTrials:
         #: Those whose space is ``type: log``, drawn on a log axis.
         self.log_scaled: set[str] = set()
 
-        self.figure = go.FigureWidget(layout={
+        self.figure = go.Figure(layout={
             "margin": {"l": 60, "r": 60, "t": 60, "b": 30}, "height": 400})
-        self.scatter = go.FigureWidget(layout={
+        self.scatter = go.Figure(layout={
             "margin": {"l": 60, "r": 20, "t": 30, "b": 40}, "height": 320})
+        self.chart = PlotlyChart(layout=self.figure.layout.to_plotly_json())
+        self.scatter_chart = PlotlyChart(layout=self.scatter.layout.to_plotly_json())
         self.hparam = widgets.Dropdown(description="x axis", options=[])
         self.hparam.observe(lambda _: self._draw_scatter(), names="value")
         self.reload = widgets.Button(description="refresh", icon="refresh")
         self.reload.on_click(lambda _b: self.refresh())
-        self.widget = widgets.VBox([self.reload, self.figure,
-                                    self.hparam, self.scatter])
+        self.widget = widgets.VBox([self.reload, self.chart,
+                                    self.hparam, self.scatter_chart])
         self.refresh()
 
     def refresh(self) -> None:
@@ -113,6 +117,7 @@ class CompareTrials:
             self.figure.layout.title = {
                 "text": f"experiment {self.experiment_id}: {len(self._drawn())} trials by "
                         f"{self.metric} ({better} is better)"}
+        self.chart.show(self.figure)
 
     def _draw_scatter(self) -> None:
         name = self.hparam.value
@@ -127,3 +132,4 @@ class CompareTrials:
             self.scatter.layout.xaxis.title = {"text": name or ""}
             self.scatter.layout.xaxis.type = "log" if name in self.log_scaled else "-"
             self.scatter.layout.yaxis.title = {"text": self.metric}
+        self.scatter_chart.show(self.scatter)

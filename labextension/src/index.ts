@@ -22,7 +22,9 @@ import { DetHubClient, errorText } from './api/client';
 import { ExperimentAction, IExperiment, IUser } from './api/types';
 import { ClusterModel } from './model/cluster';
 import { ExperimentListModel } from './model/experiments';
+import { drawsDetHubCharts } from './model/notebookCharts';
 import { registerCheckpointDialog } from './registry';
+import { loadPlotly } from './widgets/chart';
 import { ExperimentView } from './widgets/experimentView';
 import { detHubIcon } from './widgets/icon';
 import { DetHubSidebar } from './widgets/sidebar';
@@ -149,6 +151,16 @@ const plugin: JupyterFrontEndPlugin<void> = {
         shell.activateById(widget.id);
         return widget;
       }
+    });
+
+    // A notebook that draws det_hub's charts gets Plotly.js loaded while its kernel starts.
+    notebooks?.widgetAdded.connect((_, panel) => {
+      void panel.context.ready.then(() => {
+        const cells = panel.content.model?.sharedModel.cells ?? [];
+        if (drawsDetHubCharts(cells.map(cell => cell.getSource()))) {
+          void loadPlotly().catch(() => undefined);
+        }
+      });
     });
 
     commands.addCommand(CommandIDs.insertLoadCheckpoint, {

@@ -1,6 +1,6 @@
 import { DetHubClient } from '../src/api/client';
 import { ExperimentModel, hasRungs } from '../src/model/experiment';
-import { FakeServer, json } from './fakeServer';
+import { FakeServer, json, sse, streamed } from './fakeServer';
 import { experiment, trial } from './fixtures';
 
 const RUNGS = {
@@ -42,9 +42,10 @@ function asha(id: number, name = 'adaptive_asha'): ReturnType<typeof experiment>
   return experiment({ id, config: { searcher: { name, metric: 'validation_loss' } } });
 }
 
-function setUp(subject: ReturnType<typeof experiment>): FakeServer {
+function setUp(subject: ReturnType<typeof experiment>, search: unknown = null): FakeServer {
   const id = subject.id;
   return new FakeServer()
+    .on('GET', `api/v1/experiments/${id}/search-view`, () => json({ search }))
     .on('GET', `api/v1/experiments/${id}`, () => json({ experiment: subject }))
     .on('GET', `api/v1/experiments/${id}/trials`, () => json({ trials: [trial()] }))
     .on('GET', `api/v1/experiments/${id}/checkpoints`, () => json({ checkpoints: [] }))
@@ -129,5 +130,110 @@ describe('ExperimentModel', () => {
     expect(model.registered('other')).toEqual([]);
     expect(changes).toBe(1);
     model.dispose();
+  });
+});
+
+describe('ExperimentModel: the search view', () => {
+  const SEARCH = {
+    metric: 'validation_loss',
+    smaller_is_better: true,
+    parallel: { type: 'parcoords', dimensions: [], customdata: [7, 8] },
+    scatters: [{ name: 'lr', log: true, x: [0.1, 0.01], y: [0.3, 0.2], trial_ids: [7, 8] }]
+  };
+  const IMPORTANCE = {
+    metric: 'validation_loss',
+    trials: 2,
+    importance: [{ name: 'lr', importance: 1 }]
+  };
+
+  function withSearch(search: unknown, importance: () => Response): FakeServer {
+    return setUp(asha(9, 'random'), search).on(
+      'GET',
+      'api/v1/experiments/9/hyperparameter-importance',
+      importance
+    );
+  }
+
+  function model(server: FakeServer): ExperimentModel {
+    return new ExperimentModel(new DetHubClient({ serverSettings: server.settings() }), 9);
+  }
+
+  it('fetches the search view and its importance with the experiment', async () => {
+    const server = withSearch(SEARCH, () => json(IMPORTANCE));
+    const subject = model(server);
+    await subject.refresh();
+    expect(subject.search?.scatters.map(s => s.name)).toEqual(['lr']);
+    expect(subject.importance?.importance).toEqual([{ name: 'lr', importance: 1 }]);
+    expect(subject.importanceError).toBeNull();
+    subject.dispose();
+  });
+
+  it('asks for no importance before there is a search view', async () => {
+    const server = withSearch(null, () => json(IMPORTANCE));
+    const subject = model(server);
+    await subject.refresh();
+    expect(subject.search).toBeNull();
+    expect(subject.importance).toBeNull();
+    expect(server.to('api/v1/experiments/9/hyperparameter-importance')).toHaveLength(0);
+    subject.dispose();
+  });
+
+  it('says why the master gave no importance', async () => {
+    const missing = 'hyperparameter importance needs scikit-learn on the master';
+    const server = withSearch(SEARCH, () => json({ error: missing, details: [] }, 503));
+    const subject = model(server);
+    await subject.refresh();
+    expect(subject.search).not.toBeNull();
+    expect(subject.importance).toBeNull();
+    expect(subject.importanceError).toContain(missing);
+    subject.dispose();
+  });
+
+  it("fetches the view again when a trial's metric changes, not when it trains on", async () => {
+    const trials = (value: number | null, steps: number) => [
+      {
+        id: 7,
+        state: 'ACTIVE',
+        shown_state: 'RUNNING',
+        steps_completed: steps,
+        progress: 0.5,
+        hparams: { lr: 0.1 },
+        searcher_metric_value: value,
+        restarts: 0,
+        latest_checkpoint: null
+      }
+    ];
+    const state = (value: number | null, steps: number) => ({
+      experiment_id: 9,
+      state: 'ACTIVE',
+      shown_state: 'RUNNING',
+      progress: 0.5,
+      trials: trials(value, steps)
+    });
+    let streams = 0;
+    const server = withSearch(SEARCH, () => json(IMPORTANCE))
+      .on('GET', 'api/v1/trials/7/metrics', () => json({ metrics: [] }))
+      .on('GET', 'api/v1/experiments/9/metrics/stream', () => {
+        streams += 1;
+        if (streams > 1) {
+          // Whatever comes after is no part of this test: the client backs off.
+          return json({ error: 'the master is restarting', details: [] }, 503);
+        }
+        // Trains on (no new metric), then validates: one more look at the search.
+        return streamed([
+          sse('state', state(null, 20)) + sse('state', state(0.25, 30)),
+          sse('reconnect', { after_id: 0 })
+        ]);
+      });
+    const subject = model(server);
+    await subject.start();
+    const views = () => server.to('api/v1/experiments/9/search-view').length;
+    for (let tries = 0; tries < 100 && views() < 2; tries++) {
+      await new Promise(resolve => setTimeout(resolve, 10));
+    }
+    await new Promise(resolve => setTimeout(resolve, 50));
+    subject.dispose();
+    // Once with the experiment, once for the new metric.
+    expect(views()).toBe(2);
   });
 });

@@ -286,5 +286,5 @@ slurm: {gpu_type: a100}
         {"pattern": ".*CUDA out of memory.*", "action": {"type": "cancel_retries"}}
     ]
     assert "pbs" not in cfg.to_dict()
-    assert "slurm" not in cfg.to_dict()
+    assert cfg.slurm is not None and cfg.slurm.gpu_type == "a100"
     assert isinstance(cfg, ExperimentConfig)

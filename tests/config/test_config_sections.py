@@ -134,10 +134,32 @@ def test_shm_size_must_be_a_size() -> None:
     ]
 
 
-def test_pbs_and_slurm_are_dropped() -> None:
-    cfg = parse_experiment_config(config(pbs={"x": 1}, slurm={"y": 2}))
+def test_pbs_is_dropped_and_slurm_is_read() -> None:
+    cfg = parse_experiment_config(config(pbs={"x": 1}, slurm={
+        "sbatch_args": ["--time=10", "--mem=1G"], "gpu_type": "a100", "slots_per_node": 4}))
     assert not hasattr(cfg, "pbs")
+    assert cfg.slurm is not None
+    assert cfg.slurm.sbatch_args == ["--time=10", "--mem=1G"]
+    assert cfg.slurm.gpu_type == "a100"
     assert parse_experiment_config(cfg.to_dict()) == cfg
+    assert parse_experiment_config(config()).slurm is None
+
+
+def test_slurm_options_det_hub_sets_are_refused() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_experiment_config(config(slurm={"y": 2}))
+    assert info.value.problems == [
+        Problem("slurm.y", "unknown key; valid keys are gpu_type, sbatch_args, slots_per_node")]
+    with pytest.raises(ConfigError) as info:
+        parse_experiment_config(config(slurm={
+            "sbatch_args": ["--time=10", "--output=/tmp/x", "-Jname", "-o", "--nodes=2"]}))
+    assert info.value.problems == [
+        Problem("slurm.sbatch_args[1]", "'--output=/tmp/x': det_hub sets --output on every "
+                "job itself"),
+        Problem("slurm.sbatch_args[2]", "'-Jname': det_hub sets --job-name on every job itself"),
+        Problem("slurm.sbatch_args[3]", "'-o': det_hub sets --output on every job itself"),
+        Problem("slurm.sbatch_args[4]", "'--nodes=2': det_hub sets --nodes on every job itself"),
+    ]
 
 
 def test_accepted_free_form_sections_are_kept() -> None:

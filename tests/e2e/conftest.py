@@ -3,20 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
-import subprocess
-import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
-from det_hub.testing import MasterProcess, free_port, reap_tasks
+from det_hub.testing import MasterProcess, jupyterlab_server, reap_tasks
 
 REPO = Path(__file__).resolve().parents[2]
 STEPS = Path(__file__).parent / "contexts" / "steps"
@@ -82,59 +77,9 @@ def browser_node() -> str:
 
 
 
-@contextlib.contextmanager
 def jupyterlab(master: MasterProcess, tmp_path: Path, work: Path, token: str,
-               args: Sequence[str] = (), env: Mapping[str, str] | None = None) -> Iterator[str]:
-    """A JupyterLab server on 127.0.0.1 serving ``work``, whose kernels reach ``master``, with
-    its settings and state under ``tmp_path``; yields its base URL once it answers.
-
-    Args:
-        args: More ``jupyter lab`` options.
-        env: More environment variables.
-    """
-    # No "would you like news?" prompt over the screenshots.
-    notifications = tmp_path / "lab-settings" / "@jupyterlab" / "apputils-extension"
-    notifications.mkdir(parents=True)
-    (notifications / "notification.jupyterlab-settings").write_text(
-        json.dumps({"fetchNews": "false"}))
-    environment = {**os.environ, "DET_HUB_MASTER": master.url, "DET_HUB_TOKEN": master.token,
-                   # The server's own settings and state, away from the user's.
-                   "JUPYTER_CONFIG_DIR": str(tmp_path / "jupyter-config"),
-                   "JUPYTER_RUNTIME_DIR": str(tmp_path / "jupyter-runtime"), **(env or {})}
-    port = free_port()
-    log_path = tmp_path / "jupyterlab.log"
-    with open(log_path, "wb") as log:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--ServerApp.ip=127.0.0.1",
-             f"--ServerApp.port={port}", f"--ServerApp.token={token}",
-             "--ServerApp.open_browser=False", f"--ServerApp.root_dir={work}",
-             "--ServerApp.allow_root=True",
-             # `window.jupyterapp`, so the browser runs JupyterLab's own commands.
-             "--LabApp.expose_app_in_browser=True",
-             f"--LabApp.user_settings_dir={tmp_path / 'lab-settings'}",
-             f"--LabApp.workspaces_dir={tmp_path / 'lab-workspaces'}",
-             "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-             *args],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=environment)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert server.poll() is None, log_path.read_text()
-            try:
-                if requests.get(f"{url}/api/status", params={"token": token},
-                                timeout=2).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline, "JupyterLab did not answer:\n" + \
-                log_path.read_text()
-            time.sleep(0.2)
-        yield url
-    finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+               args: Sequence[str] = (), env: Mapping[str, str] | None = None,
+               ) -> contextlib.AbstractContextManager[str]:
+    """A JupyterLab server on 127.0.0.1 serving ``work``, whose kernels reach ``master``
+    (see :func:`det_hub.testing.jupyterlab_server`)."""
+    return jupyterlab_server(master.url, master.token, tmp_path, work, token, args, env)

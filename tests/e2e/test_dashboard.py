@@ -177,7 +177,9 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
     page = cluster.page(alice, f"/experiments/{cluster.short}")
     assert page.status_code == 200, page.text[:500]
     assert 'id="charts"' in page.text
-    [plotly_src] = re.findall(rf'src="{SERVICE}/static/plotly\.min\.js\?v=([0-9a-f]+)"', page.text)
+    # Plotly.js is fetched at once and run once the page is painted.
+    [plotly_src] = re.findall(
+        rf'id="plotly-src" href="{SERVICE}/static/plotly\.min\.js\?v=([0-9a-f]+)"', page.text)
     # The charts' data is the trial's metrics, as the REST API serves them.
     [trial] = cluster.api(f"/experiments/{cluster.short}/trials")["trials"]
     rest = cluster.api(f"/trials/{trial['id']}/metrics", params={"max_points": 500})["metrics"]
@@ -192,12 +194,24 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
     assert {s["trial_id"] for s in series.values()} == {trial["id"]}
     # The trial, its hyperparameters and state; the checkpoints.
     trials = page.text.split('id="trials"', 1)[1].split("</table>", 1)[0]
-    assert "COMPLETED" in trials and "sleep=0.01" in trials and "report_every=2" in trials
+    assert "COMPLETED" in trials
+    # One trial: its hyperparameters are every trial's, above the table rather than a column
+    # each.
+    fixed = page.text.split('id="fixed-hparams"', 1)[1].split("</p>", 1)[0]
+    assert "sleep=0.01" in fixed and "report_every=2" in fixed
+    assert 'data-hparams="[]"' in page.text
     assert f'href="{SERVICE}/trials/{trial["id"]}/logs"' in trials
     checkpoints = cluster.api(f"/experiments/{cluster.short}/checkpoints")["checkpoints"]
     assert len(checkpoints) >= 1
-    for c in checkpoints:
-        assert f"<code>{c['uuid']}</code>" in page.text
+    drawn_checkpoints = re.search(
+        r'<script type="application/json" id="checkpoint-data">(.*?)</script>', page.text, re.S)
+    assert drawn_checkpoints, page.text[:1000]
+    assert [c["uuid"] for c in json.loads(drawn_checkpoints.group(1))] == \
+        [c["uuid"] for c in checkpoints]
+    # Alice may register them: the table says where.
+    assert f'data-register="{SERVICE}/checkpoints/"' in page.text
+    assert 'data-register' not in cluster.page(cluster.hub.login("bob"),
+                                               f"/experiments/{cluster.short}").text
     # Plotly.js comes from the plotly package, under the service's prefix: compressed, and
     # kept a year under the URL the page names.
     plotly = cluster.page(alice, f"/static/plotly.min.js?v={plotly_src}")
@@ -223,10 +237,18 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
                 name = line.removeprefix("event: ")
             elif line.startswith("data: ") and name:
                 events.setdefault(name, []).append(json.loads(line.removeprefix("data: ")))
-            if "state" in events and "metrics" in events:
+            if "checkpoints" in events and "metrics" in events:
                 break
     [state, *_] = events["state"]
     assert state["shown_state"] in ACTIVE and state["trials"][0]["hparams"] == {"sleep": 0.05}
+    # With the state, what else of the page it shows: no search view for one trial, no rungs
+    # for the single searcher, the checkpoints as the REST API lists them.
+    assert events["search"] == [None] and events["rungs"] == [None]
+    listed = cluster.api(f"/experiments/{cluster.long}/checkpoints")["checkpoints"]
+    assert [c["uuid"] for c in events["checkpoints"][0]] == [c["uuid"] for c in listed]
+    # Importance, which the page asks for beside it: nothing to tell from one trial.
+    assert cluster.page(alice, f"/experiments/{cluster.short}/importance").json() == {
+        "metric": "validation_loss", "trials": 1, "importance": []}
     assert all(row["id"] > after for row in events["metrics"])
     bad = cluster.page(alice, f"/experiments/{cluster.long}/stream", params={"after_id": "x"})
     assert bad.status_code == 400 and "after_id" in bad.json()["error"]
@@ -249,6 +271,88 @@ def test_the_experiment_page_shows_charts_trials_logs_and_checkpoints(cluster: C
                              timeout=10, allow_redirects=False)
     assert anonymous.status_code == 403 and "error" in anonymous.json()
     assert cluster.page(alice, "/experiments/99999").status_code == 404
+
+
+def test_experiments_compare_by_their_best_trials(cluster: Cluster) -> None:
+    alice = cluster.hub.login("alice")
+    listed = cluster.page(alice, "/")
+    assert '<form id="compare"' in listed.text
+    assert f'name="id" value="{cluster.short}" form="compare"' in listed.text
+    page = cluster.page(alice, "/compare", params={"id": [cluster.short, cluster.bobs]})
+    assert page.status_code == 200, page.text[:500]
+    [best] = cluster.api(f"/experiments/{cluster.short}/trials")["trials"]
+    table = page.text.split('id="compared"', 1)[1].split("</table>", 1)[0]
+    assert f'data-experiment="{cluster.short}" data-trial="{best["id"]}"' in table
+    assert f'{best["searcher_metric_value"]:.6g}' in table
+    # Bob's runs and has not validated: it is listed, with nothing to compare yet.
+    assert f'data-experiment="{cluster.bobs}">' in table
+    assert "no trial has reported validation_loss yet" in table
+    # The charts draw the best trials, named by experiment.
+    series = _chart_data(page)
+    assert {s["label"] for s in series} == {f"experiment {cluster.short} trial {best['id']}"}
+    # Bad comparisons say what is wrong.
+    one = cluster.page(alice, "/compare", params={"id": cluster.short})
+    assert one.status_code == 400 and "tick from 2 to 8 experiments" in one.text
+    bad = cluster.page(alice, "/compare", params={"id": [cluster.short, "x"]})
+    assert bad.status_code == 400 and "'x' is no experiment id" in html.unescape(bad.text)
+    missing = cluster.page(alice, "/compare", params={"id": [cluster.short, 99999]})
+    assert missing.status_code == 404
+
+
+def test_a_trials_page_shows_its_facts_hyperparameters_charts_and_checkpoints(
+        cluster: Cluster) -> None:
+    alice = cluster.hub.login("alice")
+    [trial] = cluster.api(f"/experiments/{cluster.short}/trials")["trials"]
+    page = cluster.page(alice, f"/trials/{trial['id']}")
+    assert page.status_code == 200, page.text[:500]
+    assert f'data-trial-state="{trial["id"]}">COMPLETED<' in page.text
+    # Every hyperparameter, at full precision.
+    table = page.text.split('id="hparams"', 1)[1].split("</table>", 1)[0]
+    for name, value in trial["hparams"].items():
+        assert f"<code>{name}</code></td><td class=\"num\">{json.dumps(value)}</td>" in table
+    # Its charts: its own series, drawn from its experiment's stream.
+    assert {s["trial_id"] for s in _chart_data(page)} == {trial["id"]}
+    assert f'data-stream="{SERVICE}/experiments/{cluster.short}/stream"' in page.text
+    assert f'data-trial="{trial["id"]}"' in page.text
+    checkpoints = re.search(
+        r'<script type="application/json" id="checkpoint-data">(.*?)</script>', page.text, re.S)
+    assert [c["uuid"] for c in json.loads(checkpoints.group(1))] == [
+        c["uuid"] for c in cluster.api(f"/experiments/{cluster.short}/checkpoints")[
+            "checkpoints"] if c["trial_id"] == trial["id"]]
+    # The experiment's trials table links each trial's page.
+    listed = cluster.page(alice, f"/experiments/{cluster.short}").text
+    assert f'<a href="{SERVICE}/trials/{trial["id"]}">{trial["id"]}</a>' in listed
+    assert cluster.page(alice, "/trials/99999").status_code == 404
+
+
+def test_a_checkpoint_is_registered_from_its_experiments_page(cluster: Cluster) -> None:
+    alice, bob = cluster.hub.login("alice"), cluster.hub.login("bob")
+    [checkpoint, *_] = cluster.api(f"/experiments/{cluster.short}/checkpoints")["checkpoints"]
+    uuid = checkpoint["uuid"]
+    page = cluster.page(bob, f"/experiments/{cluster.short}")
+    # Bob may not: the checkpoint is alice's, and no empty model of his is left behind.
+    refused = cluster.post(bob, f"/checkpoints/{uuid}/register",
+                           {"_xsrf": _xsrf(page), "model": "bobs-model"})
+    assert refused.status_code == 403, refused.text[:500]
+    assert "only its owner" in html.unescape(refused.text)
+    assert cluster.hub.call("GET", "/models/bobs-model", cluster.admin).status_code == 404
+    # Alice registers it under a new model, then again as its second version.
+    page = cluster.page(alice, f"/experiments/{cluster.short}")
+    for version in (1, 2):
+        done = cluster.post(alice, f"/checkpoints/{uuid}/register",
+                            {"_xsrf": _xsrf(page), "model": "from-the-page"})
+        assert done.status_code == 303, done.text[:500]
+        assert done.headers["Location"] == (
+            f"{SERVICE}/experiments/{cluster.short}?registered=from-the-page&version={version}"
+            f"&checkpoint={uuid}#checkpoints")
+    versions = cluster.api("/models/from-the-page/versions")["model_versions"]
+    assert [(v["version"], v["checkpoint_uuid"]) for v in versions] == [(2, uuid), (1, uuid)]
+    shown = cluster.page(alice, done.headers["Location"].split("#")[0].removeprefix(SERVICE))
+    notice = shown.text.split('id="registered"', 1)[1].split("</p>", 1)[0]
+    assert "version 2 of model <strong>from-the-page</strong>" in notice
+    empty = cluster.post(alice, f"/checkpoints/{uuid}/register",
+                         {"_xsrf": _xsrf(page), "model": " "})
+    assert empty.status_code == 400 and "name the model" in empty.text
 
 
 def test_destructive_buttons_ask_first_naming_what_stops_and_whose(cluster: Cluster) -> None:
@@ -323,6 +427,9 @@ def test_the_admin_page_is_for_hub_admins(cluster: Cluster) -> None:
                          {"_xsrf": _xsrf(cluster.page(alice, "/"))})
     assert drain.status_code == 403
     assert cluster.api(f"/agents/{agent['id']}")["agent"]["enabled"] is True
+    refused = cluster.page(alice, "/admin/stream")
+    assert refused.status_code == 403
+    assert refused.json()["error"] == "this page is for hub admins only"
 
     admin = cluster.hub.login("admin")
     assert f'href="{SERVICE}/admin"' in cluster.page(admin, "/").text
@@ -359,6 +466,22 @@ def test_the_admin_page_is_for_hub_admins(cluster: Cluster) -> None:
     assert f'action="{SERVICE}/experiments/{cluster.long}/kill"' in running
     assert f'action="{SERVICE}/experiments/{cluster.bobs}/kill"' in running
     assert f"/experiments/{cluster.short}/" not in running
+
+    # The page's stream: first every live section, as the page has it.
+    with cluster.page(admin, "/admin/stream", stream=True,
+                      params={"_xsrf": _xsrf(page)}) as answer:
+        assert answer.status_code == 200
+        assert answer.headers["Content-Type"].startswith("text/event-stream")
+        lines = answer.iter_lines(decode_unicode=True)
+        assert next(lines) == "event: sections"
+        sections = json.loads(next(lines).removeprefix("data: "))
+    assert set(sections) == {"pools", "agents", "jobs"}
+    assert f'data-agent="{agent["id"]}"' in sections["agents"]
+    assert f"/admin/agents/{agent['id']}/drain" in sections["agents"]
+    assert f'data-confirm="Drain agent {agent["id"]}?' in sections["agents"]
+    assert f'name="_xsrf" value="{_xsrf(page)}"' in sections["jobs"]
+    for experiment_id in (cluster.long, cluster.bobs):
+        assert f'action="{SERVICE}/admin/jobs/exp-{experiment_id}"' in sections["jobs"]
 
 
 def test_admins_reorder_the_queue_and_drain_agents_from_the_page(cluster: Cluster) -> None:
@@ -456,8 +579,23 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
         made.append(_create(cluster.hub, cluster.admin, steps_config(
             "made-while-watched", length=4, sleep=0.01, report_every=2)))
 
+    [agent] = cluster.api("/agents")["agents"]
+
+    def drain_while_watched() -> None:
+        # Once the browser shows the admin page, the agent is drained through the REST API,
+        # and enabled again once the page showed that: it must show both without a reload.
+        for shot, action, body in (("admin.png", "disable", {"drain": True}),
+                                   ("admin-drained.png", "enable", None)):
+            deadline = time.monotonic() + 180
+            while not (shots / shot).is_file() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if (shots / shot).is_file():
+                cluster.api(f"/agents/{agent['id']}/{action}", "POST", json=body)
+
     creator = threading.Thread(target=create_while_watched, daemon=True)
     creator.start()
+    drainer = threading.Thread(target=drain_while_watched, daemon=True)
+    drainer.start()
     try:
         done = subprocess.run(
             [node, str(BROWSER_DIR / "admin_page.mjs"), cluster.hub.url, "admin",
@@ -467,9 +605,12 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
         artifacts = os.environ.get("DET_HUB_ARTIFACTS")
         if artifacts and shots.is_dir():
             shutil.copytree(shots, REPO / "test-artifacts" / "dashboard", dirs_exist_ok=True)
-    creator.join(timeout=30)
+        creator.join(timeout=30)
+        drainer.join(timeout=30)
+        # Whatever the browser got to, the agent takes work again.
+        cluster.api(f"/agents/{agent['id']}/enable", "POST")
     assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
-    for name in ("dashboard.png", "admin.png", "experiment.png", "logs.png"):
+    for name in ("dashboard.png", "admin.png", "admin-drained.png", "experiment.png", "logs.png"):
         shot = shots / name
         assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
     report = json.loads((shots / "report.json").read_text())
@@ -478,6 +619,14 @@ def test_a_browser_signs_in_and_sees_the_queue_a_chart_and_logs(
     assert report["arrived"]["id"] == made[0]
     assert report["arrived"]["name"] == "made-while-watched" and report["arrived"]["state"]
     assert report["job"] in (f"exp-{cluster.long}", f"exp-{cluster.bobs}")
+    # The agent drained and enabled through the REST API showed as such on the page, with the
+    # buttons of its state, without a reload; the updated row's Drain asked first.
+    assert report["agent_live"] == {
+        "agent": agent["id"],
+        "disabled": {"load": "first", "buttons": ["Enable"]},
+        "enabled": {"load": "first", "buttons": ["Drain", "Disable now"]},
+    }
+    assert report["drain_question"].startswith(f"Drain agent {agent['id']}? It takes no new work")
     # The priority set through the page's form, in the browser, is the job's.
     assert report["priority"] == 7
     assert cluster.api(f"/jobs/{report['job']}")["job"]["priority"] == 7

@@ -192,6 +192,13 @@ def test_detspawner_servers_take_slots_from_the_scheduler(docker_hub: HubProcess
     status = requests.get(f"{hub.url}/user/dana/api/status", timeout=10,
                           headers={"Authorization": f"token {dana}"})
     assert status.status_code == 200, status.text
+    # The server opened with det_hub's quickstart notebook and examples, copied in as it
+    # started.
+    contents = requests.get(f"{hub.url}/user/dana/api/contents", timeout=10,
+                            headers={"Authorization": f"token {dana}"})
+    assert contents.status_code == 200, contents.text
+    names = {item["name"] for item in contents.json()["content"]}
+    assert {"quickstart.ipynb", "examples"} <= names, names
     [held] = hub.call("GET", "/hub_servers", admin).json()["hub_servers"]
     assert (held["owner"], held["state"], held["job_id"]) == (
         "dana", "RUNNING", f"hub-server-{held['id']}")

@@ -203,6 +203,17 @@ def test_the_panel_lists_launches_charts_and_kills(module_master: MasterProcess,
     assert shown == expected
     assert sum(int(f[1]) for f in (row["figures"] for row in shown)) >= 3, shown
     assert report["rung_headers"][multi:multi + 4] == ["Rung", "Length", "Reported", "Promoted"]
+    # Its search view is the master's: a line per trial with a metric and a chart for the one
+    # hyperparameter that varies. The steps script's loss does not depend on lr, so every
+    # trial validates alike: importance has nothing to share out, and the panel says why.
+    view = module_master.get(f"/experiments/{asha}/search-view")["search"]
+    assert module_master.get(f"/experiments/{asha}/hyperparameter-importance")[
+        "importance"] == []
+    assert report["search"] == {
+        "lines": len(view["parallel"]["customdata"]), "scatters": ["lr"], "importance": [],
+        "note": "Importance needs trials whose validation_loss differs and whose "
+                "hyperparameters differ."}
+    assert report["search"]["lines"] == 3
 
     # The kill confirmed in the dialog reached the master; the panel showed its end.
     assert module_master.experiment(running)["state"] == "CANCELED"

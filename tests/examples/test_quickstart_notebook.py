@@ -4,6 +4,7 @@ predict."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 from pathlib import Path
 
@@ -36,8 +37,12 @@ def test_the_quickstart_notebook_runs(module_master: MasterProcess, tmp_path: Pa
     assert "says 1 + 2 + 3 + 4 = " in outputs[-1], outputs[-1]
     prediction = float(outputs[-1].rsplit("= ", 1)[1])
     assert prediction == pytest.approx(10.0, abs=2.0)
-    # Every trial's training and validation curves reached the chart.
+    # Every trial's training and validation curves reached the chart, as curves: a training
+    # point every 5 batches of 60, a validation every 20.
     assert outputs[6].count("training") == 3 and outputs[6].count("validation") == 3, outputs[6]
+    points = ast.literal_eval(outputs[6])
+    assert {name.rsplit(" ", 1)[1]: n for name, n in points.items()} == \
+        {"training": 12, "validation": 3}, points
     # The comparison holds a metric for each of the three learning rates.
     assert outputs[-2].count("(") == 3 and "None" not in outputs[-2], outputs[-2]
     [experiment] = module_master.get("/experiments")["experiments"]

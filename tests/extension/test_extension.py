@@ -9,6 +9,7 @@ a master that is down and for one that is not configured.
 from __future__ import annotations
 
 import base64
+import gzip
 import http.client
 import io
 import json
@@ -27,6 +28,7 @@ import requests
 import yaml
 
 import det_hub
+from det_hub.plotly_bundle import plotly_js, plotly_version
 from det_hub.testing import TERMINAL, MasterProcess, free_port, pack
 
 pytestmark = pytest.mark.slow
@@ -45,29 +47,42 @@ class NotebookServer:
     def __init__(self, root: Path, env: dict[str, str], base_url: str = "/",
                  enable: str = "flag") -> None:
         root.mkdir(parents=True, exist_ok=True)
+        self.root, self.base_url = root, base_url
+        self.log_path = root / "server.log"
+        if enable != "flag":
+            env = dict(env, JUPYTER_CONFIG_PATH=str(REPO / "jupyter-config"))
+        self.env, self.enable = env, enable
+        self._start()
+
+    def _start(self) -> None:
         self.port = free_port()
         self.token = f"nb-{self.port}-secret"
-        self.url = f"http://127.0.0.1:{self.port}{base_url}"
-        self.log_path = root / "server.log"
+        self.url = f"http://127.0.0.1:{self.port}{self.base_url}"
         args = [
             sys.executable, "-m", "jupyter_server", f"--ServerApp.port={self.port}",
             "--ServerApp.ip=127.0.0.1", f"--ServerApp.token={self.token}",
-            "--ServerApp.open_browser=False", f"--ServerApp.root_dir={root}",
-            f"--ServerApp.base_url={base_url}", "--ServerApp.port_retries=0",
+            "--ServerApp.open_browser=False", f"--ServerApp.root_dir={self.root}",
+            f"--ServerApp.base_url={self.base_url}", "--ServerApp.port_retries=0",
         ]
-        if enable == "flag":
+        if self.enable == "flag":
             args.append('--ServerApp.jpserver_extensions={"det_hub.extension": True}')
-        else:
-            env = dict(env, JUPYTER_CONFIG_PATH=str(REPO / "jupyter-config"))
         if os.geteuid() == 0:
             args.append("--allow-root")
         with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(args, env=env, cwd=root, stdout=log,
+            self.proc = subprocess.Popen(args, env=self.env, cwd=self.root, stdout=log,
                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
 
     def wait_ready(self) -> None:
         deadline = time.monotonic() + 60
+        # The free port may be taken by another process before the server binds it: then it
+        # starts again on another.
+        retries = 3
         while time.monotonic() < deadline:
+            if self.proc.poll() is not None and retries and \
+                    "is not available" in self.log_path.read_text():
+                retries -= 1
+                self._start()
+                continue
             assert self.proc.poll() is None, self.log_path.read_text()
             try:
                 if requests.get(self.url + "api/status", headers=self.auth, timeout=1).ok:
@@ -323,3 +338,26 @@ def test_master_not_set_is_503(servers: dict[str, NotebookServer]) -> None:
     assert unset.call("GET", "config").json() == {
         "master": None, "user": None, "version": det_hub.__version__,
         "problem": r.json()["error"]}
+
+
+def test_plotly_js_for_the_widgets_charts(server: NotebookServer) -> None:
+    """The notebook widgets' charts load Plotly.js from the notebook server: gzip-compressed,
+    kept by the browser when asked for under its digest, and only for the server's users."""
+    path, version = plotly_js(), plotly_version()
+    assert path is not None and version
+    r = server.call("GET", "static/plotly.min.js", authenticated=False, allow_redirects=False)
+    assert r.status_code in (302, 403), r.status_code
+    r = server.call("GET", f"static/plotly.min.js?v={version}", stream=True,
+                    headers={"Accept-Encoding": "gzip"})
+    assert r.status_code == 200
+    assert r.headers["Content-Encoding"] == "gzip"
+    assert r.headers["Content-Type"].startswith("text/javascript")
+    assert "immutable" in r.headers["Cache-Control"]
+    assert gzip.decompress(r.raw.read(decode_content=False)) == path.read_bytes()
+    again = server.call("GET", "static/plotly.min.js", headers={
+        "Accept-Encoding": "gzip", "If-None-Match": r.headers["Etag"]})
+    assert again.status_code == 304 and again.content == b""
+    plain = server.call("GET", "static/plotly.min.js?v=another",
+                        headers={"Accept-Encoding": "identity"})
+    assert plain.content == path.read_bytes()
+    assert plain.headers["Cache-Control"] == "no-cache"

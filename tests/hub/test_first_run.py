@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -52,3 +54,49 @@ def test_the_hook_seeds_the_spawners_home_from_the_examples_det_hub_ships(
     pre_spawn_hook(spawner)
     assert (home / QUICKSTART).read_bytes() == (source / QUICKSTART).read_bytes()
     assert (home / "examples" / "mnist_pytorch" / "const.yaml").is_file()
+
+
+def test_a_container_seeds_its_notebook_directory_then_becomes_the_server(
+        tmp_path: Path) -> None:
+    """What DetSpawner's containers run first: the real module, as its own process."""
+    home = tmp_path / "notebooks"
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "det_hub.hub.first_run", "--", sys.executable, "-c",
+         "import os; print(sorted(os.listdir('.')))"],
+        cwd=home, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    # The command ran after the copy, in the same directory, and said nothing of it on stdout.
+    assert done.stdout.strip() == str(sorted([MARKER, QUICKSTART, "examples"]))
+    assert "det_hub: copied" in done.stderr and str(home) in done.stderr
+    # Once: the next start copies nothing and says nothing.
+    again = subprocess.run(
+        [sys.executable, "-m", "det_hub.hub.first_run", "--into", str(home), "--", "true"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert (again.returncode, again.stderr) == (0, "")
+
+
+def test_a_home_that_cannot_be_seeded_says_so_and_the_server_starts_all_the_same(
+        tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    done = subprocess.run(
+        [sys.executable, "-m", "det_hub.hub.first_run", "--into", str(blocked / "home"), "--",
+         sys.executable, "-c", "print('server')"],
+        capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (0, "server\n")
+    assert f"could not copy the examples into {blocked / 'home'}" in done.stderr
+
+
+async def test_detspawner_starts_the_server_through_the_seeding() -> None:
+    from det_hub.spawner import DetSpawner
+
+    spawner = DetSpawner(cmd=["/opt/venv/bin/python3.11", "-m", "jupyterhub.singleuser"])
+    command = await spawner.get_command()
+    assert command[:4] == ["/opt/venv/bin/python3.11", "-m", "det_hub.hub.first_run", "--"]
+    assert command[4:6] == ["/opt/venv/bin/python3.11", "-m"]
+    spawner = DetSpawner(cmd=["start-singleuser.sh"], notebook_dir="~/work")
+    assert (await spawner.get_command())[:6] == [
+        "python3", "-m", "det_hub.hub.first_run", "--into", "~/work", "--"]
+    spawner = DetSpawner(cmd=["start-singleuser.sh"], seed_examples=False)
+    assert (await spawner.get_command())[0] == "start-singleuser.sh"

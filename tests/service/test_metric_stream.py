@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from det_hub.client import Client
+from det_hub.service import wire
 from det_hub.service.events import experiment_events
 from det_hub.service.handlers.streams import sse_frame
 from det_hub.service.pubsub import MetricEvents
@@ -62,6 +63,12 @@ def test_replay_then_live_rows_arrive_once_and_the_stream_ends(
     # The stream ended by itself because the experiment completed.
     assert master.experiment(eid)["state"] == "COMPLETED"
     assert states[-1]["state"] == "COMPLETED"
+    # Each state is what the wire schema (and the panel's types) say it is.
+    for state in states:
+        wire.ExperimentStreamState.model_validate(state)
+    [trial] = states[-1]["trials"]
+    assert trial["searcher_metric_value"] == master.trials(eid)[0]["searcher_metric_value"]
+    assert trial["searcher_metric_value"] is not None
 
 
 @pytest.mark.slow

@@ -15,19 +15,22 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application
 
+from det_hub.plotly_bundle import plotly_js
 from det_hub.service.errors import BadRequest
 from det_hub.service.pages import (
     ExperimentFilters,
     PlotlyScript,
+    best_trial,
     hparams_text,
     job_changes,
     json_script,
     log_level,
     metric_series,
-    plotly_js,
     plotly_version,
     search_data,
+    short_value,
     slot_hours,
+    trial_columns,
 )
 
 
@@ -187,3 +190,28 @@ def test_the_search_view_draws_trials_with_a_metric_on_log_axes_where_the_space_
                                                                  ("opt.momentum", False)]
     assert view["scatters"][1] == {"name": "opt.momentum", "log": False, "x": [0.5, 0.9],
                                    "y": [0.3, 0.2], "trial_ids": [1, 2]}
+
+
+def test_the_trials_table_has_a_column_per_hyperparameter_that_varies() -> None:
+    def trial(lr: float, opt: dict[str, Any]) -> dict[str, Any]:
+        return {"hparams": {"lr": lr, "opt": opt, "epochs": 3}}
+
+    columns, fixed = trial_columns([trial(0.1, {"name": "sgd", "m": 0.9}),
+                                    trial(0.01, {"name": "sgd", "m": 0.5})])
+    assert columns == ["lr", "opt.m"]
+    assert fixed == {"epochs": 3, "opt.name": "sgd"}
+    # One trial: nothing varies, and everything is shown once above the table.
+    assert trial_columns([trial(0.1, {"name": "sgd"})]) == (
+        [], {"epochs": 3, "lr": 0.1, "opt.name": "sgd"})
+    assert trial_columns([]) == ([], {})
+    assert short_value(0.123456789) == "0.1235" and short_value([1e-5, "a"]) == "[1e-05, a]"
+
+
+def test_the_best_trial_is_the_one_with_the_best_finite_metric() -> None:
+    def trial(tid: int, metric: float | None) -> Any:
+        return SimpleNamespace(id=tid, searcher_metric_value=metric)
+
+    trials = [trial(1, None), trial(2, 0.5), trial(3, math.nan), trial(4, 0.2), trial(5, 0.2)]
+    assert best_trial(trials, smaller_is_better=True).id == 4
+    assert best_trial(trials, smaller_is_better=False).id == 2
+    assert best_trial([trial(1, None), trial(2, math.inf)], True) is None

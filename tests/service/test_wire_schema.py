@@ -294,6 +294,8 @@ def test_every_answer_of_a_real_master_is_what_its_handler_declares(
     assert answered("get", f"/trials/{tid}/logs")
     answered("get", f"/experiments/{eid}/searcher")
     answered("get", f"/experiments/{eid}/searcher_state")
+    answered("get", f"/experiments/{eid}/hyperparameter-importance")
+    assert answered("get", f"/experiments/{eid}/search-view") == {"search": None}
     answered("get", f"/trials/{tid}/searcher/operation")
     answered("get", f"/trials/{tid}/experiment_best_validation")
     checkpoints = answered("get", f"/experiments/{eid}/checkpoints")["checkpoints"]
@@ -465,6 +467,8 @@ PANEL_INTERFACES: dict[str, type[BaseModel]] = {
     "IAgent": wire.Agent,
     "IResourcePool": wire.ResourcePool,
     "IJob": wire.Job,
+    "IClusterAllocation": wire.ClusterAllocation,
+    "IClusterState": wire.ClusterState,
     "ILogLine": wire.TrialLogLine,
     "IStreamState": wire.ExperimentStreamState,
     "IStreamTrial": wire.TrialStreamState,
@@ -474,6 +478,10 @@ PANEL_INTERFACES: dict[str, type[BaseModel]] = {
     "IBracket": wire.Bracket,
     "IRungTable": wire.RungTable,
     "ISearcherView": wire.SearcherView,
+    "ISearchView": wire.SearchView,
+    "ISearchScatter": wire.SearchScatter,
+    "IHyperparameterImportance": wire.HyperparameterImportance,
+    "IParameterImportance": wire.ParameterImportance,
     "IModel": wire.Model,
     "IModelVersion": wire.ModelVersion,
 }

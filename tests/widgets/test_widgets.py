@@ -51,6 +51,7 @@ def test_metrics_plot_grows_live_and_its_controls_change_the_traces(
     wait(lambda: master.trials(eid)[0]["steps_completed"] >= 10)
     plot = MetricsPlot(eid, metric="loss", client=client)
     try:
+        plot.wait(30)
         name = f"trial {tid} training"
         first = len(trace(plot, name).x)
         assert first >= 5, "the first fill comes from the stored metrics"

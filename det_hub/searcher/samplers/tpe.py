@@ -15,49 +15,25 @@ are the ones an uninterrupted run would have made.
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from det_hub.config.hyperparameters import (
-    CategoricalHP,
-    ConstHP,
-    DoubleHP,
-    IntHP,
-    LogHP,
-    parse_hyperparameters,
-)
 from det_hub.searcher.samplers._base import Sampler
+from det_hub.searcher.samplers.optuna_space import OptunaSpace, import_optuna
 
 
 class SamplerUnavailable(RuntimeError):
     """The sampler needs a package that is not installed."""
 
 
-def _import_optuna() -> Any:
-    try:
-        import optuna
-    except ImportError:
-        raise SamplerUnavailable(
-            "searcher.sampler: 'tpe' needs the optuna package on the master; install it with "
-            "pip install 'det_hub[tpe]' (or pip install 'optuna>=3.4')"
-        ) from None
-    # Optuna logs every trial at INFO; the master's log is not the place for it.
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    return optuna
-
-
 class TPESampler(Sampler):
     """Hyperparameters from optuna's TPE, fed the search's results.
 
-    The det_hub space maps onto optuna distributions: int → ``IntDistribution``, double →
-    ``FloatDistribution``, log → ``FloatDistribution(log=True)`` from ``base**minval`` to
-    ``base**maxval``, categorical → ``CategoricalDistribution`` over the indices of ``vals``
-    (so that any JSON value can be a choice), const stays fixed. Nested spaces are flattened to
-    dotted names and rebuilt.
+    The space maps onto optuna distributions as :class:`OptunaSpace` says; const
+    hyperparameters stay fixed.
 
     Raises:
         SamplerUnavailable: When optuna is not installed.
@@ -67,21 +43,14 @@ class TPESampler(Sampler):
 
     def __init__(self, space: Mapping[str, Any], smaller_is_better: bool) -> None:
         super().__init__(space, smaller_is_better)
-        self._optuna = _import_optuna()
-        parsed = parse_hyperparameters(space)
-        self._parsed = parsed
-        self._dims: dict[str, tuple[tuple[str, ...], Any]] = {}
-        for path, hp in _leaves(parsed, ()):
-            if isinstance(hp, ConstHP):
-                continue
-            key = ".".join(path)
-            if key in self._dims:
-                raise ValueError(
-                    f"hyperparameters: {key!r} names two hyperparameters once nested names are "
-                    "joined with dots; rename one to use the tpe sampler"
-                )
-            self._dims[key] = (path, hp)
-        self._distributions = {key: self._distribution(hp) for key, (_, hp) in self._dims.items()}
+        self._optuna = import_optuna(SamplerUnavailable(
+            "searcher.sampler: 'tpe' needs the optuna package on the master; install it with "
+            "pip install 'det_hub[tpe]' (or pip install 'optuna>=3.4')"))
+        try:
+            self._space = OptunaSpace(self._optuna, space)
+        except ValueError as e:
+            raise ValueError(f"{e}; rename one to use the tpe sampler") from None
+        self._distributions = self._space.distributions
         #: Every result told, in order: [flat params, length, metric].
         self._history: list[tuple[dict[str, Any], int, float]] = []
         #: How many results the history has at each length (what _budget weighs).
@@ -95,7 +64,7 @@ class TPESampler(Sampler):
     def sample(self, rng: random.Random) -> dict[str, Any]:
         seed = rng.getrandbits(31)
         if not self._distributions:
-            return _rebuild(self._parsed, {}, self._dims)
+            return self._space.hparams({})
         length = self._budget()
         study = self._study(length)
         optuna = self._optuna
@@ -122,12 +91,12 @@ class TPESampler(Sampler):
             # constant_liar), so a study rebuilt from the history (which has neither) samples
             # the same; a finished trial also lets the cached search space move past it.
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
-        return _rebuild(self._parsed, trial.params, self._dims)
+        return self._space.hparams(trial.params)
 
     def tell(self, hparams: Mapping[str, Any], length: int, metric: float) -> None:
         if not math.isfinite(metric):
             return
-        params = self._flat_params(hparams)
+        params = self._space.params(hparams)
         if params is None:
             return
         entry = (params, int(length), float(metric))
@@ -184,81 +153,10 @@ class TPESampler(Sampler):
             )
         )
 
-    def _distribution(self, hp: Any) -> Any:
-        distributions = self._optuna.distributions
-        if isinstance(hp, IntHP):
-            return distributions.IntDistribution(hp.minval, hp.maxval)
-        if isinstance(hp, DoubleHP):
-            return distributions.FloatDistribution(hp.minval, hp.maxval)
-        if isinstance(hp, LogHP):
-            low, high = _log_bounds(hp)
-            return distributions.FloatDistribution(low, high, log=True)
-        if isinstance(hp, CategoricalHP):
-            return distributions.CategoricalDistribution(list(range(len(hp.vals))))
-        raise TypeError(f"no optuna distribution for {hp!r}")
-
-    def _flat_params(self, hparams: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The optuna params of a trial's hyperparameters, or None if they are not from the
-        space (then the result teaches nothing)."""
-        params: dict[str, Any] = {}
-        for key, (path, hp) in self._dims.items():
-            value: Any = hparams
-            for name in path:
-                if not isinstance(value, Mapping) or name not in value:
-                    return None
-                value = value[name]
-            if isinstance(hp, CategoricalHP):
-                matches = [i for i, val in enumerate(hp.vals) if val == value]
-                if not matches:
-                    return None
-                params[key] = matches[0]
-            elif isinstance(hp, IntHP):
-                params[key] = min(max(int(value), hp.minval), hp.maxval)
-            else:
-                # Clamp: uniform() may land a rounding error outside its bounds.
-                low, high = _log_bounds(hp) if isinstance(hp, LogHP) else (hp.minval, hp.maxval)
-                params[key] = min(max(float(value), low), high)
-        return params
-
 
 def _intersection_type(optuna: Any) -> type | None:
     """optuna's IntersectionSearchSpace, where this optuna has it."""
     return getattr(getattr(optuna, "search_space", None), "IntersectionSearchSpace", None)
-
-
-def _log_bounds(hp: LogHP) -> tuple[float, float]:
-    return hp.base**hp.minval, hp.base**hp.maxval
-
-
-def _leaves(space: Mapping[str, Any], prefix: tuple[str, ...]) -> list[tuple[tuple[str, ...], Any]]:
-    found: list[tuple[tuple[str, ...], Any]] = []
-    for name, value in space.items():
-        if isinstance(value, Mapping):
-            found.extend(_leaves(value, (*prefix, name)))
-        else:
-            found.append(((*prefix, name), value))
-    return found
-
-
-def _rebuild(
-    space: Mapping[str, Any],
-    params: Mapping[str, Any],
-    dims: Mapping[str, tuple[tuple[str, ...], Any]],
-    prefix: tuple[str, ...] = (),
-) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for name, hp in space.items():
-        path = (*prefix, name)
-        if isinstance(hp, Mapping):
-            values[name] = _rebuild(hp, params, dims, path)
-        elif isinstance(hp, ConstHP):
-            values[name] = copy.deepcopy(hp.val)
-        else:
-            value = params[".".join(path)]
-            if isinstance(hp, CategoricalHP):
-                value = copy.deepcopy(hp.vals[value])
-            values[name] = value
-    return values
 
 
 __all__ = ["SamplerUnavailable", "TPESampler"]

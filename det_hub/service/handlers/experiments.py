@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from det_hub.search_view import search_data
 from det_hub.service import wire
 from det_hub.service.context import read_yaml
 from det_hub.service.errors import BadRequest
@@ -154,6 +155,28 @@ class SearcherHandler(APIHandler):
         self.send({"searcher": await self.master.experiments.searcher_view(int(experiment_id))})
 
 
+class SearchViewHandler(APIHandler):
+    answers = {"get": ("search", wire.SearchView | None)}
+
+    async def get(self, experiment_id: str) -> None:
+        """The search at a glance: its trials' hyperparameters against the searcher metric
+        (parallel coordinates, and a chart per hyperparameter); null until two trials have
+        a metric."""
+        experiments, eid = self.master.experiments, int(experiment_id)
+        [experiment] = await experiments.to_json([await experiments.get(eid)])
+        trials = [trial_json(t) for t in await experiments.trials(eid)]
+        self.send({"search": search_data(experiment, trials)})
+
+
+class ImportanceHandler(APIHandler):
+    answers = {"get": wire.HyperparameterImportance}
+
+    async def get(self, experiment_id: str) -> None:
+        """How much each hyperparameter explains the searcher metric: optuna's fANOVA over
+        the trials' best metric values (needs optuna and scikit-learn on the master)."""
+        self.send(await self.master.importance.of(int(experiment_id)))
+
+
 class ContextHandler(APIHandler):
     answers = {"get": "the context archive (application/gzip)"}
 
@@ -176,6 +199,8 @@ routes = [
     (rf"/experiments/{ID}/checkpoints", ExperimentCheckpointsHandler),
     (rf"/experiments/{ID}/gc", CheckpointGCHandler),
     (rf"/experiments/{ID}/searcher", SearcherHandler),
+    (rf"/experiments/{ID}/hyperparameter-importance", ImportanceHandler),
+    (rf"/experiments/{ID}/search-view", SearchViewHandler),
     (rf"/experiments/{ID}/searcher_state", SearcherStateHandler),
     (rf"/experiments/{ID}/context", ContextHandler),
 ]

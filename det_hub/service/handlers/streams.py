@@ -1,5 +1,5 @@
-"""Live streams for UIs as Server-Sent Events: an experiment's metrics, and the experiment
-list."""
+"""Live streams for UIs as Server-Sent Events: an experiment's metrics, the experiment list,
+and the cluster."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from det_hub.service.errors import BadRequest
 from det_hub.service.events import (
     Event,
     ExperimentFilter,
+    cluster_events,
     experiment_events,
     experiment_list_events,
 )
@@ -134,7 +135,21 @@ class ExperimentListStreamHandler(EventStreamHandler):
                                                       heartbeat=heartbeat, poll=self.poll))
 
 
+class ClusterStreamHandler(EventStreamHandler):
+    query = {"get": {"heartbeat": HEARTBEAT_QUERY}}
+    answers = {"get": "text/event-stream: snapshot (a ClusterState), cluster (the parts of a "
+                      "ClusterState that changed) and reconnect events"}
+
+    async def get(self) -> None:
+        """Stream the cluster as Server-Sent Events: its agents, pools, job queue and
+        allocations, then every change."""
+        heartbeat = self.heartbeat_arg()
+        # Every user sees it all, as GET /agents, /resource_pools and /jobs show it.
+        await self.send_events(cluster_events(self.master, heartbeat=heartbeat, poll=self.poll))
+
+
 routes = [
+    (r"/cluster/stream", ClusterStreamHandler),
     (r"/experiments/stream", ExperimentListStreamHandler),
     (rf"/experiments/{ID}/metrics/stream", ExperimentMetricStreamHandler),
 ]

@@ -260,8 +260,15 @@ class TrialStreamState(AnswerModel):
 
     id: int
     state: TrialStateName
+    shown_state: str = Field(description="the state as the trial's list shows it (a trial "
+                             "waiting at an ASHA rung is shown as such)")
     steps_completed: int
     progress: float | None
+    hparams: dict[str, Any]
+    searcher_metric_value: float | None = Field(
+        description="the trial's best value of the searcher metric so far")
+    restarts: int
+    latest_checkpoint: str | None
 
 
 class ExperimentStreamState(AnswerModel):
@@ -269,6 +276,7 @@ class ExperimentStreamState(AnswerModel):
 
     experiment_id: int
     state: ExperimentStateName
+    shown_state: str = Field(description="the state as the experiment list shows it")
     progress: float | None
     trials: list[TrialStreamState]
 
@@ -341,6 +349,45 @@ class SearcherView(AnswerModel):
     shutdown: bool
     waiting_trials: list[int]
     rungs: RungTable | None
+
+
+class SearchScatter(AnswerModel):
+    """One hyperparameter against the searcher metric."""
+
+    name: str = Field(description="the hyperparameter's dotted name")
+    log: bool = Field(description="whether its space is log: a log axis")
+    x: list[Any] = Field(description="its value per trial (numbers, else text)")
+    y: list[float]
+    trial_ids: list[int]
+
+
+class SearchView(AnswerModel):
+    """A search at a glance: the trials that have a searcher metric, their hyperparameters
+    against it."""
+
+    metric: str
+    smaller_is_better: bool
+    parallel: dict[str, Any] = Field(
+        description="a Plotly parcoords trace: an axis per hyperparameter that varies and one "
+        "for the metric; customdata holds each line's trial id")
+    scatters: list[SearchScatter]
+
+
+class ParameterImportance(AnswerModel):
+    """One hyperparameter's share of the variance of the searcher metric."""
+
+    name: str = Field(description="the hyperparameter's dotted name")
+    importance: float = Field(description="its share, the shares of a search summing to 1")
+
+
+class HyperparameterImportance(AnswerModel):
+    """How much each hyperparameter explains the searcher metric (optuna's fANOVA)."""
+
+    metric: str
+    trials: int = Field(description="the trials with a searcher metric that the figures are from")
+    importance: list[ParameterImportance] = Field(
+        description="largest first; empty unless two such trials differ in their metric and "
+        "a hyperparameter varies among them")
 
 
 # --- checkpoints and the registry ------------------------------------------------------------
@@ -506,6 +553,34 @@ class Job(AnswerModel):
     queued_at: Time | None
     experiment_id: int | None
     task_id: int | None
+    reason: str | None = Field(
+        default=None, description="why its allocations wait where the resource manager says "
+        "(a Slurm job pending, with Slurm's reason); null otherwise")
+
+
+class ClusterAllocation(AnswerModel):
+    """An allocation holding or waiting for slots, in the cluster stream: whose job it is, and
+    for which trial or task (a slot's ``allocation_id`` names it)."""
+
+    id: str
+    job_id: str
+    owner: str
+    experiment_id: int | None
+    trial_id: int | None
+    task_id: int | None
+    state: Literal["QUEUED", "STARTING", "RUNNING"]
+    slots: int
+
+
+class ClusterState(AnswerModel):
+    """``event: snapshot`` of the cluster stream: the agents, resource pools and job queue as
+    their own endpoints show them, and the open allocations. Each ``event: cluster`` carries
+    the fields that changed since, each whole."""
+
+    agents: list[Agent]
+    resource_pools: list[ResourcePool]
+    jobs: list[Job]
+    allocations: list[ClusterAllocation]
 
 
 class TaskPlacement(AnswerModel):

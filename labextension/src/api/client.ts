@@ -10,21 +10,23 @@ import { ServerConnection } from '@jupyterlab/services';
 
 import { IServerSentEvent, NdjsonParser, readText, ServerSentEventParser } from './streams';
 import {
+  ClusterEvent,
   ExperimentAction,
   ExperimentEvent,
   ExperimentListEvent,
-  IAgent,
   ICheckpoint,
+  IClusterState,
   IDetHubConfig,
   IExperiment,
+  IHyperparameterImportance,
   IJob,
   ILogLine,
   IMetricRow,
   IModel,
   IModelVersion,
-  IResourcePool,
   IRolledBack,
   ISearcherView,
+  ISearchView,
   IStreamState,
   ITrial,
   isTerminal
@@ -103,6 +105,18 @@ export interface IFollowOptions {
   maxFailures?: number;
   /** Milliseconds before the first reconnection, doubled after each failure (default 500). */
   retryDelay?: number;
+}
+
+/** How a stream that starts from a snapshot is followed (the experiment list, the cluster). */
+export interface ISnapshotFollowOptions {
+  /** Stops following; the returned promise then resolves. */
+  signal?: AbortSignal;
+  /** Hears of each failed attempt to connect. */
+  onProblem?: (error: DetHubError) => void;
+  /** Milliseconds before the first reconnection, doubled after each failure (default 500). */
+  retryDelay?: number;
+  /** The longest wait between two reconnections, in milliseconds (default 30000). */
+  maxDelay?: number;
 }
 
 /** A client of the det_hub master through the notebook server's extension. */
@@ -204,53 +218,87 @@ export class DetHubClient {
   /**
    * Follows the master's experiment list (`/experiments/stream`) until `signal` aborts: a
    * `snapshot` of the list first, then each experiment as it is created or changes, and
-   * `removed` for one that matches the filters no more. Every connection starts with a fresh
-   * snapshot, so nothing is missed across one that broke: a failed or dropped connection is
-   * tried again after a delay that doubles with each failure in a row (from `retryDelay`, at
-   * most `maxDelay`), for as long as it takes; `onProblem` hears of each failed attempt.
+   * `removed` for one that matches the filters no more. Reconnects as `followSnapshots` says.
    *
    * @throws DetHubError when the master refuses the stream for good (a bad filter, no login).
    */
   async followExperimentList(
     onEvent: (event: ExperimentListEvent) => void,
-    options: {
-      owner?: string;
-      archived?: boolean;
-      limit?: number;
-      signal?: AbortSignal;
-      onProblem?: (error: DetHubError) => void;
-      retryDelay?: number;
-      maxDelay?: number;
-    } = {}
+    options: ISnapshotFollowOptions & { owner?: string; archived?: boolean; limit?: number } = {}
+  ): Promise<void> {
+    await this.followSnapshots(
+      'api/v1/experiments/stream',
+      { owner: options.owner, archived: options.archived, limit: options.limit },
+      'experiment list',
+      options,
+      sse => {
+        if (sse.event === 'snapshot') {
+          const body = JSON.parse(sse.data) as { experiments: IExperiment[]; total: number };
+          onEvent({ kind: 'snapshot', experiments: body.experiments, total: body.total });
+        } else if (sse.event === 'experiment') {
+          onEvent({ kind: 'experiment', experiment: JSON.parse(sse.data) as IExperiment });
+        } else if (sse.event === 'removed') {
+          onEvent({ kind: 'removed', id: (JSON.parse(sse.data) as { id: number }).id });
+        }
+      }
+    );
+  }
+
+  /**
+   * Follows the master's cluster (`/cluster/stream`) until `signal` aborts: a `snapshot` of its
+   * agents, resource pools, job queue and allocations first, then, as they change, the parts
+   * that changed, each whole. Reconnects as `followSnapshots` says.
+   *
+   * @throws DetHubError when the master refuses the stream for good (no login).
+   */
+  async followCluster(
+    onEvent: (event: ClusterEvent) => void,
+    options: ISnapshotFollowOptions = {}
+  ): Promise<void> {
+    await this.followSnapshots('api/v1/cluster/stream', {}, 'cluster', options, sse => {
+      if (sse.event === 'snapshot') {
+        onEvent({ kind: 'snapshot', state: JSON.parse(sse.data) as IClusterState });
+      } else if (sse.event === 'cluster') {
+        onEvent({ kind: 'cluster', changed: JSON.parse(sse.data) as Partial<IClusterState> });
+      }
+    });
+  }
+
+  /**
+   * Follows one of the master's streams that begin with a `snapshot` until `signal` aborts,
+   * handing each event to `onEvent`. Every connection starts with a fresh snapshot, so nothing
+   * is missed across one that broke: the master's `reconnect` is taken up at once; a failed or
+   * dropped connection is tried again after a delay that doubles with each failure in a row
+   * (from `retryDelay`, at most `maxDelay`), for as long as it takes; `onProblem` hears of
+   * each failed attempt (`what` names the stream in its message).
+   *
+   * @throws DetHubError when the master refuses the stream for good.
+   */
+  private async followSnapshots(
+    path: string,
+    query: Query,
+    what: string,
+    options: ISnapshotFollowOptions,
+    onEvent: (sse: IServerSentEvent) => void
   ): Promise<void> {
     const { signal } = options;
     let failures = 0;
     while (!signal?.aborted) {
       let snapshot = false;
       let reconnect = false;
-      const failed = await this.readEventStream(
-        'api/v1/experiments/stream',
-        { owner: options.owner, archived: options.archived, limit: options.limit },
-        signal,
-        sse => {
-          if (sse.event === 'snapshot') {
-            snapshot = true;
-            const body = JSON.parse(sse.data) as { experiments: IExperiment[]; total: number };
-            onEvent({ kind: 'snapshot', experiments: body.experiments, total: body.total });
-          } else if (sse.event === 'experiment') {
-            onEvent({ kind: 'experiment', experiment: JSON.parse(sse.data) as IExperiment });
-          } else if (sse.event === 'removed') {
-            onEvent({ kind: 'removed', id: (JSON.parse(sse.data) as { id: number }).id });
-          } else if (sse.event === 'reconnect') {
-            reconnect = true;
-          }
+      const failed = await this.readEventStream(path, query, signal, sse => {
+        if (sse.event === 'reconnect') {
+          reconnect = true;
+          return;
         }
-      );
+        snapshot = snapshot || sse.event === 'snapshot';
+        onEvent(sse);
+      });
       if (signal?.aborted) {
         break;
       }
       if (reconnect) {
-        // Asked by the master (it fell behind, or it is stopping): at once, for a fresh list.
+        // Asked by the master (it fell behind, or it is stopping): at once, for a fresh copy.
         failures = 0;
         continue;
       }
@@ -260,7 +308,7 @@ export class DetHubClient {
       } else {
         failures += 1;
         options.onProblem?.(
-          failed ?? new DetHubError(0, 'the experiment list stream ended before its snapshot')
+          failed ?? new DetHubError(0, `the ${what} stream ended before its snapshot`)
         );
       }
       await sleep(
@@ -316,6 +364,24 @@ export class DetHubClient {
     ).searcher;
   }
 
+  /** The search at a glance: null until two trials have a searcher metric. */
+  async getSearchView(experimentId: number): Promise<ISearchView | null> {
+    return (
+      await this.api<{ search: ISearchView | null }>(
+        'GET',
+        `experiments/${experimentId}/search-view`
+      )
+    ).search;
+  }
+
+  /** Each hyperparameter's share of the variance of the searcher metric. */
+  async getImportance(experimentId: number): Promise<IHyperparameterImportance> {
+    return await this.api<IHyperparameterImportance>(
+      'GET',
+      `experiments/${experimentId}/hyperparameter-importance`
+    );
+  }
+
   /** The model registry's models, by name. */
   async listModels(options: { archived?: boolean; limit?: number } = {}): Promise<IModel[]> {
     const body = await this.api<{ models: IModel[] }>('GET', 'models', {
@@ -346,20 +412,6 @@ export class DetHubClient {
       `experiments/${experimentId}/checkpoints`
     );
     return body.checkpoints;
-  }
-
-  async listAgents(): Promise<IAgent[]> {
-    return (await this.api<{ agents: IAgent[] }>('GET', 'agents')).agents;
-  }
-
-  async listResourcePools(): Promise<IResourcePool[]> {
-    return (await this.api<{ resource_pools: IResourcePool[] }>('GET', 'resource_pools'))
-      .resource_pools;
-  }
-
-  /** The job queue, in the order the scheduler considers it. */
-  async listJobs(): Promise<IJob[]> {
-    return (await this.api<{ jobs: IJob[] }>('GET', 'jobs')).jobs;
   }
 
   /**

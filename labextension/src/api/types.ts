@@ -157,7 +157,7 @@ export interface IMetricRow {
 }
 
 export interface ISlot {
-  id: string;
+  id: number;
   type: 'cpu' | 'cuda';
   device: string | number | null;
   cpus?: number[] | null;
@@ -209,6 +209,34 @@ export interface IJob {
   queued_at: string | null;
   experiment_id: number | null;
   task_id: number | null;
+  /** Why its allocations wait where the resource manager says (Slurm's pending reason). */
+  reason?: string | null;
+}
+
+/**
+ * An allocation holding or waiting for slots, in the cluster stream: whose job it is, and for
+ * which trial or task (a slot's `allocation_id` names it).
+ */
+export interface IClusterAllocation {
+  id: string;
+  job_id: string;
+  owner: string;
+  experiment_id: number | null;
+  trial_id: number | null;
+  task_id: number | null;
+  state: 'QUEUED' | 'STARTING' | 'RUNNING';
+  slots: number;
+}
+
+/**
+ * `event: snapshot` of the cluster stream (`/cluster/stream`): the agents, pools and queue as
+ * their own endpoints show them, and the open allocations.
+ */
+export interface IClusterState {
+  agents: IAgent[];
+  resource_pools: IResourcePool[];
+  jobs: IJob[];
+  allocations: IClusterAllocation[];
 }
 
 /** One line of a trial's log (newline-delimited JSON of `/trials/{id}/logs`). */
@@ -226,14 +254,23 @@ export interface ILogLine {
 export interface IStreamTrial {
   id: number;
   state: RunState;
+  /** The state as the trial list shows it (waiting at an ASHA rung, say). */
+  shown_state: string;
   steps_completed: number;
   progress: number | null;
+  hparams: Record<string, unknown>;
+  /** The trial's best value of the searcher metric so far. */
+  searcher_metric_value: number | null;
+  restarts: number;
+  latest_checkpoint: string | null;
 }
 
 /** `event: state` of the metric stream. */
 export interface IStreamState {
   experiment_id: number;
   state: RunState;
+  /** The state as the experiment list shows it. */
+  shown_state: string;
   progress: number | null;
   trials: IStreamTrial[];
 }
@@ -253,6 +290,13 @@ export type ExperimentEvent =
   | { kind: 'metrics'; row: IMetricRow }
   | { kind: 'state'; state: IStreamState }
   | { kind: 'rolled_back'; rolledBack: IRolledBack };
+
+/**
+ * An event of the cluster stream, as the panel gets it: the whole cluster first, then the
+ * parts of it that changed, each whole.
+ */
+export type ClusterEvent =
+  { kind: 'snapshot'; state: IClusterState } | { kind: 'cluster'; changed: Partial<IClusterState> };
 
 /** An event of the experiment list stream (`/experiments/stream`), as the panel gets it. */
 export type ExperimentListEvent =
@@ -355,3 +399,38 @@ export interface IModelVersion {
 
 /** The actions on an experiment, each a `POST /experiments/{id}/<action>`. */
 export type ExperimentAction = 'pause' | 'activate' | 'kill' | 'archive' | 'unarchive';
+
+/** One hyperparameter against the searcher metric, for the trials that have one. */
+export interface ISearchScatter {
+  /** The hyperparameter's dotted name. */
+  name: string;
+  /** Whether its space is log: drawn on a log axis. */
+  log: boolean;
+  x: (number | string)[];
+  y: number[];
+  trial_ids: number[];
+}
+
+/** `GET /experiments/{id}/search-view`: a search at a glance. */
+export interface ISearchView {
+  metric: string;
+  smaller_is_better: boolean;
+  /** A Plotly parcoords trace; its `customdata` holds each line's trial id. */
+  parallel: Record<string, unknown>;
+  scatters: ISearchScatter[];
+}
+
+/** One hyperparameter's share of the variance of the searcher metric. */
+export interface IParameterImportance {
+  name: string;
+  importance: number;
+}
+
+/** `GET /experiments/{id}/hyperparameter-importance` (optuna's fANOVA, on the master). */
+export interface IHyperparameterImportance {
+  metric: string;
+  /** The trials with a searcher metric that the shares are from. */
+  trials: number;
+  /** Largest first; empty unless two such trials differ in their metric and a hyperparameter. */
+  importance: IParameterImportance[];
+}

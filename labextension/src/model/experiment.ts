@@ -1,6 +1,6 @@
 /**
  * What an experiment's view shows: the experiment, its trials and checkpoints, the rung table
- * of an ASHA search, its metric curves (the stored ones, downsampled by the master, then each
+ * of an ASHA search, the search view with its hyperparameter importance, its metric curves (the stored ones, downsampled by the master, then each
  * report as it arrives through the metric stream) and a trial's log, followed while it runs.
  */
 
@@ -10,9 +10,11 @@ import { DetHubClient } from '../api/client';
 import {
   ICheckpoint,
   IExperiment,
+  IHyperparameterImportance,
   ILogLine,
   IModelVersion,
   ISearcherView,
+  ISearchView,
   IStreamState,
   ITrial,
   isTerminal
@@ -30,6 +32,11 @@ export const RUNG_SEARCHERS: ReadonlySet<string> = new Set(['adaptive_asha', 'as
 export function hasRungs(experiment: IExperiment): boolean {
   const searcher = experiment.config?.searcher as { name?: unknown } | undefined;
   return typeof searcher?.name === 'string' && RUNG_SEARCHERS.has(searcher.name);
+}
+
+/** What the search view is drawn from: each trial's searcher metric. */
+function metricKey(trials: readonly ITrial[]): string {
+  return JSON.stringify(trials.map(t => [t.id, t.searcher_metric_value]));
 }
 
 export class ExperimentModel {
@@ -62,6 +69,21 @@ export class ExperimentModel {
   /** The search at a glance, with its rung table: ASHA searches only (null otherwise). */
   get searcher(): ISearcherView | null {
     return this._searcher;
+  }
+
+  /** The search at a glance: null until two trials have a searcher metric. */
+  get search(): ISearchView | null {
+    return this._search;
+  }
+
+  /** Hyperparameter importance (with the search view), or null. */
+  get importance(): IHyperparameterImportance | null {
+    return this._importance;
+  }
+
+  /** Why the master gave no importance (optuna or scikit-learn missing there), or null. */
+  get importanceError(): string | null {
+    return this._importanceError;
   }
 
   /** The model versions registered from this view, by checkpoint. */
@@ -118,6 +140,8 @@ export class ExperimentModel {
     this._trials = trials;
     this._checkpoints = checkpoints;
     this._searcher = hasRungs(experiment) ? await this.client.getSearcher(this.id) : null;
+    this._searchKey = metricKey(trials);
+    await this._loadSearch();
     this._error = null;
     this._emit(true);
   }
@@ -191,8 +215,49 @@ export class ExperimentModel {
       void this.refresh().catch(error => this._fail(error));
     } else {
       void this._refreshSoon();
+      if (metricKey(this._trials) !== this._searchKey) {
+        void this._searchAgain();
+      }
     }
     this._emit(true);
+  }
+
+  /** The search view and importance, fetched again after a trial's metric changed. */
+  private async _searchAgain(): Promise<void> {
+    if (this._searching) {
+      this._searchPending = true;
+      return;
+    }
+    this._searching = true;
+    try {
+      do {
+        this._searchPending = false;
+        this._searchKey = metricKey(this._trials);
+        await this._loadSearch();
+        this._emit();
+      } while (this._searchPending && !this.isDisposed);
+    } catch {
+      // The next change of a metric tries again.
+      this._searchKey = '';
+    } finally {
+      this._searching = false;
+    }
+  }
+
+  private async _loadSearch(): Promise<void> {
+    this._search = await this.client.getSearchView(this.id);
+    if (this._search === null) {
+      this._importance = null;
+      this._importanceError = null;
+      return;
+    }
+    try {
+      this._importance = await this.client.getImportance(this.id);
+      this._importanceError = null;
+    } catch (error) {
+      this._importance = null;
+      this._importanceError = error instanceof Error ? error.message : String(error);
+    }
   }
 
   /**
@@ -250,6 +315,13 @@ export class ExperimentModel {
   private _trials: ITrial[] = [];
   private _checkpoints: ICheckpoint[] = [];
   private _searcher: ISearcherView | null = null;
+  private _search: ISearchView | null = null;
+  private _importance: IHyperparameterImportance | null = null;
+  private _importanceError: string | null = null;
+  /** The trials' metrics the search view was fetched for. */
+  private _searchKey = '';
+  private _searching = false;
+  private _searchPending = false;
   private readonly _registered = new Map<string, IModelVersion[]>();
   private _error: string | null = null;
   private _live = false;

@@ -9,6 +9,7 @@ import { ISignal, Signal } from '@lumino/signaling';
 
 import { DetHubClient, errorText } from '../api/client';
 import { ExperimentListEvent, IExperiment, ITrial } from '../api/types';
+import { StreamFollower } from './follower';
 import { IPoint } from './sparkline';
 
 /** Whose experiments the list shows. */
@@ -137,12 +138,12 @@ export class ExperimentListModel {
 
   /** What went wrong with the stream, or null while it is fine. */
   get error(): string | null {
-    return this._error;
+    return this._follower.error;
   }
 
   /** Whether the master's experiment stream is followed now. */
   get live(): boolean {
-    return this._follow !== null;
+    return this._follower.live;
   }
 
   /** Every experiment of the scope, newest first. */
@@ -173,54 +174,29 @@ export class ExperimentListModel {
    * `stop`. Does nothing when already following.
    */
   start(): void {
-    if (this._follow !== null) {
-      return;
-    }
-    const abort = new AbortController();
-    this._follow = abort;
     const scope = this._scope;
-    void this.client
-      .followExperimentList(event => this._onEvent(event, abort.signal), {
+    this._follower.start((signal, problem) =>
+      this.client.followExperimentList(event => this._onEvent(event, signal), {
         owner: scope === 'mine' ? (this._user ?? undefined) : undefined,
         archived: false,
         limit: this._limit,
-        signal: abort.signal,
+        signal,
         retryDelay: this._retryDelay,
         maxDelay: this._maxDelay,
-        onProblem: error => {
-          if (!abort.signal.aborted) {
-            this._error = errorText(error);
-            this._changed.emit();
-          }
-        }
+        onProblem: problem
       })
-      .catch(error => {
-        if (!abort.signal.aborted) {
-          this._error = errorText(error);
-        }
-      })
-      .finally(() => {
-        if (this._follow === abort) {
-          this._follow = null;
-          this._changed.emit();
-        }
-      });
-    this._changed.emit();
+    );
   }
 
   /** Stops following the master's list (what was listed stays shown). */
   stop(): void {
-    const follow = this._follow;
-    if (follow === null) {
+    if (!this._follower.stop()) {
       return;
     }
-    this._follow = null;
-    follow.abort();
     for (const timer of this._detailTimers.values()) {
       clearTimeout(timer);
     }
     this._detailTimers.clear();
-    this._changed.emit();
   }
 
   /** Follows the list anew, from a fresh snapshot (the ↻ button). */
@@ -325,7 +301,7 @@ export class ExperimentListModel {
     } else {
       this._experiments = this._experiments.filter(e => e.id !== event.id);
     }
-    this._error = null;
+    this._follower.heard();
     this._changed.emit();
   }
 
@@ -342,7 +318,7 @@ export class ExperimentListModel {
     const run = (): void => {
       this._detailTimers.delete(id);
       const experiment = this._experiments.find(e => e.id === id);
-      if (!experiment || !this._expanded.has(id) || this._follow === null) {
+      if (!experiment || !this._expanded.has(id) || !this._follower.live) {
         return;
       }
       this._detailAt.set(id, Date.now());
@@ -361,7 +337,7 @@ export class ExperimentListModel {
   private _reset(): void {
     this._experiments = [];
     this._loaded = false;
-    if (this._follow !== null) {
+    if (this._follower.live) {
       this.restart();
     }
   }
@@ -370,9 +346,8 @@ export class ExperimentListModel {
   private _scope: Scope = 'mine';
   private _query = '';
   private _loaded = false;
-  private _error: string | null = null;
   private _experiments: IExperiment[] = [];
-  private _follow: AbortController | null = null;
+  private readonly _follower = new StreamFollower(() => this._changed.emit());
   private readonly _trials = new Map<number, ITrial[]>();
   private readonly _expanded = new Set<number>();
   private readonly _curves = new Map<number, { steps: number; state: string; points: IPoint[] }>();

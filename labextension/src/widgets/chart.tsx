@@ -1,31 +1,69 @@
 /**
  * A Plotly chart of one metric's curves. Plotly.js (the `plotly.js-dist-min` bundle) is
- * loaded the first time a chart is drawn, so the sidebar alone never pays for it.
+ * loaded the first time a chart is drawn, or once a notebook that draws det_hub's charts is
+ * open, so the sidebar alone never pays for it.
  */
 
 import * as React from 'react';
 
+import { SHARED_PLOTLY } from '../model/notebookCharts';
 import { ITrace } from '../model/series';
 
 type PlotlyModule = typeof import('plotly.js-dist-min');
 
 let plotly: Promise<PlotlyModule> | null = null;
 
-/** Plotly.js, loaded once. */
+/** Plotly.js, loaded once, and shared with the notebook widgets' charts. */
 export function loadPlotly(): Promise<PlotlyModule> {
   if (!plotly) {
-    plotly = import('plotly.js-dist-min').then(
-      module =>
-        ((module as unknown as { default?: PlotlyModule }).default ?? module) as PlotlyModule
-    );
+    const shared = window as unknown as Record<string, Promise<PlotlyModule> | null | undefined>;
+    plotly =
+      shared[SHARED_PLOTLY] ??
+      import('plotly.js-dist-min').then(
+        module =>
+          ((module as unknown as { default?: PlotlyModule }).default ?? module) as PlotlyModule
+      );
+    shared[SHARED_PLOTLY] = plotly;
   }
   return plotly;
 }
 
 /** A CSS variable of JupyterLab's theme, for Plotly's colours (which are not CSS). */
-function themeColor(name: string, fallback: string): string {
+export function themeColor(name: string, fallback: string): string {
   const value = getComputedStyle(document.body).getPropertyValue(name).trim();
   return value || fallback;
+}
+
+/**
+ * Draws into the element `node` holds with `draw` once Plotly.js is loaded, again whenever
+ * `deps` change, and frees the chart when the component goes.
+ */
+export function usePlot(
+  node: React.RefObject<HTMLDivElement>,
+  draw: (Plotly: PlotlyModule, div: HTMLDivElement) => void,
+  deps: React.DependencyList
+): void {
+  React.useEffect(() => {
+    let cancelled = false;
+    void loadPlotly().then(Plotly => {
+      const div = node.current;
+      if (!cancelled && div) {
+        draw(Plotly, div);
+      }
+    });
+    return () => {
+      cancelled = true;
+    };
+  }, deps);
+
+  React.useEffect(() => {
+    const div = node.current;
+    return () => {
+      if (div && plotly) {
+        void plotly.then(Plotly => Plotly.purge(div));
+      }
+    };
+  }, []);
 }
 
 export function MetricChart(props: { metric: string | null; traces: ITrace[] }): JSX.Element {
@@ -33,13 +71,9 @@ export function MetricChart(props: { metric: string | null; traces: ITrace[] }):
   const { metric, traces } = props;
   const points = traces.reduce((n, t) => n + t.x.length, 0);
 
-  React.useEffect(() => {
-    let cancelled = false;
-    void loadPlotly().then(Plotly => {
-      const div = node.current;
-      if (cancelled || !div) {
-        return;
-      }
+  usePlot(
+    node,
+    (Plotly, div) => {
       const font = themeColor('--jp-ui-font-color1', '#222');
       const grid = themeColor('--jp-border-color2', '#e0e0e0');
       const data = traces.map(trace => ({
@@ -70,20 +104,9 @@ export function MetricChart(props: { metric: string | null; traces: ITrace[] }):
         },
         { responsive: true, displaylogo: false }
       );
-    });
-    return () => {
-      cancelled = true;
-    };
-  }, [metric, traces]);
-
-  React.useEffect(() => {
-    const div = node.current;
-    return () => {
-      if (div && plotly) {
-        void plotly.then(Plotly => Plotly.purge(div));
-      }
-    };
-  }, []);
+    },
+    [metric, traces]
+  );
 
   return (
     <div className="jp-DetHub-chart" ref={node} data-metric={metric ?? ''} data-points={points}>

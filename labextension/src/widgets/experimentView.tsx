@@ -1,6 +1,7 @@
 /**
  * An experiment in JupyterLab's main area: its metric chart (live), trials, an ASHA search's
- * rungs, checkpoints (to download, to load in the active notebook, or to register in the
+ * rungs, the search view (parallel coordinates, each hyperparameter against the metric, and
+ * hyperparameter importance), checkpoints (to download, to load in the active notebook, or to register in the
  * model registry) and a trial's log, followed while it runs.
  */
 
@@ -27,6 +28,7 @@ import { versionLabel } from '../model/registry';
 import { defaultMetric, ITrace } from '../model/series';
 import { MetricChart, resizeCharts } from './chart';
 import { formatBytes, formatHparams, formatTime, Progress, StateBadge } from './common';
+import { SearchSection } from './searchView';
 
 export interface IExperimentViewOptions {
   client: DetHubClient;
@@ -210,6 +212,14 @@ export class ExperimentView extends ReactWidget {
 
         {model.searcher?.rungs ? (
           <RungTable searcher={model.searcher} metric={experiment.searcher_metric} />
+        ) : null}
+
+        {model.search ? (
+          <SearchSection
+            search={model.search}
+            importance={model.importance}
+            importanceError={model.importanceError}
+          />
         ) : null}
 
         <section className="jp-DetHub-section">

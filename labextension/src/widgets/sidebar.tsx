@@ -1,19 +1,17 @@
 /**
- * The det_hub panel in JupyterLab's left area: the experiments (live) and the cluster. While
- * the experiment list is shown, it follows the master's experiment stream; the cluster tab
- * asks the master again every few seconds while it is shown. A collapsed panel, or a hidden
- * browser tab, holds no stream and asks nothing.
+ * The det_hub panel in JupyterLab's left area: the experiments and the cluster, both live.
+ * While the experiment list is shown, it follows the master's experiment stream; while the
+ * cluster tab is, the master's cluster stream. A collapsed panel, or a hidden browser tab,
+ * holds no stream and asks nothing.
  */
 
 import { ReactWidget } from '@jupyterlab/ui-components';
 import { Message } from '@lumino/messaging';
 import * as React from 'react';
 
-import { errorText } from '../api/client';
 import { ExperimentAction, IDetHubConfig, IExperiment } from '../api/types';
 import { ClusterModel } from '../model/cluster';
 import { ExperimentListModel } from '../model/experiments';
-import { VisiblePoll } from '../model/poll';
 import { ClusterView } from './clusterView';
 import { ExperimentList } from './experimentList';
 import { detHubIcon } from './icon';
@@ -27,8 +25,6 @@ export interface ISidebarOptions {
   onAction: (experiment: IExperiment, action: ExperimentAction) => Promise<void>;
   onPriority: (experiment: IExperiment) => Promise<void>;
   onOpenQuickstart: () => void;
-  /** Milliseconds between looks at the cluster while it is shown (default 3000). */
-  interval?: number;
 }
 
 export class DetHubSidebar extends ReactWidget {
@@ -43,12 +39,6 @@ export class DetHubSidebar extends ReactWidget {
     this.cluster = options.cluster;
     this.experiments.changed.connect(this._onChanged, this);
     this.cluster.changed.connect(this._onChanged, this);
-    this._poll = new VisiblePoll({
-      name: 'det-hub:cluster',
-      interval: options.interval ?? 3000,
-      isVisible: () => this.isVisible && this._tab === 'cluster',
-      factory: () => this._refreshCluster()
-    });
     document.addEventListener('visibilitychange', this._onVisibility);
   }
 
@@ -64,7 +54,6 @@ export class DetHubSidebar extends ReactWidget {
       this._tab = tab;
       this.update();
       this._follow();
-      void this._poll.wake();
     }
   }
 
@@ -76,18 +65,16 @@ export class DetHubSidebar extends ReactWidget {
     this.experiments.user = config?.user?.username ?? null;
     this.update();
     this._follow();
-    void this._poll.wake();
   }
 
   /**
-   * Looks at the master now: the cluster tab asks again; the experiment list takes a fresh
-   * snapshot when its stream is not followed (changes come by themselves while it is).
+   * Looks at the master now: the tab in sight takes a fresh snapshot when its stream is not
+   * followed (changes come by themselves while it is).
    */
   async refresh(): Promise<void> {
-    if (this._tab === 'cluster') {
-      await this._poll.wake();
-    } else if (this._shouldFollow() && !this.experiments.live) {
-      this.experiments.start();
+    const model = this._tab === 'cluster' ? this.cluster : this.experiments;
+    if (this._inSight(this._tab) && !model.live) {
+      model.start();
     }
   }
 
@@ -97,7 +84,7 @@ export class DetHubSidebar extends ReactWidget {
     }
     document.removeEventListener('visibilitychange', this._onVisibility);
     this.experiments.stop();
-    this._poll.dispose();
+    this.cluster.stop();
     super.dispose();
   }
 
@@ -108,13 +95,13 @@ export class DetHubSidebar extends ReactWidget {
 
   protected onBeforeDetach(msg: Message): void {
     this.experiments.stop();
+    this.cluster.stop();
     super.onBeforeDetach(msg);
   }
 
   protected onAfterShow(msg: Message): void {
     super.onAfterShow(msg);
     this._follow();
-    void this._poll.wake();
   }
 
   protected onAfterHide(msg: Message): void {
@@ -160,7 +147,7 @@ export class DetHubSidebar extends ReactWidget {
               onPriority={experiment => void options.onPriority(experiment)}
               onOpenQuickstart={options.onOpenQuickstart}
               onRefresh={() => {
-                if (this._shouldFollow()) {
+                if (this._inSight('experiments')) {
                   this.experiments.restart();
                 }
               }}
@@ -173,39 +160,37 @@ export class DetHubSidebar extends ReactWidget {
     );
   }
 
-  /** Whether the experiment list is in sight: its tab, in a shown panel of a shown page. */
-  private _shouldFollow(): boolean {
+  /**
+   * Whether a tab is in sight: the one chosen, in a shown panel of a shown page (the list once
+   * the user it lists for is known).
+   */
+  private _inSight(tab: SidebarTab): boolean {
     return (
-      this._configured &&
-      this._tab === 'experiments' &&
+      (this._configured || tab === 'cluster') &&
+      this._tab === tab &&
       this.isAttached &&
       this.isVisible &&
       !document.hidden
     );
   }
 
-  /** Follows the master's experiment stream while the list is in sight, and only then. */
+  /** Follows the master's stream of the tab in sight, and no other. */
   private _follow(): void {
-    if (this._shouldFollow()) {
-      this.experiments.start();
-    } else {
-      this.experiments.stop();
+    for (const [tab, model] of [
+      ['experiments', this.experiments],
+      ['cluster', this.cluster]
+    ] as const) {
+      if (this._inSight(tab)) {
+        model.start();
+      } else {
+        model.stop();
+      }
     }
   }
 
   private readonly _onVisibility = (): void => {
     this._follow();
   };
-
-  private async _refreshCluster(): Promise<void> {
-    try {
-      await this.cluster.refresh();
-    } catch (error) {
-      // Shown by the view; the poll tries again, less often.
-      console.warn(`det_hub: ${errorText(error)}`);
-      throw error;
-    }
-  }
 
   private _onChanged(): void {
     this.update();
@@ -217,5 +202,4 @@ export class DetHubSidebar extends ReactWidget {
   private _configured = false;
   private _problem: string | null = null;
   private readonly _options: ISidebarOptions;
-  private readonly _poll: VisiblePoll;
 }

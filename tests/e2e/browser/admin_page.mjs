@@ -4,7 +4,9 @@
 //
 // Signs in at the hub's login page as USER (a hub admin), opens det_hub's dashboard, waits
 // for the experiment the pytest side creates meanwhile to come in on top, follows its link
-// to the admin page, checks that the job queue shows a running experiment's job and
+// to the admin page, checks that the job queue shows a running experiment's job, waits for
+// the agent the pytest side drains and then enables meanwhile to show as disabled and enabled
+// again without a reload, has the updated row's Drain button ask (dismissed), then
 // changes that job's priority through the page's form, opens the experiment's page and waits
 // for its Plotly chart to draw a trace with points, then for its stream to add points to the
 // chart and batches to the trials table, turns the log scale on and off, clicks its Kill button and dismisses the question
@@ -62,11 +64,43 @@ await runInPage({
   const job = await row.getAttribute("data-job");
   const experimentUrl = await row.locator("a").first().getAttribute("href");
   report.job = job;
+  // Marks this load of the page: a reload would lose it.
+  await page.evaluate(() => { window.detHubLoad = "first"; });
   await page.screenshot({ path: path.join(outdir, "admin.png"), fullPage: true });
 
+  // The pytest side drains the agent through the REST API once that screenshot exists, and
+  // enables it again once the next one does: the page follows the cluster's stream.
+  const agentStatus = (word) => page.waitForFunction((w) => {
+    const status = document.querySelector("#agent-table tr[data-agent] .agent-status");
+    return status && status.textContent.trim() === w;
+  }, word, { timeout: 30000 });
+  await agentStatus("disabled");
+  const agentRow = page.locator("#agent-table tr[data-agent]").first();
+  report.agent_live = {
+    agent: await agentRow.getAttribute("data-agent"),
+    disabled: { load: await page.evaluate(() => window.detHubLoad),
+                buttons: await agentRow.locator("button").allTextContents() },
+  };
+  await page.screenshot({ path: path.join(outdir, "admin-drained.png"), fullPage: true });
+  await agentStatus("enabled");
+  report.agent_live.enabled = { load: await page.evaluate(() => window.detHubLoad),
+                                buttons: await agentRow.locator("button").allTextContents() };
+  // The updated row's Drain asks first, naming the agent; dismissed, nothing is sent.
+  const drainAsked = new Promise((resolve) => page.once("dialog", async (dialog) => {
+    resolve(dialog.message());
+    await dialog.dismiss();
+  }));
+  await agentRow.locator('button:text-is("Drain")').click();
+  report.drain_question = await drainAsked;
+  await page.waitForTimeout(500);
+  check(await page.evaluate(() => window.detHubLoad) === "first",
+    "dismissing the Drain question left or reloaded the page");
+
   // The priority form posts with the page's XSRF token, as a browser sends it.
-  await row.locator('input[name="priority"]').fill("7");
-  await Promise.all([page.waitForNavigation(), row.locator('input[name="priority"] + button').click()]);
+  const jobRow = page.locator(`#job-table tr[data-job="${job}"]`);
+  await jobRow.locator('input[name="priority"]').fill("7");
+  await Promise.all([page.waitForNavigation(),
+    jobRow.locator('input[name="priority"] + button').click()]);
   const priority = await page.locator(`#job-table tr[data-job="${job}"] input[name="priority"]`).inputValue();
   check(priority === "7", `the job's priority reads ${priority} after setting it to 7`);
   report.priority = Number(priority);

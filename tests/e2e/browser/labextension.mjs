@@ -21,7 +21,7 @@
 // the view, then registers the checkpoint under MODEL through the view's dialog. Shows the
 // cluster tab, where RUNNING_ID's job holds a slot and is in the queue. Opens RUNNING_ID's row,
 // pauses it and activates it again through the confirmation dialogs (each state checked at the
-// master), opens ASHA_ID's view and reads its rung table once it is over, then kills
+// master), opens ASHA_ID's view and reads its rung table and search view once it is over, then kills
 // RUNNING_ID through its dialog and sees it turn CANCELED. Collapses the panel and checks that
 // it holds no stream and asks the master nothing while hidden, and follows the stream again
 // once shown. The report (report.json in OUTDIR) has the created experiment's id and its
@@ -312,6 +312,21 @@ await runInPage({
     .allTextContents();
   report.asha_done_s = elapsed();
   await page.screenshot({ path: path.join(outdir, "rungs.png") });
+  // Its search view: parallel coordinates, a chart per hyperparameter, and importance.
+  const search = ashaView.locator(".jp-DetHub-search");
+  await search.locator(".jp-DetHub-parallel.js-plotly-plot").waitFor({ timeout: 30000 });
+  // Importance: a bar per hyperparameter, or why there is none.
+  await search.locator(".jp-DetHub-importance li, .jp-DetHub-note:has-text('Importance')")
+    .first().waitFor({ timeout: 60000 });
+  report.search = await search.evaluate((section) => ({
+    lines: section.querySelector(".jp-DetHub-parallel").data[0].customdata.length,
+    scatters: Array.from(section.querySelectorAll(".jp-DetHub-scatter"),
+      (div) => div.dataset.name),
+    importance: Array.from(section.querySelectorAll(".jp-DetHub-importance li"),
+      (li) => li.dataset.name),
+    note: section.lastElementChild.textContent,
+  }));
+  await search.screenshot({ path: path.join(outdir, "search.png") });
 
   // Kill the running experiment through its row's button and the confirmation dialog.
   const kill = row(running).locator('button[data-action="kill"]');

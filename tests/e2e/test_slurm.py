@@ -1,0 +1,226 @@
+"""A resource pool on a Slurm partition, through a real master and the private test Slurm of
+``scripts/test-services.sh start`` (a controller and two nodes of one CPU each).
+
+Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial complete; a job
+cancelled with ``scancel`` restarts its trial from its checkpoint; a restarted master adopts a
+running job; and work Slurm holds back shows Slurm's reason in the job queue. Without that
+Slurm the tests are skipped, except in CI, where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from det_hub.testing import MasterProcess
+
+from .conftest import REPO, STEPS, steps_config
+
+pytestmark = pytest.mark.slow
+
+POOL = "hpc"
+TRIAL_DEFS = REPO / "tests" / "pytorch" / "pytorch_trial_defs.py"
+_SUBMITTED = re.compile(r"waiting: Slurm job (\d+) was submitted")
+
+
+@pytest.fixture
+def shared(slurm_shared: Path) -> Path:
+    """The filesystem the master and the nodes share: job directories, and checkpoints that
+    every job's user may write."""
+    (slurm_shared / "checkpoints").mkdir(mode=0o777)
+    (slurm_shared / "checkpoints").chmod(0o1777)
+    return slurm_shared
+
+
+def slurm_master(tmp_path: Path, slurm: dict[str, str], shared: Path,
+                 pool_slots: int = 0) -> MasterProcess:
+    manager: dict[str, Any] = {
+        "type": "slurm", "partition": slurm["partition"], "slurm_conf": slurm["slurm_conf"],
+        "python": slurm["python"], "job_root": str(shared / "jobs"), "poll_interval": 0.3,
+        "exit_file_grace": 1.0, "pool_slots": pool_slots}
+    config = tmp_path / "det_hub_config.py"
+    config.write_text("c.MasterApp.local_agent = False\n"
+                      f"c.MasterApp.resource_pools = [{{'name': {POOL!r}, "
+                      f"'resource_manager': {manager!r}}}]\n")
+    proc = MasterProcess(tmp_path / "data", f"sqlite:///{tmp_path / 'det_hub.db'}",
+                         [f"--MasterApp.config_file={config}"])
+    proc.default_context = STEPS
+    proc.cli_cwd = REPO
+    proc.start()
+    return proc
+
+
+@pytest.fixture
+def master(tmp_path: Path, slurm: dict[str, str], shared: Path) -> Iterator[MasterProcess]:
+    proc = slurm_master(tmp_path, slurm, shared)
+    yield proc
+    proc.stop()
+    cancel_jobs(proc, slurm)
+
+
+def cancel_jobs(master: MasterProcess, slurm: dict[str, str]) -> None:
+    """Cancel the jobs a test's master left in Slurm's queue (it keeps their ids in its data
+    directory): the nodes are shared by the tests."""
+    ids = [json.loads(p.read_text())["job_id"]
+           for p in (master.data_dir / "slurm" / POOL).glob("*.json")]
+    if ids:
+        subprocess.run(["scancel", *ids], env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]},
+                       check=False, capture_output=True)
+
+
+def on_slurm(config: dict[str, Any], shared: Path) -> dict[str, Any]:
+    return {**config, "resources": {**config.get("resources", {}), "resource_pool": POOL},
+            "checkpoint_storage": {"type": "shared_fs",
+                                   "host_path": str(shared / "checkpoints")}}
+
+
+def slurm_jobs(master: MasterProcess, trial_id: int) -> list[str]:
+    """The Slurm jobs the trial's runs were, from the lines the master wrote to its log."""
+    return [m.group(1) for line in master.logs(trial_id) if (m := _SUBMITTED.search(line))]
+
+
+def test_a_core_api_trial_completes_as_a_slurm_job(master: MasterProcess,
+                                                     shared: Path) -> None:
+    eid = master.create_ok(on_slurm(steps_config(length=20, checkpoint_every=10), shared))
+    exp = master.wait_state(eid, timeout=120)
+    [trial] = master.trials(eid)
+    logs = master.logs(trial["id"])
+    assert exp["state"] == "COMPLETED", logs[-20:]
+    assert trial["steps_completed"] == 20 and trial["restarts"] == 0
+    assert logs.count("done") == 1
+    [job] = slurm_jobs(master, trial["id"])
+    assert any(line.startswith(f"started: Slurm job {job} on n") for line in logs), logs
+    training = master.get(f"/trials/{trial['id']}/metrics?group=training")["metrics"]
+    assert [p["steps_completed"] for p in training] == [5, 10, 15, 20]
+    # Its checkpoints were written by the job's user (nobody) on the shared filesystem.
+    ckpt = shared / "checkpoints" / trial["latest_checkpoint"] / "state.json"
+    assert ckpt.stat().st_uid == 65534
+    [agent] = master.get("/agents")["agents"]  # the local agent is off: Slurm's pool only
+    assert (agent["id"], agent["type"], agent["resource_pool"]) == (POOL, "slurm", POOL)
+
+
+def test_a_pytorch_trial_completes_as_a_slurm_job(master: MasterProcess, shared: Path,
+                                                    tmp_path: Path) -> None:
+    context = tmp_path / "ctx"
+    context.mkdir()
+    shutil.copy(TRIAL_DEFS, context / TRIAL_DEFS.name)
+    eid = master.create_ok(on_slurm({
+        "name": "regression-on-slurm", "entrypoint": "pytorch_trial_defs:RegressionTrial",
+        "hyperparameters": {"hidden": 16, "lr": 0.05, "global_batch_size": 8},
+        "searcher": {"name": "single", "metric": "validation_loss",
+                     "max_length": {"batches": 40}},
+        "min_validation_period": {"batches": 20}, "max_restarts": 0}, shared), context=context)
+    exp = master.wait_state(eid, timeout=240)
+    [trial] = master.trials(eid)
+    assert exp["state"] == "COMPLETED", master.logs(trial["id"])[-20:]
+    assert trial["steps_completed"] == 40
+    validation = master.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]
+    assert [m["steps_completed"] for m in validation] == [20, 40]
+    assert len(slurm_jobs(master, trial["id"])) == 1
+
+
+def test_a_cancelled_job_restarts_its_trial_from_its_checkpoint(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    eid = master.create_ok(on_slurm(steps_config(length=60, max_restarts=1, sleep=0.1,
+                                                 checkpoint_every=10), shared))
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: any(line.startswith("checkpoint ") and line.endswith(" at 20")
+                            for line in master.logs(trial_id)), timeout=120)
+    [job] = slurm_jobs(master, trial_id)
+    done = subprocess.run(["scancel", job], env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]},
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    exp = master.wait_state(eid, timeout=180)
+    trial = master.get(f"/trials/{trial_id}")["trial"]
+    logs = master.logs(trial_id)
+    assert exp["state"] == "COMPLETED", logs[-20:]
+    assert trial["restarts"] == 1
+    first, second = slurm_jobs(master, trial_id)
+    assert first == job and second != job
+    assert any(f"Slurm job {job} was cancelled (scancel)" in line and "restarting from "
+               "checkpoint" in line and "(restart 1 of 1)" in line for line in logs), logs
+    resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
+    assert len(resumed) == 1 and resumed[0] >= 20
+    assert logs.count("done") == 1
+
+
+def test_a_restarted_master_adopts_a_running_slurm_job(
+        master: MasterProcess, shared: Path) -> None:
+    eid = master.create_ok(on_slurm(steps_config(length=60, sleep=0.1, checkpoint_every=20),
+                                    shared))
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["steps_completed"] >= 10,
+                timeout=120)
+    master.stop()
+    master.start()
+    exp = master.wait_state(eid, timeout=120)
+    trial = master.get(f"/trials/{trial_id}")["trial"]
+    logs = master.logs(trial_id)
+    assert exp["state"] == "COMPLETED", logs[-20:]
+    assert trial["restarts"] == 0, "the running job should have been adopted, not restarted"
+    assert len(slurm_jobs(master, trial_id)) == 1
+    assert logs.count("done") == 1 and not any(line.startswith("resumed at") for line in logs)
+    steps = [p["steps_completed"] for p in
+             master.get(f"/trials/{trial_id}/metrics?group=training")["metrics"]]
+    assert steps == list(range(5, 61, 5)), "every report arrives exactly once"
+
+
+def test_work_slurm_holds_back_shows_slurms_reason_in_the_queue(
+        tmp_path: Path, slurm: dict[str, str], shared: Path) -> None:
+    # Three slots offered on two one-CPU nodes: Slurm runs two jobs and holds the third.
+    master = slurm_master(tmp_path, slurm, shared, pool_slots=3)
+    try:
+        eids = [master.create_ok(on_slurm(steps_config(name=f"hold-{i}", length=3000,
+                                                       sleep=0.1), shared))
+                for i in range(3)]
+
+        def jobs() -> list[dict[str, Any]]:
+            return master.get(f"/jobs?resource_pool={POOL}")["jobs"]
+
+        def held() -> list[dict[str, Any]]:
+            return [j for j in jobs() if re.fullmatch(
+                r"Slurm job \d+ is PENDING: (Resources|Priority)", j.get("reason") or "")]
+
+        def two_run_one_held() -> dict[str, Any] | None:
+            listed = jobs()
+            waiting = [j for j in listed if j["reason"]]
+            running = [(j["state"], j["slots_allocated"]) for j in listed if not j["reason"]]
+            if running == [("SCHEDULED", 1)] * 2 and len(waiting) == 1 and \
+                    re.fullmatch(r"Slurm job \d+ is PENDING: (Resources|Priority)",
+                                 waiting[0]["reason"]):
+                return waiting[0]
+            return None
+
+        job = master.wait(two_run_one_held, timeout=120)
+        assert job["state"] == "QUEUED" and job["slots_allocated"] == 0
+        listed = master.cli("job", "list", check=True).stdout
+        # Slurm may have moved the job from one reason to the other meanwhile.
+        shown = re.search(r"QUEUED \((Slurm job \d+ is PENDING: \w+)\)", listed)
+        assert shown and shown.group(1).rsplit(": ", 1)[0] == job["reason"].rsplit(": ", 1)[0], \
+            listed
+        # Pausing the held experiment takes its job off Slurm's queue: nothing of it ran.
+        held_eid = job["experiment_id"]
+        assert master.api("POST", f"/experiments/{held_eid}/pause").status_code == 200
+        master.wait(lambda: not held(), timeout=60)
+        [trial] = master.trials(held_eid)
+        assert trial["state"] in ("ACTIVE", "PAUSED") and trial["restarts"] == 0
+        held_job = job["reason"].split()[2]
+        shown = subprocess.run(["scontrol", "--oneliner", "show", "job", held_job],
+                               env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]},
+                               capture_output=True, text=True, check=True).stdout
+        assert "JobState=CANCELLED" in shown and "RunTime=00:00:00" in shown, shown
+        for eid in eids:
+            master.api("POST", f"/experiments/{eid}/kill")
+        for eid in eids:
+            assert master.wait_state(eid, timeout=90)["state"] == "CANCELED"
+    finally:
+        master.stop()
+        cancel_jobs(master, slurm)
