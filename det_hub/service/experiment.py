@@ -571,6 +571,10 @@ class ExperimentRun:
             # Queued already, by an earlier try at this event that failed after it.
             await self._set_run_state(trial, "QUEUED")
             return
+        # QUEUED is written before the launch: once launched, the allocation may report
+        # STARTING at any await, and that must not be overwritten by a late QUEUED. It comes
+        # before the new run too, so that a failed write leaves no run to be counted twice.
+        await self._set_run_state(trial, "QUEUED")
         if not first_run:
             steps, rolled_back = await start_trial_run(self.store, trial, self.row)
             if rolled_back:
@@ -582,8 +586,6 @@ class ExperimentRun:
                                    f"the trial cannot start: {e}; it has failed")
             await self._close_trial(trial, T.ERROR, early_exit="ERRORED")
             await self._maybe_finish()
-            return
-        await self._set_run_state(trial, "QUEUED")
 
     async def _set_run_state(self, trial: Trial, run_state: str | None) -> None:
         if trial.run_state != run_state:
