@@ -34,14 +34,15 @@ $(CHP): $(VENV)/.installed
 	npm install --silent --prefix $(VENV) configurable-http-proxy@4
 
 # The JupyterLab panel (labextension/): npm ci from its package-lock.json, then
-# `npm run build:prod` (tsc, then JupyterLab's builder, `jupyter labextension build`) writes
-# labextension/prebuilt, which the wheel ships in share/jupyter/labextensions/ and which is
-# copied there into the virtual environment, where JupyterLab finds it.
+# `npm run build:prod` (tsc, then JupyterLab's builder, `jupyter labextension build`, then the
+# partial Plotly.js of the master's pages, labextension/plotly) writes labextension/prebuilt,
+# which the wheel ships in share/jupyter/labextensions/ and which is copied there into the
+# virtual environment, where JupyterLab (and the master, for its pages' Plotly.js) finds it.
 LABEXT := labextension
 LABEXT_NPM := $(LABEXT)/node_modules/.installed
 LABEXT_BUILT := $(LABEXT)/prebuilt/package.json
 LABEXT_SHARE := $(VENV)/share/jupyter/labextensions/det-hub-labextension
-LABEXT_SOURCES := $(shell find $(LABEXT)/src $(LABEXT)/style -type f 2>/dev/null) \
+LABEXT_SOURCES := $(shell find $(LABEXT)/src $(LABEXT)/style $(LABEXT)/plotly -type f 2>/dev/null) \
   $(LABEXT)/tsconfig.json $(LABEXT)/install.json
 $(LABEXT_NPM): $(LABEXT)/package.json $(LABEXT)/package-lock.json
 	command -v npm >/dev/null || { apt-get update -qq && \

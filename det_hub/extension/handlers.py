@@ -28,7 +28,7 @@ from det_hub.extension.errors import BadRequest, ExtensionError
 from det_hub.extension.launch import experiment_body, parse_launch
 from det_hub.extension.master import MasterConnection
 from det_hub.extension.upstream import UpstreamRequest
-from det_hub.plotly_bundle import send_plotly
+from det_hub.plotly_bundle import plotly_js, send_plotly
 
 #: Bytes of a checkpoint archive sent at a time.
 _CHUNK = 1024 * 1024
@@ -213,7 +213,7 @@ class PlotlyScriptHandler(JupyterHandler):
 
     @tornado.web.authenticated
     async def get(self) -> None:
-        await send_plotly(self, cache="private", missing="Plotly.js is not installed on the "
+        await send_plotly(self, plotly_js(), cache="private", missing="Plotly.js is not installed on the "
                           "notebook server: install plotly")
 
 

@@ -38,7 +38,7 @@ from tornado.web import HTTPError, RequestHandler, StaticFileHandler, authentica
 
 from det_hub import __version__
 from det_hub.config import LengthUnit
-from det_hub.plotly_bundle import plotly_version, send_plotly
+from det_hub.plotly_bundle import pages_plotly_js, plotly_version, send_plotly
 from det_hub.scopes import MANAGE_SCOPE
 from det_hub.search_view import flatten, hparam_columns, search_data
 from det_hub.service import wire
@@ -544,7 +544,7 @@ class ExperimentPage(PageHandler):
             rungs=(await m.experiments.searcher_view(eid))["rungs"],
             checkpoints=[checkpoint_json(c) for c in checkpoints],
             registered=self.registered(),
-            series=metric_series(rows), plotly=plotly_version(),
+            series=metric_series(rows), plotly=plotly_version(pages_plotly_js()),
             # The stream goes on from the newest row drawn (each trial's last row is drawn).
             after_id=max((r.id for trial_rows in rows.values() for r in trial_rows), default=0),
             counters=COUNTERS,
@@ -636,7 +636,7 @@ class ComparePage(PageHandler):
         self.render("compare.html", section="dashboard", compared=[e for e, _ in compared],
                     best=shown, columns=columns, fixed=fixed, flatten=flatten,
                     short=short_value, series=metric_series(rows, labels), counters=COUNTERS,
-                    plotly=plotly_version())
+                    plotly=plotly_version(pages_plotly_js()))
 
 
 class CheckpointRegister(PageHandler):
@@ -714,7 +714,7 @@ class TrialPage(PageHandler):
         self.render(
             "trial.html", section="dashboard", trial=trial_json(trial), experiment=experiment,
             hparams=sorted(flatten(trial.hparams or {}).items()),
-            series=metric_series(rows), plotly=plotly_version(), counters=COUNTERS,
+            series=metric_series(rows), plotly=plotly_version(pages_plotly_js()), counters=COUNTERS,
             after_id=max((r.id for r in rows.get(tid, [])), default=0),
             live=not TrialState(trial.state).terminal, checkpoints=checkpoints,
             may_change=self.principal.may_change(row.owner_id))
@@ -766,13 +766,13 @@ class TaskKill(PageHandler):
 
 
 class PlotlyScript(RequestHandler):
-    """``<prefix>static/plotly.min.js``: Plotly.js from the ``plotly`` package, sent
-    gzip-compressed to browsers that take it (compressed once, then from memory). Asked for
+    """``<prefix>static/plotly.min.js``: the pages' Plotly.js (det_hub's partial bundle where
+    installed, else the ``plotly`` package's), sent gzip-compressed to browsers that take it (compressed once, then from memory). Asked for
     under the digest of its content (``?v=``, as the pages ask), a browser keeps it a year;
     otherwise it asks again each time and is answered 304 while it has not changed."""
 
     async def get(self) -> None:
-        await send_plotly(self, cache="public",
+        await send_plotly(self, pages_plotly_js(), cache="public",
                           missing="Plotly.js is not installed: install the plotly package")
 
 

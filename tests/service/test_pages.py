@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,7 +16,8 @@ from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 from tornado.web import Application
 
-from det_hub.plotly_bundle import plotly_js
+from det_hub import plotly_bundle
+from det_hub.plotly_bundle import PAGES_BUNDLE, pages_plotly_js, plotly_js
 from det_hub.service.errors import BadRequest
 from det_hub.service.pages import (
     ExperimentFilters,
@@ -128,10 +130,11 @@ def test_slot_hours_read_well_at_every_scale() -> None:
 
 
 async def test_plotly_is_sent_compressed_and_kept_a_year_under_its_digest() -> None:
-    """4.8 MB of Plotly.js goes out gzip-compressed to browsers that take it; under the URL
+    """The pages' Plotly.js goes out gzip-compressed to browsers that take it; under the URL
     the page asks for (``?v=`` its digest) a browser keeps it, under any other it asks again
     and gets 304 while it has not changed."""
-    path, version = plotly_js(), plotly_version()
+    path = pages_plotly_js()
+    version = plotly_version(path)
     if path is None or version is None:
         pytest.skip("the plotly package is not installed")
     raw = path.read_bytes()
@@ -159,6 +162,39 @@ async def test_plotly_is_sent_compressed_and_kept_a_year_under_its_digest() -> N
         assert stale.headers["Cache-Control"] == "no-cache"
     finally:
         server.stop()
+
+
+def test_the_pages_load_the_partial_plotly_where_it_is_installed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pages take det_hub's partial bundle from the first panel folder that has it, and
+    the full bundle where none has."""
+    if plotly_js() is None:
+        pytest.skip("the plotly package is not installed")
+    folders = [tmp_path / "user", tmp_path / "system"]
+    monkeypatch.setattr(plotly_bundle, "_labextension_folders", lambda: folders)
+    pages_plotly_js.cache_clear()
+    try:
+        assert pages_plotly_js() == plotly_js()
+        partial = folders[1] / PAGES_BUNDLE
+        partial.parent.mkdir(parents=True)
+        partial.write_text("globalThis.Plotly = {};")
+        pages_plotly_js.cache_clear()
+        assert pages_plotly_js() == partial
+        assert plotly_version(partial) != plotly_version(plotly_js())
+    finally:
+        pages_plotly_js.cache_clear()
+
+
+def test_the_installed_panel_ships_the_partial_plotly() -> None:
+    """`make install` builds the panel and with it the partial Plotly.js the pages load: a
+    quarter of the full bundle, with the parallel coordinates the search view draws."""
+    path, full = pages_plotly_js(), plotly_js()
+    assert full is not None, "the plotly package is not installed"
+    assert path is not None and path != full, "det_hub's partial Plotly.js is in none of " + \
+        ", ".join(str(f / PAGES_BUNDLE) for f in plotly_bundle._labextension_folders())
+    script = path.read_bytes()
+    assert len(script) < full.stat().st_size / 2
+    assert b"parcoords" in script and b"globalThis.Plotly" in script
 
 
 def test_the_search_view_draws_trials_with_a_metric_on_log_axes_where_the_space_is_log() -> None:
