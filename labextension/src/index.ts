@@ -1,6 +1,7 @@
 /**
- * det_hub in JupyterLab: the sidebar panel (experiments and cluster), experiment views in the
- * main area, and experiments created from a config file in the file browser.
+ * det_hub in JupyterLab: the sidebar panel (experiments and cluster), experiment views and
+ * comparisons of experiments in the main area, and experiments created from a config file in
+ * the file browser.
  */
 
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
@@ -25,6 +26,7 @@ import { ExperimentListModel } from './model/experiments';
 import { drawsDetHubCharts } from './model/notebookCharts';
 import { registerCheckpointDialog } from './registry';
 import { loadPlotly } from './widgets/chart';
+import { CompareView } from './widgets/compareView';
 import { ExperimentView } from './widgets/experimentView';
 import { detHubIcon } from './widgets/icon';
 import { DetHubSidebar } from './widgets/sidebar';
@@ -32,6 +34,7 @@ import { DetHubSidebar } from './widgets/sidebar';
 /** The command ids. */
 export namespace CommandIDs {
   export const openExperiment = 'det-hub:open-experiment';
+  export const compareExperiments = 'det-hub:compare-experiments';
   export const createFromFile = 'det-hub:create-experiment';
   export const createFromCurrentFile = 'det-hub:create-experiment-from-current-file';
   export const insertLoadCheckpoint = 'det-hub:insert-load-checkpoint';
@@ -68,6 +71,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const viewOf = (id: number): MainAreaWidget<ExperimentView> | undefined =>
       views.find(w => w.content.model.id === id);
+    const comparisons = new WidgetTracker<MainAreaWidget<CompareView>>({
+      namespace: 'det-hub-compare'
+    });
 
     const onAction = async (
       experiment: IExperiment,
@@ -99,7 +105,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         await onAction(experiment, action);
       },
       onPriority,
-      onOpenQuickstart: () => void openQuickstart(app)
+      onOpenQuickstart: () => void openQuickstart(app),
+      onCompare: ids => void commands.execute(CommandIDs.compareExperiments, { ids })
     });
     shell.add(sidebar, 'left', { rank: 650 });
     restorer?.add(sidebar, sidebar.id);
@@ -147,6 +154,40 @@ const plugin: JupyterFrontEndPlugin<void> = {
           widget.title.closable = true;
           shell.add(widget, 'main');
           await views.add(widget);
+        }
+        shell.activateById(widget.id);
+        return widget;
+      }
+    });
+
+    commands.addCommand(CommandIDs.compareExperiments, {
+      label: 'Compare det_hub experiments',
+      caption: 'The best trial of each experiment side by side, their curves on one chart',
+      icon: detHubIcon,
+      execute: async args => {
+        const ids = (Array.isArray(args.ids) ? args.ids : []).map(Number);
+        const key = ids.join(',');
+        let widget = comparisons.find(w => w.content.model.ids.join(',') === key);
+        if (!widget) {
+          let content: CompareView;
+          try {
+            content = new CompareView({
+              client,
+              ids,
+              onOpen: id => void commands.execute(CommandIDs.openExperiment, { id })
+            });
+          } catch (error) {
+            await showErrorMessage('Cannot compare these experiments', errorText(error));
+            return;
+          }
+          widget = new MainAreaWidget({ content });
+          widget.id = `det-hub-compare-${content.model.ids.join('-')}`;
+          widget.title.label = content.title.label;
+          widget.title.caption = content.title.caption;
+          widget.title.icon = detHubIcon;
+          widget.title.closable = true;
+          shell.add(widget, 'main');
+          await comparisons.add(widget);
         }
         shell.activateById(widget.id);
         return widget;
@@ -284,6 +325,11 @@ const plugin: JupyterFrontEndPlugin<void> = {
         command: CommandIDs.openExperiment,
         args: widget => ({ id: widget.content.model.id }),
         name: widget => String(widget.content.model.id)
+      });
+      void restorer.restore(comparisons, {
+        command: CommandIDs.compareExperiments,
+        args: widget => ({ ids: [...widget.content.model.ids] }),
+        name: widget => widget.content.model.ids.join('-')
       });
     }
   }

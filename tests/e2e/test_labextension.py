@@ -6,7 +6,9 @@ for point as the master stores it, shows its log, downloads its checkpoint, inse
 that loads it into a notebook and registers it in the model registry, shows who holds the
 cluster's slots, pauses and activates the running experiment and then kills it through the
 confirmation dialogs, shows an ASHA search's rung table, and holds no stream and asks the master
-nothing while it is collapsed.
+nothing while it is collapsed. A search's view sorts its trials table by the searcher metric,
+filters it, and draws only the ticked trials on its chart, each in its row's colour; two
+experiments ticked in the list are compared, best trial by best trial.
 
 JupyterLab finds the panel built in ``labextension/prebuilt`` (``make labextension``) through
 ``JUPYTER_PATH``, ahead of any copy installed in the environment.
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.slow
 
 PREBUILT = REPO / "labextension" / "prebuilt"
 #: Where the config to launch lies in the server's root, beside the training script.
+CURVES = Path(__file__).parent / "contexts" / "curves"
 FOLDER = "launch-me"
 CONFIG = "steps.yaml"
 NOTEBOOK = "scratch.ipynb"
@@ -92,6 +95,101 @@ def lab(module_master: MasterProcess, tmp_path: Path) -> Iterator[str]:
         [panel] = [e for e in extensions if e["name"] == "det-hub-labextension"]
         assert panel["enabled"] and panel["installed"], panel
         yield f"{url}/?token={token}"
+
+
+def curves_search(name: str, trials: int, seed: int) -> dict[str, Any]:
+    """A random search of the curves script (its validation_loss depends on x): ``trials``
+    trials of 6 batches, each validating every 2, over x and a log-scaled lr."""
+    return {
+        "name": name, "entrypoint": "python3 train.py",
+        "hyperparameters": {"x": {"type": "double", "minval": 0.0, "maxval": 1.0},
+                            "lr": {"type": "log", "base": 10, "minval": -4, "maxval": -1},
+                            "sleep": 0.0, "validate_every": 2},
+        "searcher": {"name": "random", "metric": "validation_loss", "max_trials": trials,
+                     "max_length": {"batches": 6}, "max_concurrent_trials": 2},
+        "reproducibility": {"experiment_seed": seed}, "max_restarts": 0,
+    }
+
+
+def _rgb(colour: str) -> str:
+    """A ``#rrggbb`` colour as the browser computes it: ``rgb(r, g, b)``."""
+    return "rgb({}, {}, {})".format(*(int(colour[i:i + 2], 16) for i in (1, 3, 5)))
+
+
+def test_the_trials_table_sorts_filters_draws_the_ticked_and_compares(
+        module_master: MasterProcess, lab: str, tmp_path: Path) -> None:
+    node = browser_node()
+    search = module_master.create_ok(curves_search("trials-in-lab", 4, 7), context=CURVES)
+    other = module_master.create_ok(curves_search("compared-in-lab", 2, 11), context=CURVES)
+    for eid in (search, other):
+        assert module_master.wait_state(eid, timeout=180)["state"] == "COMPLETED"
+    shots = tmp_path / "screenshots"
+    try:
+        done = subprocess.run(
+            [node, str(BROWSER_DIR / "labextension_trials.mjs"), lab, str(search), str(other),
+             str(shots)],
+            capture_output=True, text=True, timeout=240, cwd=BROWSER_DIR)
+    finally:
+        if os.environ.get("DET_HUB_ARTIFACTS") and shots.is_dir():
+            shutil.copytree(shots, REPO / "test-artifacts" / "labextension-trials",
+                            dirs_exist_ok=True)
+    assert done.returncode == 0, f"stdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    for name in ("trials.png", "trials-chart.png", "compare.png"):
+        shot = shots / name
+        assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
+    report = json.loads((shots / "report.json").read_text())
+
+    trials = module_master.trials(search)
+    assert len(trials) == 4
+    ids = sorted(t["id"] for t in trials)
+    # A column per hyperparameter that differs; the table opens in the master's order.
+    assert report["columns"] == ["hparam:lr", "hparam:x"]
+    assert report["first_order"] == ids
+    # Sorted by the searcher metric, as the master has it, up and down.
+    by_metric = [t["id"] for t in sorted(trials, key=lambda t: t["searcher_metric_value"])]
+    assert len({t["searcher_metric_value"] for t in trials}) == 4
+    assert (report["sorted_up"], report["sort_up_mark"]) == (by_metric, "ascending")
+    assert (report["sorted_down"], report["sort_down_mark"]) == (by_metric[::-1], "descending")
+    # Filtered by state and by a trial's id (sorted by the metric again, lowest first).
+    assert report["state_options"] == ["", "COMPLETED"]
+    assert report["completed_rows"] == by_metric
+    assert report["query_rows"] == [by_metric[0]]
+    assert report["query_count"].startswith("listing 1 of 4 trials")
+    assert report["all_rows"] == by_metric
+    # Every trial drawn at first; the two best alone once ticked, each in its row's colour,
+    # and every trial again once unticked. The curves script validates every 2 of 6 batches.
+    def names(drawn: dict[str, Any]) -> list[str]:
+        return [t["name"] for t in drawn["traces"]]
+    assert names(report["drawn_before"]) == [f"trial {i} validation" for i in ids]
+    best_two = sorted(by_metric[:2])
+    drawn = report["drawn_ticked"]
+    assert names(drawn) == [f"trial {i} validation" for i in best_two]
+    assert [t["points"] for t in drawn["traces"]] == [3, 3]
+    assert [t["colour"] for t in drawn["traces"]] == [report["swatches"][str(i)]
+                                                       for i in best_two]
+    assert len({t["colour"] for t in drawn["traces"]}) == 2
+    # A trial's colour is its place among the experiment's trials by id, ticked or not.
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
+    assert report["swatches"] == {str(i): _rgb(palette[n]) for n, i in enumerate(ids)}
+    assert {t["name"]: t["colour"] for t in report["drawn_before"]["traces"]} == {
+        f"trial {i} validation": _rgb(palette[n]) for n, i in enumerate(ids)}
+    assert report["ticked_note"].endswith("the chart draws the 2 ticked")
+    assert names(report["drawn_after"]) == names(report["drawn_before"])
+
+    # The comparison: each experiment's best trial, as the master ranks them, on one chart.
+    assert report["compare_enabled_with_one"] is False
+    assert "jp-mod-expanded" not in report["expanded_by_tick"]
+    best = {eid: min(module_master.trials(eid), key=lambda t: t["searcher_metric_value"])["id"]
+            for eid in (search, other)}
+    pair = sorted((search, other))
+    assert report["compare_error"] == 0
+    assert [(r["experiment"], r["trial"], r["colour"]) for r in report["compared"]] == [
+        (eid, best[eid], _rgb(palette[n])) for n, eid in enumerate(pair)]
+    assert "x" in report["compare_columns"] and "Best" in report["compare_columns"]
+    assert {t["name"]: t["colour"] for t in report["compare_drawn"]["traces"]} == {
+        f"experiment {eid} trial {best[eid]} validation": _rgb(palette[n])
+        for n, eid in enumerate(pair)}
+    assert report["compare_tab"] == f"Compare {pair[0]}, {pair[1]}"
 
 
 def test_the_panel_lists_launches_charts_and_kills(module_master: MasterProcess, lab: str,

@@ -16,21 +16,46 @@ import { IPoint } from './sparkline';
 export type Scope = 'mine' | 'all';
 
 /**
- * The best searcher-metric value of an experiment's trials (the smallest, or the largest when
- * bigger is better), or null when no trial has reported one.
+ * The trial with the best searcher-metric value (the smallest, or the largest when bigger is
+ * better; the first of equals), or null when no trial has reported one.
  */
-export function bestMetric(trials: readonly ITrial[], smallerIsBetter: boolean): number | null {
-  let best: number | null = null;
+export function bestTrial(trials: readonly ITrial[], smallerIsBetter: boolean): ITrial | null {
+  let best: ITrial | null = null;
   for (const trial of trials) {
     const value = trial.searcher_metric_value;
     if (typeof value !== 'number' || !Number.isFinite(value)) {
       continue;
     }
-    if (best === null || (smallerIsBetter ? value < best : value > best)) {
-      best = value;
+    const known = best?.searcher_metric_value as number;
+    if (best === null || (smallerIsBetter ? value < known : value > known)) {
+      best = trial;
     }
   }
   return best;
+}
+
+/**
+ * The best searcher-metric value of an experiment's trials (the smallest, or the largest when
+ * bigger is better), or null when no trial has reported one.
+ */
+export function bestMetric(trials: readonly ITrial[], smallerIsBetter: boolean): number | null {
+  return bestTrial(trials, smallerIsBetter)?.searcher_metric_value ?? null;
+}
+
+/**
+ * Whether a search matches a thing with this id and text: every word of `query` must be found
+ * (ignoring case) in `text`, or be the id (`12` or `#12`).
+ */
+export function matchesWords(query: string, id: number, text: string): boolean {
+  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
+  const haystack = text.toLowerCase();
+  return words.every(word => {
+    const asId = /^#?(\d+)$/.exec(word);
+    if (asId && Number(asId[1]) === id) {
+      return true;
+    }
+    return haystack.includes(word);
+  });
 }
 
 /**
@@ -38,23 +63,14 @@ export function bestMetric(trials: readonly ITrial[], smallerIsBetter: boolean):
  * in its name, state, owner, description or a label, or be its id (`12` or `#12`).
  */
 export function matchesQuery(experiment: IExperiment, query: string): boolean {
-  const words = query.toLowerCase().split(/\s+/).filter(Boolean);
   const text = [
     experiment.name,
     experiment.state,
     experiment.owner,
     experiment.description ?? '',
     ...(experiment.labels ?? [])
-  ]
-    .join('\n')
-    .toLowerCase();
-  return words.every(word => {
-    const id = /^#?(\d+)$/.exec(word);
-    if (id && Number(id[1]) === experiment.id) {
-      return true;
-    }
-    return text.includes(word);
-  });
+  ].join('\n');
+  return matchesWords(query, experiment.id, text);
 }
 
 /** A number as the panel prints a metric: 4 significant digits, exponents when tiny or huge. */

@@ -9,6 +9,8 @@ export interface ITrace {
   name: string;
   x: number[];
   y: number[];
+  /** The trial's colour where a view gives one (Plotly's own order otherwise). */
+  colour?: string;
 }
 
 interface IReport {

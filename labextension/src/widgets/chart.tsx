@@ -66,10 +66,16 @@ export function usePlot(
   }, []);
 }
 
-export function MetricChart(props: { metric: string | null; traces: ITrace[] }): JSX.Element {
+export function MetricChart(props: {
+  metric: string | null;
+  traces: ITrace[];
+  /** What the chart says when it has no curve. */
+  empty?: string;
+}): JSX.Element {
   const node = React.useRef<HTMLDivElement>(null);
   const { metric, traces } = props;
   const points = traces.reduce((n, t) => n + t.x.length, 0);
+  const trials = [...new Set(traces.map(t => t.trialId))].join(' ');
 
   usePlot(
     node,
@@ -85,7 +91,11 @@ export function MetricChart(props: { metric: string | null; traces: ITrace[] }):
           trace.group === 'training' && trace.x.length > 1
             ? ('lines' as const)
             : ('lines+markers' as const),
-        line: { dash: trace.group === 'training' ? ('solid' as const) : ('dot' as const) }
+        line: {
+          dash: trace.group === 'training' ? ('solid' as const) : ('dot' as const),
+          color: trace.colour
+        },
+        marker: { color: trace.colour }
       }));
       void Plotly.react(
         div,
@@ -109,9 +119,15 @@ export function MetricChart(props: { metric: string | null; traces: ITrace[] }):
   );
 
   return (
-    <div className="jp-DetHub-chart" ref={node} data-metric={metric ?? ''} data-points={points}>
+    <div
+      className="jp-DetHub-chart"
+      ref={node}
+      data-metric={metric ?? ''}
+      data-points={points}
+      data-trials={trials}
+    >
       {traces.length === 0 ? (
-        <p className="jp-DetHub-note">No reports of this metric yet.</p>
+        <p className="jp-DetHub-note">{props.empty ?? 'No reports of this metric yet.'}</p>
       ) : null}
     </div>
   );

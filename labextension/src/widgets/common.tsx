@@ -56,24 +56,6 @@ export function Sparkline(props: {
   );
 }
 
-/** Hyperparameters as `name=value` pairs, nested ones with dotted names. */
-export function formatHparams(hparams: Record<string, unknown>): string {
-  const parts: string[] = [];
-  const walk = (prefix: string, value: unknown): void => {
-    if (value && typeof value === 'object' && !Array.isArray(value)) {
-      for (const [key, inner] of Object.entries(value as Record<string, unknown>)) {
-        walk(prefix ? `${prefix}.${key}` : key, inner);
-      }
-    } else {
-      const text =
-        typeof value === 'number' ? String(Number(value.toPrecision(4))) : JSON.stringify(value);
-      parts.push(`${prefix}=${text}`);
-    }
-  };
-  walk('', hparams);
-  return parts.join(', ');
-}
-
 /** A byte count in B, KiB, MiB or GiB. */
 export function formatBytes(bytes: number | null | undefined): string {
   if (bytes === null || bytes === undefined) {

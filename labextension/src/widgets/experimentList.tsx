@@ -1,12 +1,17 @@
-/** The sidebar's experiments: mine or all, a search box, and each row opening on its trials. */
+/**
+ * The sidebar's experiments: mine or all, a search box, each row opening on its trials, and a
+ * tick per row to compare experiments.
+ */
 
 import * as React from 'react';
 
 import { actionLabel } from '../actions';
 import { actionsFor, mayChange } from '../model/actions';
 import { ExperimentAction, IExperiment, IUser } from '../api/types';
+import { COMPARE_MAX, COMPARE_MIN, CompareSelection } from '../model/compare';
 import { ExperimentListModel, formatMetric } from '../model/experiments';
-import { formatHparams, Progress, Sparkline, StateBadge } from './common';
+import { hparamsText } from '../model/hparams';
+import { Progress, Sparkline, StateBadge } from './common';
 
 export interface IExperimentListProps {
   model: ExperimentListModel;
@@ -20,6 +25,10 @@ export interface IExperimentListProps {
   onRefresh: () => void;
   /** Opens the quickstart notebook of the server's root. */
   onOpenQuickstart: () => void;
+  /** The experiments ticked to compare. */
+  comparing: CompareSelection;
+  /** Opens the comparison of the ticked experiments in the main area. */
+  onCompare: (ids: number[]) => void;
 }
 
 export function ExperimentList(props: IExperimentListProps): JSX.Element {
@@ -59,6 +68,7 @@ export function ExperimentList(props: IExperimentListProps): JSX.Element {
           ↻
         </button>
       </div>
+      <CompareBar comparing={props.comparing} onCompare={props.onCompare} />
       {model.scope === 'mine' && model.user === null ? (
         <p className="jp-DetHub-note">
           The master did not say who you are: all experiments are listed.
@@ -91,6 +101,38 @@ export function ExperimentList(props: IExperimentListProps): JSX.Element {
           <ExperimentRow key={experiment.id} experiment={experiment} {...props} />
         ))}
       </ul>
+    </div>
+  );
+}
+
+/** What is ticked to compare, and the button that compares it. */
+function CompareBar(props: {
+  comparing: CompareSelection;
+  onCompare: (ids: number[]) => void;
+}): JSX.Element | null {
+  const { comparing } = props;
+  const ids = comparing.ids;
+  if (ids.length === 0) {
+    return null;
+  }
+  return (
+    <div className="jp-DetHub-compareBar" data-ticked={ids.join(' ')}>
+      <span className="jp-DetHub-secondary">
+        {ids.length < COMPARE_MIN
+          ? `Tick one more experiment to compare (${COMPARE_MAX} at most).`
+          : `${ids.length} experiments ticked${comparing.full ? ' (the most there can be)' : ''}.`}
+      </span>
+      <button
+        className="jp-mod-styled jp-mod-accept jp-DetHub-compare"
+        disabled={!comparing.ready}
+        title="Open the best trial of each ticked experiment side by side"
+        onClick={() => props.onCompare(ids)}
+      >
+        Compare
+      </button>
+      <button className="jp-mod-styled jp-DetHub-uncompare" onClick={() => comparing.clear()}>
+        Clear
+      </button>
     </div>
   );
 }
@@ -138,6 +180,7 @@ function ExperimentRow(props: IExperimentListProps & { experiment: IExperiment }
         }}
       >
         <div className="jp-DetHub-line">
+          <CompareTick experiment={experiment} comparing={props.comparing} />
           <span className="jp-DetHub-caret">{expanded ? '▾' : '▸'}</span>
           <span className="jp-DetHub-id">#{experiment.id}</span>
           <span className="jp-DetHub-name" title={experiment.description || experiment.name}>
@@ -155,6 +198,29 @@ function ExperimentRow(props: IExperimentListProps & { experiment: IExperiment }
       </div>
       {expanded ? <ExperimentDetail {...props} /> : null}
     </li>
+  );
+}
+
+/** The tick that puts an experiment among those to compare (it opens no row). */
+function CompareTick(props: { experiment: IExperiment; comparing: CompareSelection }): JSX.Element {
+  const { experiment, comparing } = props;
+  const ticked = comparing.has(experiment.id);
+  return (
+    <input
+      type="checkbox"
+      className="jp-DetHub-compareTick"
+      aria-label={`Compare experiment ${experiment.id}`}
+      title={
+        !ticked && comparing.full
+          ? `${COMPARE_MAX} experiments are ticked to compare already`
+          : `Tick ${COMPARE_MIN} to ${COMPARE_MAX} experiments to compare their best trials`
+      }
+      checked={ticked}
+      disabled={!ticked && comparing.full}
+      onClick={event => event.stopPropagation()}
+      onKeyDown={event => event.stopPropagation()}
+      onChange={event => comparing.set(experiment.id, event.target.checked)}
+    />
   );
 }
 
@@ -212,8 +278,8 @@ function ExperimentDetail(props: IExperimentListProps & { experiment: IExperimen
                   width={56}
                   title={`${experiment.searcher_metric} of trial ${trial.id}`}
                 />
-                <span className="jp-DetHub-hparams" title={formatHparams(trial.hparams)}>
-                  {formatHparams(trial.hparams) || 'no hyperparameters'}
+                <span className="jp-DetHub-hparams" title={hparamsText(trial.hparams)}>
+                  {hparamsText(trial.hparams) || 'no hyperparameters'}
                 </span>
               </div>
             </li>

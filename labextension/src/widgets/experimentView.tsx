@@ -1,8 +1,9 @@
 /**
- * An experiment in JupyterLab's main area: its metric chart (live), trials, an ASHA search's
- * rungs, the search view (parallel coordinates, each hyperparameter against the metric, and
- * hyperparameter importance), checkpoints (to download, to load in the active notebook, or to register in the
- * model registry) and a trial's log, followed while it runs.
+ * An experiment in JupyterLab's main area: its metric chart (live; only the trials ticked in
+ * the trials table when some are), its trials (sorted, filtered, a column per hyperparameter),
+ * an ASHA search's rungs, the search view (parallel coordinates, each hyperparameter against
+ * the metric, and hyperparameter importance), checkpoints (to download, to load in the active
+ * notebook, or to register in the model registry) and a trial's log, followed while it runs.
  */
 
 import { ReactWidget } from '@jupyterlab/ui-components';
@@ -23,12 +24,15 @@ import {
   isTerminal
 } from '../api/types';
 import { ExperimentModel, TrialLogModel } from '../model/experiment';
-import { formatMetric } from '../model/experiments';
+import { bestMetric, formatMetric } from '../model/experiments';
 import { versionLabel } from '../model/registry';
 import { defaultMetric, ITrace } from '../model/series';
+import { trialColours } from '../model/trialColours';
+import { drawnTraces, TrialTable } from '../model/trialTable';
 import { MetricChart, resizeCharts } from './chart';
-import { formatBytes, formatHparams, formatTime, Progress, StateBadge } from './common';
+import { formatBytes, formatTime, Progress, StateBadge } from './common';
 import { SearchSection } from './searchView';
+import { TrialTableSection } from './trialTable';
 
 export interface IExperimentViewOptions {
   client: DetHubClient;
@@ -52,10 +56,13 @@ export class ExperimentView extends ReactWidget {
     this.logs = new TrialLogModel(options.client);
     this.model.changed.connect(this._onChanged, this);
     this.logs.changed.connect(this._onChanged, this);
+    this.table.changed.connect(this._onChanged, this);
   }
 
   readonly model: ExperimentModel;
   readonly logs: TrialLogModel;
+  /** How the trials table is sorted and filtered, and which trials the chart draws. */
+  readonly table = new TrialTable();
 
   dispose(): void {
     if (this.isDisposed) {
@@ -63,6 +70,7 @@ export class ExperimentView extends ReactWidget {
     }
     this.model.dispose();
     this.logs.dispose();
+    this.table.dispose();
     super.dispose();
   }
 
@@ -96,13 +104,7 @@ export class ExperimentView extends ReactWidget {
       this._metric && names.includes(this._metric)
         ? this._metric
         : defaultMetric(names, experiment.searcher_metric);
-    const best = model.trials
-      .map(t => t.searcher_metric_value)
-      .filter((v): v is number => typeof v === 'number')
-      .reduce<number | null>(
-        (b, v) => (b === null || (experiment.smaller_is_better ? v < b : v > b) ? v : b),
-        null
-      );
+    const best = bestMetric(model.trials, experiment.smaller_is_better);
     return (
       <div
         className="jp-DetHub-view"
@@ -167,48 +169,24 @@ export class ExperimentView extends ReactWidget {
               ))}
             </select>
           </h2>
-          <MetricChart metric={metric} traces={this._traces(metric)} />
+          <MetricChart
+            metric={metric}
+            traces={this._traces(metric)}
+            empty={
+              this.table.ticked.size
+                ? 'The ticked trials have no reports of this metric yet.'
+                : undefined
+            }
+          />
         </section>
 
-        <section className="jp-DetHub-section">
-          <h2>Trials</h2>
-          <table className="jp-DetHub-table jp-DetHub-trialTable">
-            <thead>
-              <tr>
-                <th>Trial</th>
-                <th>State</th>
-                <th>Batches</th>
-                <th>Progress</th>
-                <th>{experiment.searcher_metric}</th>
-                <th>Restarts</th>
-                <th>Hyperparameters</th>
-                <th />
-              </tr>
-            </thead>
-            <tbody>
-              {model.trials.map(trial => (
-                <tr key={trial.id} data-trial-id={trial.id}>
-                  <td>{trial.id}</td>
-                  <td>
-                    <StateBadge state={trial.state} runState={trial.run_state} />
-                  </td>
-                  <td>{trial.steps_completed}</td>
-                  <td>
-                    <Progress value={trial.progress} />
-                  </td>
-                  <td>{formatMetric(trial.searcher_metric_value)}</td>
-                  <td>{trial.restarts}</td>
-                  <td className="jp-DetHub-hparams">{formatHparams(trial.hparams)}</td>
-                  <td>
-                    <button className="jp-mod-styled" onClick={() => logs.show(trial.id)}>
-                      Logs
-                    </button>
-                  </td>
-                </tr>
-              ))}
-            </tbody>
-          </table>
-        </section>
+        <TrialTableSection
+          trials={model.trials}
+          table={this.table}
+          metric={experiment.searcher_metric}
+          colours={this._colours()}
+          onLogs={trialId => logs.show(trialId)}
+        />
 
         {model.searcher?.rungs ? (
           <RungTable searcher={model.searcher} metric={experiment.searcher_metric} />
@@ -329,14 +307,34 @@ export class ExperimentView extends ReactWidget {
     );
   }
 
+  /** Each trial's colour, the same in the table and on the chart. */
+  private _colours(): ReadonlyMap<number, string> {
+    const ids = this.model.trials.map(t => t.id).join(' ');
+    if (ids !== this._coloursFor.ids) {
+      this._coloursFor = { ids, colours: trialColours(this.model.trials.map(t => t.id)) };
+    }
+    return this._coloursFor.colours;
+  }
+
+  /** The chart's curves of `metric`: the ticked trials' (all when none is), in their colours. */
   private _traces(metric: string | null): ITrace[] {
     // The chart redraws when this array changes: keep it while nothing new has arrived.
     const revision = this.model.series.revision;
-    if (metric !== this._tracesFor.metric || revision !== this._tracesFor.revision) {
+    const colours = this._colours();
+    const ticked = this.table.ticked;
+    const known = this._tracesFor;
+    if (
+      metric !== known.metric ||
+      revision !== known.revision ||
+      colours !== known.colours ||
+      ticked !== known.ticked
+    ) {
       this._tracesFor = {
         metric,
         revision,
-        traces: metric ? this.model.series.traces(metric) : []
+        colours,
+        ticked,
+        traces: metric ? drawnTraces(this.model.series.traces(metric), ticked, colours) : []
       };
     }
     return this._tracesFor.traces;
@@ -367,11 +365,17 @@ export class ExperimentView extends ReactWidget {
 
   private _metric: string | null = null;
   private _started = false;
-  private _tracesFor: { metric: string | null; revision: number; traces: ITrace[] } = {
-    metric: null,
-    revision: -1,
-    traces: []
+  private _coloursFor: { ids: string; colours: ReadonlyMap<number, string> } = {
+    ids: '',
+    colours: new Map()
   };
+  private _tracesFor: {
+    metric: string | null;
+    revision: number;
+    colours: ReadonlyMap<number, string> | null;
+    ticked: ReadonlySet<number> | null;
+    traces: ITrace[];
+  } = { metric: null, revision: -1, colours: null, ticked: null, traces: [] };
   private readonly _options: IExperimentViewOptions;
 }
 

@@ -11,6 +11,7 @@ import * as React from 'react';
 
 import { ExperimentAction, IDetHubConfig, IExperiment } from '../api/types';
 import { ClusterModel } from '../model/cluster';
+import { CompareSelection } from '../model/compare';
 import { ExperimentListModel } from '../model/experiments';
 import { ClusterView } from './clusterView';
 import { ExperimentList } from './experimentList';
@@ -25,6 +26,8 @@ export interface ISidebarOptions {
   onAction: (experiment: IExperiment, action: ExperimentAction) => Promise<void>;
   onPriority: (experiment: IExperiment) => Promise<void>;
   onOpenQuickstart: () => void;
+  /** Opens the comparison of these experiments in the main area. */
+  onCompare: (experimentIds: number[]) => void;
 }
 
 export class DetHubSidebar extends ReactWidget {
@@ -39,11 +42,14 @@ export class DetHubSidebar extends ReactWidget {
     this.cluster = options.cluster;
     this.experiments.changed.connect(this._onChanged, this);
     this.cluster.changed.connect(this._onChanged, this);
+    this.comparing.changed.connect(this._onChanged, this);
     document.addEventListener('visibilitychange', this._onVisibility);
   }
 
   readonly experiments: ExperimentListModel;
   readonly cluster: ClusterModel;
+  /** The experiments ticked in the list to compare. */
+  readonly comparing = new CompareSelection();
 
   get tab(): SidebarTab {
     return this._tab;
@@ -85,6 +91,7 @@ export class DetHubSidebar extends ReactWidget {
     document.removeEventListener('visibilitychange', this._onVisibility);
     this.experiments.stop();
     this.cluster.stop();
+    this.comparing.dispose();
     super.dispose();
   }
 
@@ -146,6 +153,8 @@ export class DetHubSidebar extends ReactWidget {
               onAction={(experiment, action) => void options.onAction(experiment, action)}
               onPriority={experiment => void options.onPriority(experiment)}
               onOpenQuickstart={options.onOpenQuickstart}
+              comparing={this.comparing}
+              onCompare={options.onCompare}
               onRefresh={() => {
                 if (this._inSight('experiments')) {
                   this.experiments.restart();
