@@ -18,7 +18,7 @@ from traitlets import Bool, MetaHasTraits, Unicode
 from traitlets.config import LoggingConfigurable
 
 from det_hub.agents.slots import SlotInfo
-from det_hub.defaults import DEFAULT_RESOURCE_POOL
+from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
 
 #: ``argv[0]`` values that mean "the Python the agent's tasks run with".
 PYTHON_NAMES = ("python", "python3")
@@ -33,9 +33,21 @@ class LogLine:
 
 @dataclasses.dataclass(frozen=True)
 class ExitStatus:
+    """How a task ended.
+
+    Attributes:
+        exit_code: Its exit code; None where it has none (killed, lost, never started).
+        signal: The signal that killed it, by name.
+        reason: Why it ended, for people, where more is known than the code says.
+        resumable: Its agent's own scheduler took its resources back (Slurm requeued or
+            preempted its job): not the task's fault, so a trial resumes from its latest
+            checkpoint without counting a restart.
+    """
+
     exit_code: int | None
     signal: str | None = None
     reason: str | None = None
+    resumable: bool = False
 
     @property
     def success(self) -> bool:
@@ -84,6 +96,8 @@ class TaskSpec:
         slurm: the experiment's or task's ``slurm`` section (see
             :class:`~det_hub.config.slurm.SlurmConfig`) as a mapping; agents that do not submit
             to Slurm ignore it.
+        priority: its job's priority in det_hub's queue (1 most important .. 99 least), for
+            an agent whose own scheduler orders its tasks too (Slurm's ``--nice``).
     """
 
     allocation_id: str
@@ -96,6 +110,7 @@ class TaskSpec:
     run_as: tuple[int, int] | None = None
     owner_is_admin: bool = False
     slurm: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    priority: int = DEFAULT_PRIORITY
 
 
 class TaskHandle(abc.ABC):
@@ -115,6 +130,14 @@ class TaskHandle(abc.ABC):
         """Why the task waits in a queue of its agent's own before it runs (a Slurm job
         still pending), as last seen by :meth:`exit_status` or :meth:`alive`; None once it
         runs, and for agents that start tasks at once. Reads no more than what they saw."""
+        return None
+
+    @property
+    def stop_requested(self) -> str | None:
+        """Why the agent's own scheduler asked the running task to stop soon (Slurm: a
+        preemption, or its time limit near); the master then asks the task to checkpoint and
+        stop, as for a preemption of its own. None otherwise, and for agents that do not
+        say."""
         return None
 
     @abc.abstractmethod
@@ -213,6 +236,23 @@ class Agent(LoggingConfigurable, metaclass=_AgentMeta):
     @abc.abstractmethod
     def kill(self, handle: TaskHandle, *, force: bool = False) -> None:
         """Ask the task to stop (SIGTERM), or stop it now (``force``: SIGKILL)."""
+
+    def task_address(self, handle: TaskHandle) -> str:
+        """Where the master reaches what a running task serves (the host its proxy sends a
+        notebook's users to): the agent's :attr:`address` by default, for an agent whose tasks
+        run on its own host. An agent whose tasks run on hosts chosen elsewhere (Slurm's nodes)
+        asks that scheduler: never the task, whose word could point the proxy anywhere.
+
+        Raises:
+            LookupError: the task does not run where it can be reached.
+            AgentUnreachable: the agent's host does not answer.
+        """
+        return self.address
+
+    def set_priority(self, handle: TaskHandle, priority: int) -> None:
+        """The priority of a task's job changed while the task waits in the agent's own queue
+        (:attr:`TaskHandle.waiting`): pass it on, without waiting for an answer. Nothing by
+        default."""
 
     def isolation_warning(self) -> str | None:
         """What an admin should know about how this agent keeps tasks apart from the master

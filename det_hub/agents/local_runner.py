@@ -12,11 +12,14 @@ off. The runner stays outside the sandbox, as the master's account: the task can
 log or exit status.
 
     python -I -m det_hub.agents.local_runner --log LOG --exit-file EXIT --start START
-        [--go-fd N] [--pass-env NAME ...]
+        [--go-fd N] [--pass-env NAME ...] [--stop-file FILE]
 
 The Slurm agent's batch jobs run it too, as the job's user on its node
 (:mod:`det_hub.agents.slurm`); ``--pass-env`` hands the variables Slurm sets for the job
-(``SLURM_*``, the GPUs it gave) on to the task.
+(``SLURM_*``, the GPUs it gave) on to the task. There the runner is the batch step's first
+process, and Slurm signals the task's processes itself; a SIGTERM sent to the runner alone
+(``sbatch --signal=B:TERM@N``: its time limit is near, or it is preempted) is Slurm asking the
+task to stop soon, which ``--stop-file`` records for the master instead of passing it on.
 
 A task the agent prepared ahead of its start (``--go-fd``) is started the same way, but its
 interpreter waits inside the sandbox for the go the agent writes on ``N``
@@ -39,6 +42,8 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import IO, Any
+
+from det_hub.env_names import AGENT_ADDRESS_ENV
 
 
 def _log_line(log: IO[str], name: str, raw: bytes) -> None:
@@ -89,6 +94,22 @@ def _write_exit(path: str, status: dict[str, object]) -> None:
     os.replace(tmp, path)
 
 
+def _write_stop(path: str, name: str) -> None:
+    """Record that the task was asked to stop soon (written once; a repeat changes nothing)."""
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"t": time.time(), "signal": name}, f)
+
+
+def _not_started(log_path: str, exit_path: str, why: str) -> int:
+    """Record in the log and the exit status why the task was not started."""
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(json.dumps({"t": time.time(), "s": "system", "m": why}) + "\n")
+    _write_exit(exit_path, {"exit_code": 127, "signal": None, "reason": why})
+    return 127
+
+
 def _read_start(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         start = json.load(f)
@@ -133,9 +154,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
                         help="a variable of the runner's own environment the task gets too "
                         "(over the start file's); NAME* for every one starting with NAME")
+    parser.add_argument("--stop-file", help="on SIGTERM, write this file (the signal's name) "
+                        "instead of passing the signal on to the task")
+    parser.add_argument("--slurm-node-address", metavar="SCONTROL", help="give the task, as "
+                        f"{AGENT_ADDRESS_ENV}, the NodeAddr Slurm gives the node this runs on "
+                        "(SLURMD_NODENAME), asked with this scontrol")
     args = parser.parse_args(argv)
     start = _read_start(args.start)
     start["env"] = {**start["env"], **_passed(os.environ, args.pass_env)}
+    if args.slurm_node_address:
+        from det_hub.agents.slurm_node import this_node_address
+
+        try:
+            start["env"][AGENT_ADDRESS_ENV] = this_node_address(args.slurm_node_address)
+        except RuntimeError as e:
+            return _not_started(args.log, args.exit_file, f"cannot find this node's address "
+                                f"for the task to listen on: {e}")
     command: list[str] = list(start["command"])
     if start.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(start["cpus"]))
@@ -158,10 +192,10 @@ def main(argv: list[str] | None = None) -> int:
                                      # Files the task writes are its own, readable as usual.
                                      umask=0o022)
         except OSError as e:
-            why = f"cannot start {argv_full[0]!r}: {e.strerror}"
-            log.write(json.dumps({"t": time.time(), "s": "system", "m": why}) + "\n")
-            _write_exit(args.exit_file, {"exit_code": 127, "signal": None, "reason": why})
-            return 127
+            for fd in (env_w, why_r):
+                os.close(fd)
+            return _not_started(args.log, args.exit_file,
+                                f"cannot start {argv_full[0]!r}: {e.strerror}")
         finally:
             for fd in passed:
                 os.close(fd)
@@ -172,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
         def forward(signum: int, _frame: object) -> None:
             # The master signals the whole process group; forwarding covers a direct kill of
             # this runner too. The runner itself stays to record the exit status.
+            if args.stop_file and signum == signal.SIGTERM:
+                _write_stop(args.stop_file, signal.Signals(signum).name)
+                return
             try:
                 child.send_signal(signum)
             except ProcessLookupError:

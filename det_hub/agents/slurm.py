@@ -3,11 +3,16 @@
 A :class:`SlurmAgent` stands for one partition. Each task det_hub places on it becomes one batch
 job, submitted with ``sbatch --parsable`` as the task owner's linked Unix account (never as
 root), in a directory of its own on the filesystem the master and the nodes share
-(:attr:`SlurmAgent.job_root`). The job's only step is det_hub's task runner
+(:attr:`SlurmAgent.job_root`). The job's batch step is det_hub's task runner
 (:mod:`det_hub.agents.local_runner`, the local agent's): it starts
 :mod:`det_hub.exec.task_start` with the task's environment, writes every output line with its
 time and stream to ``task.log`` and the task's exit status to ``exit.json`` in that directory,
 where the master reads them as it reads a local task's.
+
+A task of N slots is one task on one node, except a trial whose command is one of det_hub's
+multi-node launchers (:func:`spreads_over_tasks`): that is one job of N tasks of one slot each,
+wherever Slurm puts them, and the runner's command is ``srun`` starting the launcher once per
+task (:mod:`det_hub.launch.slurm`), each task one node of a torch.distributed job.
 
 The agent's slots are what det_hub may have handed to Slurm at once; Slurm decides when each job
 runs. A job Slurm holds back is ``PENDING`` with Slurm's reason: its allocation stays
@@ -16,8 +21,19 @@ nothing unasked, so the agent asks ``squeue`` about all its jobs at once, at mos
 :attr:`~SlurmAgent.poll_interval` seconds; a job ``squeue`` has forgotten is looked up with
 ``scontrol`` and ``sacct``. The runner's exit status is the task's; a job that ended without
 one (cancelled before its task ran, its node lost, its time limit reached) ends with the
-reason Slurm gives, never as a success. Jobs are submitted with ``--no-requeue``: det_hub, not
-Slurm, restarts a failed trial, from its latest checkpoint, as ``max_restarts`` allows.
+reason Slurm gives, never as a success. det_hub, not Slurm, restarts a failed trial, from its
+latest checkpoint, as ``max_restarts`` allows.
+
+Slurm's own preemption, time limits and requeues are honoured. A job is asked with
+``--signal=B:TERM@N`` to be told, N seconds before its time limit (or when preempted, where the
+site sends that signal then), by a SIGTERM to its batch step alone; the runner records it
+(``stop.json``) and the master asks the task to checkpoint and stop as for its own preemption
+(:attr:`SlurmTaskHandle.stop_requested`); the trial then goes on in a new job. Jobs are
+submitted ``--requeue`` so that Slurm may requeue them (``scontrol requeue``, a preemption in
+REQUEUE mode, a lost node), but never run one twice: a job seen waiting again after it ran is
+cancelled, and its task ends as resumable (:attr:`ExitStatus.resumable`), to start again from
+its latest checkpoint in a new job, without counting a restart; the batch script of a rerun
+exits at once.
 
 The job ids live in the master's own directory (``state_dir``), never in a place the job's user
 can write; a restarted master finds its jobs there (:meth:`SlurmAgent.attach`), and every
@@ -54,6 +70,7 @@ from det_hub.agents._base import (
 )
 from det_hub.agents.local import LocalTaskHandle
 from det_hub.agents.slots import SlotInfo
+from det_hub.agents.slurm_node import node_address, scontrol_fields
 from det_hub.config.slurm import sbatch_arg_problems
 from det_hub.contract import CLUSTER_INFO_FILE
 from det_hub.env_names import DATA_CACHE_ENV
@@ -84,6 +101,16 @@ PASSED_VARIABLES = ("SLURM_*", "CUDA_VISIBLE_DEVICES", "GPU_DEVICE_ORDINAL")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 #: Where the Slurm commands are looked for when ``bin_dir`` is empty.
 COMMAND_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: The file the runner writes in the job's directory when Slurm asks the job to stop soon.
+STOP_FILE = "stop.json"
+#: Launchers that start a trial's workers on several nodes (``python -m NAME``): a multi-slot
+#: task whose command is one of them is one Slurm job of one task per slot.
+SPREAD_LAUNCHERS = frozenset({
+    "det_hub.launch.torch_distributed", "det_hub.launch.deepspeed",
+    "determined.launch.torch_distributed", "determined.launch.deepspeed"})
+#: Seconds a task's failed exit status waits for Slurm to say how its job ended (a job being
+#: requeued shows as such only once its processes are gone, after Slurm's KillWait).
+ENDING_SECONDS = 90.0
 
 
 # ------------------------------------------------------------------------------- pure helpers
@@ -94,7 +121,8 @@ class SlurmJob:
     """A Slurm job as ``squeue``, ``scontrol`` or ``sacct`` describe it.
 
     ``state`` is Slurm's base state (``PENDING``, ``RUNNING``, ``CANCELLED``, ...); ``UNKNOWN``
-    for a job none of them knows any more. ``exit_code`` is ``code:signal`` where known.
+    for a job none of them knows any more. ``exit_code`` is ``code:signal`` where known;
+    ``restarts`` how often Slurm requeued it, where known (``scontrol``).
     """
 
     job_id: str
@@ -102,6 +130,7 @@ class SlurmJob:
     reason: str = ""
     nodes: str = ""
     exit_code: str = ""
+    restarts: int = 0
 
     @property
     def waiting(self) -> bool:
@@ -131,16 +160,13 @@ def parse_squeue(text: str) -> dict[str, SlurmJob]:
 
 def parse_scontrol_job(text: str) -> SlurmJob | None:
     """The job in ``scontrol --oneliner show job ID`` output (``Key=value`` pairs), or None."""
-    fields: dict[str, str] = {}
-    for word in text.split():
-        key, sep, value = word.partition("=")
-        if sep and key not in fields:
-            fields[key] = value
+    fields = scontrol_fields(text)
     if "JobId" not in fields or "JobState" not in fields:
         return None
+    restarts = fields.get("Restarts", "0")
     return SlurmJob(fields["JobId"], _base_state(fields["JobState"]),
                     fields.get("Reason", ""), fields.get("NodeList", ""),
-                    fields.get("ExitCode", ""))
+                    fields.get("ExitCode", ""), int(restarts) if restarts.isdigit() else 0)
 
 
 def parse_sacct(text: str, job_id: str) -> SlurmJob | None:
@@ -202,7 +228,8 @@ def exit_status_from_job(job: SlurmJob, where: str) -> ExitStatus:
     detail = f" with exit code {code}" if code else ""
     if sig:
         detail += f", signal {sig}"
-    return ExitStatus(code or None, sig, reason=f"Slurm job {job.job_id} {what}{detail}")
+    return ExitStatus(code or None, sig, reason=f"Slurm job {job.job_id} {what}{detail}",
+                      resumable=job.state == "PREEMPTED")
 
 
 def with_slurm_reason(status: ExitStatus, job: SlurmJob | None) -> ExitStatus:
@@ -213,27 +240,74 @@ def with_slurm_reason(status: ExitStatus, job: SlurmJob | None) -> ExitStatus:
         return status
     slurm = f"Slurm job {job.job_id} {ENDED_STATES[job.state]}"
     return dataclasses.replace(status, reason=f"{status.reason}; {slurm}" if status.reason
-                               else slurm)
+                               else slurm, resumable=job.state == "PREEMPTED")
+
+
+def requeued_status(job_id: str, own: ExitStatus | None) -> ExitStatus:
+    """How a task whose job Slurm requeued ended: resumable, with its own exit where it left
+    one (killed by Slurm's signal, as a rule)."""
+    return ExitStatus(own.exit_code if own else None, own.signal if own else None,
+                      reason=f"Slurm requeued job {job_id}; det_hub cancelled it there and "
+                             "starts the task again in a new job", resumable=True)
+
+
+def nice_for_priority(priority: int, nice_per_priority: int) -> int:
+    """The Slurm ``--nice`` of a job of det_hub priority ``priority`` (1 most important .. 99
+    least): ``nice_per_priority`` per step below the most important, so that det_hub's order
+    holds in Slurm's queue too. Never negative: only Slurm's operators may give that."""
+    return max(0, (priority - 1) * nice_per_priority)
+
+
+def spreads_over_tasks(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` starts one of :data:`SPREAD_LAUNCHERS` (``python -m NAME ...``)."""
+    head = list(argv[:3])
+    return "-m" in head[:2] and head.index("-m") + 1 < len(head) \
+        and head[head.index("-m") + 1] in SPREAD_LAUNCHERS
 
 
 def sbatch_argv(*, sbatch: str, job_name: str, job_dir: str, script: str, slots: int,
                 slot_type: str, cpus_per_slot: int, gres: str = "gpu",
                 gpu_type: str | None = None, partition: str = "", account: str = "",
-                qos: str = "", pool_args: Sequence[str] = (),
+                qos: str = "", spread: bool = False, slots_per_node: int | None = None,
+                stop_signal_seconds: int = 0, nice: int = 0, pool_args: Sequence[str] = (),
                 job_args: Sequence[str] = ()) -> list[str]:
-    """The ``sbatch`` command that submits one task of ``slots`` slots as one job: one task on
-    one node, with ``cpus_per_slot`` CPUs per slot and, for GPU slots, one GRES ``gres`` (of
-    ``gpu_type`` when given) per slot. The pool's options come after det_hub's, the
-    experiment's last, so that theirs win where Slurm takes the last of an option.
+    """The ``sbatch`` command that submits one task of ``slots`` slots as one job.
+
+    By default one task on one node, with ``cpus_per_slot`` CPUs per slot and, for GPU slots,
+    one GRES ``gres`` (of ``gpu_type`` when given) per slot. ``spread``: one task per slot,
+    with ``cpus_per_slot`` CPUs and one GPU each (``--gpus-per-task``), on the nodes Slurm
+    picks (``slots_per_node`` of them on each, when given). ``stop_signal_seconds``: SIGTERM to
+    the batch step that long before the time limit; ``nice``: ``--nice``. The pool's options
+    come after det_hub's, the experiment's last, so that theirs win where Slurm takes the last
+    of an option.
 
     Pure: nothing here runs a command, so how a job is asked for is testable without Slurm.
+
+    Raises:
+        ValueError: GPU slots of a GRES other than ``gpu`` spread over tasks
+            (``--gpus-per-task`` asks for GRES ``gpu``).
     """
     argv = [sbatch, "--parsable", f"--job-name={job_name}", f"--output={job_dir}/slurm.out",
-            f"--chdir={job_dir}", "--no-requeue", "--nodes=1", "--ntasks=1",
-            f"--cpus-per-task={max(1, cpus_per_slot) * slots}"]
-    if slot_type == "cuda":
-        kind = f"{gres}:{gpu_type}" if gpu_type else gres
-        argv.append(f"--gres={kind}:{slots}")
+            f"--chdir={job_dir}", "--requeue"]
+    cpus = max(1, cpus_per_slot)
+    if spread:
+        argv += [f"--ntasks={slots}", f"--cpus-per-task={cpus}"]
+        if slots_per_node:
+            argv.append(f"--ntasks-per-node={slots_per_node}")
+        if slot_type == "cuda":
+            if gres != "gpu":
+                raise ValueError(f"a job of one task per slot asks for its GPUs with "
+                                 f"--gpus-per-task, which is GRES 'gpu', not {gres!r}")
+            argv.append(f"--gpus-per-task={gpu_type + ':' if gpu_type else ''}1")
+    else:
+        argv += ["--nodes=1", "--ntasks=1", f"--cpus-per-task={cpus * slots}"]
+        if slot_type == "cuda":
+            kind = f"{gres}:{gpu_type}" if gpu_type else gres
+            argv.append(f"--gres={kind}:{slots}")
+    if stop_signal_seconds > 0:
+        argv.append(f"--signal=B:TERM@{stop_signal_seconds}")
+    if nice > 0:
+        argv.append(f"--nice={nice}")
     for option, value in (("--partition", partition), ("--account", account),
                           ("--qos", qos)):
         if value:
@@ -241,16 +315,24 @@ def sbatch_argv(*, sbatch: str, job_name: str, job_dir: str, script: str, slots:
     return [*argv, *pool_args, *job_args, script]
 
 
-def job_script(python: str, job_dir: str) -> str:
-    """The batch script: the task's runner as the job's one process (see the module's
-    docstring)."""
+def job_script(python: str, job_dir: str, scontrol: str) -> str:
+    """The batch script: the task's runner as the batch step's process (see the module's
+    docstring), unless Slurm requeued the job and runs it again. The runner gives the task
+    its node's address (``NodeAddr``, asked with ``scontrol`` on the node), where a proxied
+    task listens."""
     runner = [python, "-I", "-m", "det_hub.agents.local_runner", "--log",
               f"{job_dir}/task.log", "--exit-file", f"{job_dir}/exit.json", "--start",
-              f"{job_dir}/start.json"]
+              f"{job_dir}/start.json", "--stop-file", f"{job_dir}/{STOP_FILE}",
+              "--slurm-node-address", scontrol]
     for name in PASSED_VARIABLES:
         runner += ["--pass-env", name]
     return ("#!/bin/sh\n"
             "# A det_hub task: its runner writes the task's log and exit status beside this.\n"
+            'if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then\n'
+            "  echo 'det_hub: Slurm requeued this job; det_hub starts its task again in a new"
+            " job instead' >&2\n"
+            "  exit 1\n"
+            "fi\n"
             f"exec {shlex.join(runner)}\n")
 
 
@@ -294,8 +376,15 @@ class SlurmTaskHandle(TaskHandle):
         self._files = LocalTaskHandle(allocation_id, job_dir, None, log_offset)
         self._status: ExitStatus | None = None
         self._waiting: str | None = None
+        self._stop: str | None = None
+        #: The ``--nice`` the job was last given.
+        self.nice = 0
+        #: Whether the job has run: seen running, or Slurm counts a requeue of it.
+        self.ran = False
         #: When the job was first seen ended without the runner's exit status (monotonic).
         self._ended_at: float | None = None
+        #: When the runner's failed exit status was first seen (monotonic).
+        self._failed_at: float | None = None
 
     def __repr__(self) -> str:
         return f"SlurmTaskHandle({self.allocation_id!r}, job {self.job_id})"
@@ -312,6 +401,20 @@ class SlurmTaskHandle(TaskHandle):
     def waiting(self) -> str | None:
         return self._waiting
 
+    @property
+    def stop_requested(self) -> str | None:
+        """Why Slurm asked the running job to stop soon, once the runner recorded its
+        SIGTERM (see the module's docstring)."""
+        if self._stop is None and self._status is None:
+            try:
+                sig = json.loads((self.job_dir / STOP_FILE).read_text()).get("signal")
+            except (OSError, ValueError, AttributeError):
+                return None
+            self._stop = (f"Slurm asked job {self.job_id} to stop soon ({sig} to its batch "
+                          "step: it is preempted, or its time limit is near); the task is "
+                          "asked to checkpoint and stop, and goes on in a new job")
+        return self._stop
+
     def read_logs(self) -> list[LogLine]:
         return self._files.read_logs()
 
@@ -327,10 +430,21 @@ class SlurmTaskHandle(TaskHandle):
             return self._status
         job = self._agent.job(self.job_id)
         own = self._files.exit_status()
+        if own is not None and not own.success and not job.ended and not job.waiting:
+            # Killed: ask Slurm now whether it did it (scancel, a time limit, a requeue).
+            job = self._agent.job(self.job_id, fresh=True)
+            now = time.monotonic()
+            self._failed_at = self._failed_at or now
+            if not job.ended and not job.waiting and now - self._failed_at < ENDING_SECONDS:
+                return None  # Slurm is still ending it: how, it says once it has
+        self.ran = self.ran or own is not None or not (job.waiting or job.ended)
+        if job.waiting and self.ran:
+            # Requeued by Slurm: it must not run again under this allocation.
+            self._agent.kill(self, force=True)
+            self._status = requeued_status(self.job_id, own)
+            self._waiting = None
+            return self._status
         if own is not None:
-            if not own.success and not job.ended:
-                # Killed: ask Slurm now whether it did it (scancel, a time limit).
-                job = self._agent.job(self.job_id, fresh=True)
             self._status = with_slurm_reason(own, job)
             self._waiting = None
             if job.nodes:
@@ -414,6 +528,15 @@ class SlurmAgent(Agent):
         before the controller is taken not to answer.""")
     environment = List(Unicode(), config=True, help="""`NAME=value` variables every task gets
         (an experiment's own environment_variables win).""")
+    stop_signal_seconds = Integer(120, min=0, config=True, help="""Seconds before a job's time
+        limit at which Slurm tells its batch step to stop (sbatch --signal=B:TERM@N; Slurm may
+        send it up to a minute early): a trial then checkpoints, stops and goes on in a new
+        job. Where the site's PreemptParameters include send_user_signal, a preempted job is
+        told the same way. 0: not told; the job is killed at its time limit.""")
+    nice_per_priority = Integer(1, min=0, config=True, help="""Slurm nice per step of det_hub
+        priority: a job of priority P (1 most important .. 99 least) is submitted with
+        --nice=(P-1)*N, and a change of its priority while it waits in Slurm's queue changes
+        its Nice (scontrol update). Never negative, as Slurm allows any user. 0: no --nice.""")
 
     def __init__(self, state_dir: Path, *, private_paths: Sequence[str | Path] = (),
                  **kwargs: Any) -> None:
@@ -644,9 +767,11 @@ class SlurmAgent(Agent):
                     "host_path) or an object store")
         return None
 
-    def task_environment(self, spec: TaskSpec, job_dir: Path) -> dict[str, str]:
+    def task_environment(self, spec: TaskSpec, job_dir: Path,
+                         spread: bool = False) -> dict[str, str]:
         """The task's environment: its own, with its home, its temporary directory and its
-        Python; never the master's. Slurm's variables are added on the node by the runner."""
+        Python; never the master's. Slurm's variables are added on the node by the runner.
+        ``spread``: one Slurm task per slot, each with its own CPUs."""
         env: dict[str, str] = {"LANG": "C.UTF-8"}
         env.update(v.split("=", 1) for v in self.environment)  # type: ignore[misc]
         env.update(spec.env)
@@ -664,7 +789,8 @@ class SlurmAgent(Agent):
                 p for p in (str(site_dir), env.get("PYTHONPATH", "")) if p)
         if self.slot_type == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
-            env["OMP_NUM_THREADS"] = str(self.cpus_per_slot * max(1, len(spec.slot_ids)))
+            slots = 1 if spread else max(1, len(spec.slot_ids))
+            env["OMP_NUM_THREADS"] = str(self.cpus_per_slot * slots)
         return env
 
     def launch(self, spec: TaskSpec) -> SlurmTaskHandle:
@@ -688,14 +814,18 @@ class SlurmAgent(Agent):
             raise ValueError(f"allocation {spec.allocation_id}: a Slurm job needs at least "
                              "one slot")
         root = self.job_dir(spec.allocation_id)
-        self._lay_out(spec, root, user)
+        spread = len(spec.slot_ids) > 1 and spreads_over_tasks(spec.argv)
         argv = sbatch_argv(
             sbatch=self._command("sbatch"), job_name=f"det-hub-{spec.allocation_id}",
             job_dir=str(root), script=str(root / "job.sh"), slots=len(spec.slot_ids),
             slot_type=self.slot_type, cpus_per_slot=self.cpus_per_slot, gres=self.gres,
             gpu_type=spec.slurm.get("gpu_type"), partition=self.partition,
-            account=self.account, qos=self.qos, pool_args=list(self.sbatch_args),
-            job_args=job_args)
+            account=self.account, qos=self.qos, spread=spread,
+            slots_per_node=spec.slurm.get("slots_per_node"),
+            stop_signal_seconds=self.stop_signal_seconds,
+            nice=nice_for_priority(spec.priority, self.nice_per_priority),
+            pool_args=list(self.sbatch_args), job_args=job_args)
+        self._lay_out(spec, root, user, spread)
         try:
             done = self.run_command(os.path.basename(argv[0]), *argv[1:], user=user,
                                     cwd=str(root))
@@ -710,6 +840,7 @@ class SlurmAgent(Agent):
         _write_private(self.state_dir / f"{spec.allocation_id}.json",
                        json.dumps(record).encode(), replace=True)
         handle = SlurmTaskHandle(self, spec.allocation_id, job_id, root, user)
+        handle.nice = nice_for_priority(spec.priority, self.nice_per_priority)
         where = f"partition {self.partition}" if self.partition else "the default partition"
         handle._waiting = f"Slurm job {job_id} was submitted to {where}"
         with self._lock:
@@ -718,10 +849,12 @@ class SlurmAgent(Agent):
                       spec.allocation_id, job_id, shlex.join(argv))
         return handle
 
-    def _lay_out(self, spec: TaskSpec, root: Path, user: tuple[int, int] | None) -> None:
+    def _lay_out(self, spec: TaskSpec, root: Path, user: tuple[int, int] | None,
+                 spread: bool) -> None:
         """The job's directory: its working directory, home and temporary directory, the
         context, its files, the runner's start file and the batch script, owned by the job's
-        user (0700: no one else's)."""
+        user (0700: no one else's). ``spread``: the command runs once per Slurm task, through
+        ``srun`` (:mod:`det_hub.launch.slurm`)."""
         for level in (Path(self.job_root), root.parent):
             if not level.is_dir():
                 level.mkdir(parents=True)
@@ -742,14 +875,22 @@ class SlurmAgent(Agent):
         argv = list(spec.argv)
         if argv and argv[0] in PYTHON_NAMES:
             argv[0] = self.python
+        if spread:
+            options = [f"--ntasks={len(spec.slot_ids)}", f"--cpus-per-task={self.cpus_per_slot}",
+                       "--kill-on-bad-exit=1"]
+            if self.slot_type == "cuda":
+                options.append("--gpus-per-task=1")
+            argv = [self.python, "-m", "det_hub.launch.slurm", "--srun", self._command("srun"),
+                    *options, "--", *argv]
         entry = [self.python, "-I", "-m", "det_hub.exec.task_start"]
         if spec.context:
             entry += ["--context", str(root / "context.tar"), "--into", str(root / "run")]
-        start = {"argv": entry, "command": argv, "env": self.task_environment(spec, root),
+        start = {"argv": entry, "command": argv,
+                 "env": self.task_environment(spec, root, spread),
                  "cwd": str(root / "run"), "sandboxed": False, "cpus": []}
         owned.append(_write_private(root / "start.json", json.dumps(start).encode()))
-        owned.append(_write_private(root / "job.sh", job_script(self.python, str(root)).encode(),
-                                    mode=0o500))
+        script = job_script(self.python, str(root), self._command("scontrol"))
+        owned.append(_write_private(root / "job.sh", script.encode(), mode=0o500))
         if user is not None:
             for path in owned:
                 os.chown(path, *user)
@@ -771,6 +912,10 @@ class SlurmAgent(Agent):
                                  self.job_dir(allocation_id),
                                  tuple(run_as) if run_as else None,
                                  log_offset=log_offset)
+        # A job that waits may be one Slurm requeued while the master was away.
+        done = self.run_command("scontrol", "--oneliner", "show", "job", handle.job_id)
+        job = parse_scontrol_job(done.stdout) if done.returncode == 0 else None
+        handle.ran = job is not None and job.restarts > 0
         handle.exit_status()  # what Slurm says of it now: waiting, running or ended
         return handle
 
@@ -780,20 +925,67 @@ class SlurmAgent(Agent):
         as the job's user, beside the caller."""
         assert isinstance(handle, SlurmTaskHandle)
         if handle.waiting is not None or force:
-            args = [handle.job_id]
+            self._beside(handle, "scancel", handle.job_id)
         else:
-            args = ["--full", "--signal=TERM", handle.job_id]
+            self._beside(handle, "scancel", "--full", "--signal=TERM", handle.job_id)
 
-        def cancel() -> None:
+    def task_address(self, handle: TaskHandle) -> str:
+        """The address of the node Slurm runs the task's job on, from Slurm alone: the
+        ``NodeAddr`` of the job's batch host (its first node, where the runner and a proxied
+        task's server run; the runner binds the task to the same ``NodeAddr``).
+
+        Raises:
+            LookupError: the job does not run, or Slurm names no address for its node.
+            AgentUnreachable: the controller does not answer.
+        """
+        assert isinstance(handle, SlurmTaskHandle)
+        done = self.run_command("scontrol", "--oneliner", "show", "job", handle.job_id)
+        if done.returncode != 0:
+            if self._unreachable(done):
+                raise AgentUnreachable(f"scontrol failed: {done.stderr.strip()[-300:]}")
+            raise LookupError(f"Slurm job {handle.job_id} of allocation {handle.allocation_id}"
+                              f": {done.stderr.strip()[-300:]}")
+        fields = scontrol_fields(done.stdout)
+        state = _base_state(fields.get("JobState", "UNKNOWN"))
+        if state != "RUNNING":
+            raise LookupError(f"Slurm job {handle.job_id} of allocation {handle.allocation_id} "
+                              f"is {state}, not running: it has no node to reach")
+        node = fields.get("BatchHost", "")
+        if not node or node == "(null)":
+            listed = self.run_command("scontrol", "show", "hostnames", fields.get("NodeList", ""))
+            node = (listed.stdout.split() or [""])[0] if listed.returncode == 0 else ""
+        if not node:
+            raise LookupError(f"Slurm names no node for running job {handle.job_id}")
+        try:
+            return node_address(self._command("scontrol"), node, self._environment(),
+                                self.command_timeout)
+        except RuntimeError as e:
+            raise LookupError(str(e)) from None
+
+    def set_priority(self, handle: TaskHandle, priority: int) -> None:
+        """Give a job that waits in Slurm's queue the ``Nice`` of its new priority
+        (``scontrol update``, as the job's user, beside the caller)."""
+        assert isinstance(handle, SlurmTaskHandle)
+        nice = nice_for_priority(priority, self.nice_per_priority)
+        if handle.waiting is None or nice == handle.nice or not self.nice_per_priority:
+            return
+        handle.nice = nice
+        self._beside(handle, "scontrol", "update", f"JobId={handle.job_id}", f"Nice={nice}")
+
+    def _beside(self, handle: SlurmTaskHandle, name: str, *args: str) -> None:
+        """Run a Slurm command about a job as its user, in a thread of its own: the caller
+        does not wait; a failure is logged."""
+
+        def run() -> None:
             try:
-                done = self.run_command("scancel", *args, user=handle.run_as)
+                done = self.run_command(name, *args, user=handle.run_as)
             except AgentUnreachable as e:
-                self.log.warning("could not cancel Slurm job %s: %s", handle.job_id, e)
+                self.log.warning("%s %s: %s", name, " ".join(args), e)
                 return
             if done.returncode != 0:
-                self.log.warning("scancel %s: %s", " ".join(args), done.stderr.strip()[-300:])
+                self.log.warning("%s %s: %s", name, " ".join(args), done.stderr.strip()[-300:])
 
-        threading.Thread(target=cancel, name=f"scancel-{handle.job_id}", daemon=True).start()
+        threading.Thread(target=run, name=f"{name}-{handle.job_id}", daemon=True).start()
 
     def reap(self, handle: TaskHandle) -> None:
         """Stop watching a finished job."""
@@ -822,18 +1014,22 @@ def _write_private(path: Path, data: bytes, *, mode: int = 0o600, replace: bool 
 
 __all__ = [
     "ENDED_STATES",
+    "SPREAD_LAUNCHERS",
     "WAITING_STATES",
     "SlurmAgent",
     "SlurmJob",
     "SlurmTaskHandle",
     "exit_status_from_job",
     "job_script",
+    "nice_for_priority",
     "parse_job_id",
     "parse_sacct",
     "parse_scontrol_job",
     "parse_squeue",
     "partition_slots",
+    "requeued_status",
     "sbatch_argv",
+    "spreads_over_tasks",
     "waiting_text",
     "with_slurm_reason",
 ]

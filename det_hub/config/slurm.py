@@ -10,8 +10,9 @@ from det_hub.config._errors import Problem
 from det_hub.config._model import ConfigModel
 
 #: ``sbatch`` options det_hub sets on every job itself: where the job's output goes, its name,
-#: its working directory and environment, who runs it, its shape and whether Slurm restarts it
-#: (det_hub does, from the trial's checkpoint). Short forms map to their long names.
+#: its working directory and environment, who runs it, its shape, whether Slurm restarts it
+#: (det_hub does, from the trial's checkpoint), how Slurm tells it to stop and its priority.
+#: Short forms map to their long names.
 RESERVED_SBATCH_OPTIONS = {
     "--output": "--output", "-o": "--output", "--error": "--error", "-e": "--error",
     "--job-name": "--job-name", "-J": "--job-name", "--chdir": "--chdir", "-D": "--chdir",
@@ -21,6 +22,7 @@ RESERVED_SBATCH_OPTIONS = {
     "--no-requeue": "--no-requeue", "--ntasks": "--ntasks", "-n": "--ntasks",
     "--nodes": "--nodes", "-N": "--nodes", "--ntasks-per-node": "--ntasks-per-node",
     "--wait": "--wait", "-W": "--wait", "--input": "--input", "-i": "--input",
+    "--signal": "--signal", "--nice": "--nice",
 }
 
 
@@ -48,8 +50,9 @@ class SlurmConfig(ConfigModel):
             ``--mem=16G``, ``--constraint=a100``), after the pool's own; none of
             :data:`RESERVED_SBATCH_OPTIONS`.
         gpu_type: The GPU type its GPU slots must be (``--gres=gpu:TYPE:N``).
-        slots_per_node: Accepted for Determined's configs; a trial's slots are one job on one
-            node for now.
+        slots_per_node: How many of a trial's tasks Slurm puts on one node
+            (``--ntasks-per-node``) where its slots are one task each (a multi-slot trial
+            started by a distributed launcher); Slurm's choice when not given.
     """
 
     sbatch_args: list[str] = []

@@ -574,8 +574,19 @@ class Cluster:
         return None
 
     def set_job(self, job: Job) -> None:
-        """Add a job to the queue, or change its settings."""
+        """Add a job to the queue, or change its settings; its tasks that wait in their
+        agents' own queue (Slurm's) get its priority there too."""
         self.jobs[job.id] = job
+        for alloc in self.allocations:
+            if alloc.spec.job_id != job.id or alloc.waiting is None:
+                continue
+            for node in alloc.nodes:
+                if node.handle is not None:
+                    try:
+                        self.agents[node.agent_id].set_priority(node.handle, job.priority)
+                    except AgentUnreachable:
+                        log.warning("cannot change the priority of allocation %s on agent %s: "
+                                    "it does not answer", alloc.id, node.agent_id)
         self._wake.set()
         self.changes.publish()
 
@@ -953,10 +964,12 @@ class Cluster:
                 CHIEF_ADDR_ENV: addrs[0],
                 CHIEF_PORT_ENV: str(rendezvous_port(alloc.id)),
             })
+        job = self.jobs.get(spec.job_id)
         return TaskSpec(alloc.id, spec.argv, env, spec.context, node.slot_ids,
                         {CLUSTER_INFO_FILE: json.dumps(info, indent=2)}, container,
                         run_as=spec.run_as, owner_is_admin=spec.owner_is_admin,
-                        slurm=spec.slurm)
+                        slurm=spec.slurm,
+                        priority=job.priority if job is not None else DEFAULT_PRIORITY)
 
     async def finish(self, alloc: Allocation, status: ExitStatus) -> None:
         """An allocation has ended: it is closed, its end and last log lines are stored, its

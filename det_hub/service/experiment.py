@@ -423,9 +423,11 @@ class ExperimentRun:
                 await self._close_trial(trial, T.ERROR)
             elif state == T.STOPPING_COMPLETED:
                 await self._close_trial(trial, T.COMPLETED)
-            elif alloc.timed_out:
-                # Killed for not stopping within the preemption timeout: not the trial's fault.
-                await trial_system_log(self.store, trial, f"the trial resumes "
+            elif alloc.timed_out or status.resumable:
+                # Killed for not stopping within the preemption timeout, or its agent's own
+                # scheduler took the slots back (Slurm requeued its job): not the trial's fault.
+                why = f"{status.reason}; " if status.resumable and status.reason else ""
+                await trial_system_log(self.store, trial, f"{why}the trial resumes "
                                        f"{_resume_point(trial)} when it gets slots again")
                 if state == T.ACTIVE and self.state == E.ACTIVE:
                     await self._request(trial)

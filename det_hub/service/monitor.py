@@ -172,6 +172,10 @@ class AllocationMonitor:
             if status is not None:
                 await self._ship_logs(alloc, handle)
                 node.status = status
+            elif handle.stop_requested and not alloc.killed:
+                # Its agent's scheduler wants the slots back soon: checkpoint and stop, as
+                # for a preemption of the master's own (once; preempt() ignores a repeat).
+                await self.cluster.preempt(alloc, handle.stop_requested)
         except AgentUnreachable:
             if node.agent_id not in self.cluster.unreachable:
                 self.cluster.unreachable[node.agent_id] = time.monotonic()

@@ -23,12 +23,15 @@ from det_hub.agents.slurm import (
     SlurmTaskHandle,
     exit_status_from_job,
     job_script,
+    nice_for_priority,
     parse_job_id,
     parse_sacct,
     parse_scontrol_job,
     parse_squeue,
     partition_slots,
+    requeued_status,
     sbatch_argv,
+    spreads_over_tasks,
     waiting_text,
     with_slurm_reason,
 )
@@ -54,8 +57,8 @@ def test_squeue_lines_are_read_by_job() -> None:
 
 def test_scontrol_and_sacct_answers() -> None:
     text = ("JobId=7 JobName=det-hub-1.ab UserId=nobody(65534) JobState=TIMEOUT Reason=TimeLimit "
-            "Dependency=(null) ExitCode=0:15 NodeList=n2 BatchHost=n2")
-    assert parse_scontrol_job(text) == SlurmJob("7", "TIMEOUT", "TimeLimit", "n2", "0:15")
+            "Dependency=(null) Requeue=1 Restarts=2 ExitCode=0:15 NodeList=n2 BatchHost=n2")
+    assert parse_scontrol_job(text) == SlurmJob("7", "TIMEOUT", "TimeLimit", "n2", "0:15", 2)
     assert parse_scontrol_job("slurm_load_jobs error: Invalid job id specified") is None
     assert parse_sacct("7|CANCELLED by 1000|0:15|n1\n7.batch|CANCELLED|0:15|n1\n", "7") == \
         SlurmJob("7", "CANCELLED", "", "n1", "0:15")
@@ -98,6 +101,14 @@ def test_slurm_states_read_as_reasons() -> None:
         ExitStatus(-15, "SIGTERM", "Slurm job 9 was cancelled (scancel)")
     assert with_slurm_reason(ExitStatus(0), SlurmJob("9", "CANCELLED")) == ExitStatus(0)
     assert with_slurm_reason(killed, SlurmJob("9", "RUNNING")) == killed
+    # Slurm's preemption, or its requeue, takes the slots back: the task resumes later.
+    assert with_slurm_reason(killed, SlurmJob("9", "PREEMPTED")) == \
+        ExitStatus(-15, "SIGTERM", "Slurm job 9 was preempted by Slurm", resumable=True)
+    assert exit_status_from_job(SlurmJob("9", "PREEMPTED"), "/j/exit.json").resumable
+    assert not exit_status_from_job(SlurmJob("9", "NODE_FAIL"), "/j/exit.json").resumable
+    requeued = requeued_status("9", killed)
+    assert (requeued.exit_code, requeued.signal, requeued.resumable) == (-15, "SIGTERM", True)
+    assert requeued.reason is not None and requeued.reason.startswith("Slurm requeued job 9")
 
 
 def test_the_sbatch_command() -> None:
@@ -106,22 +117,60 @@ def test_the_sbatch_command() -> None:
                        gpu_type="a100", partition="gpu", account="ml", qos="high",
                        pool_args=["--time=60"], job_args=["--time=30", "--mem=8G"])
     assert argv == ["sbatch", "--parsable", "--job-name=det-hub-1.a", "--output=/j/1.a/slurm.out",
-                    "--chdir=/j/1.a", "--no-requeue", "--nodes=1", "--ntasks=1",
+                    "--chdir=/j/1.a", "--requeue", "--nodes=1", "--ntasks=1",
                     "--cpus-per-task=8", "--gres=gpu:a100:2", "--partition=gpu",
                     "--account=ml", "--qos=high", "--time=60", "--time=30", "--mem=8G",
                     "/j/1.a/job.sh"]
     cpu = sbatch_argv(sbatch="sbatch", job_name="n", job_dir="/j", script="/j/job.sh", slots=3,
                       slot_type="cpu", cpus_per_slot=2)
     assert "--cpus-per-task=6" in cpu
-    assert not any(a.startswith(("--gres", "--partition", "--account", "--qos")) for a in cpu)
+    assert not any(a.startswith(("--gres", "--partition", "--account", "--qos", "--signal",
+                                 "--nice")) for a in cpu)
+
+
+def test_priority_is_slurms_nice() -> None:
+    # det_hub's most important priority is no nice at all; less important ones give way.
+    assert [nice_for_priority(p, 1) for p in (1, 2, 42, 99)] == [0, 1, 41, 98]
+    assert [nice_for_priority(p, 100) for p in (1, 42)] == [0, 4100]
+    assert nice_for_priority(42, 0) == 0
+    assert nice_for_priority(0, 5) == 0  # never negative: only Slurm's operators may
+    argv = sbatch_argv(sbatch="sbatch", job_name="n", job_dir="/j", script="/j/job.sh", slots=1,
+                       slot_type="cpu", cpus_per_slot=1, nice=41)
+    assert argv[-2:] == ["--nice=41", "/j/job.sh"]
+
+
+def test_a_distributed_trial_is_one_task_per_slot() -> None:
+    spread = sbatch_argv(sbatch="sbatch", job_name="n", job_dir="/j", script="/j/job.sh",
+                         slots=4, slot_type="cuda", cpus_per_slot=8, gpu_type="a100",
+                         spread=True, slots_per_node=2, stop_signal_seconds=120)
+    assert spread[6:] == ["--ntasks=4", "--cpus-per-task=8", "--ntasks-per-node=2",
+                          "--gpus-per-task=a100:1", "--signal=B:TERM@120", "/j/job.sh"]
+    assert not any(a.startswith(("--nodes", "--gres")) for a in spread)
+    cpu = sbatch_argv(sbatch="sbatch", job_name="n", job_dir="/j", script="/j/job.sh",
+                      slots=2, slot_type="cpu", cpus_per_slot=1, spread=True)
+    assert cpu[6:] == ["--ntasks=2", "--cpus-per-task=1", "/j/job.sh"]
+    with pytest.raises(ValueError, match="GRES 'gpu', not 'mygpu'"):
+        sbatch_argv(sbatch="sbatch", job_name="n", job_dir="/j", script="/j/job.sh", slots=2,
+                    slot_type="cuda", cpus_per_slot=1, gres="mygpu", spread=True)
+    # Which commands are spread: det_hub's (and Determined's) multi-node launchers only.
+    assert spreads_over_tasks(["python3", "-m", "det_hub.launch.torch_distributed", "--", "x"])
+    assert spreads_over_tasks(["python", "-m", "determined.launch.deepspeed", "train.py"])
+    assert not spreads_over_tasks(["python3", "-m", "det_hub.launch.horovod", "train.py"])
+    assert not spreads_over_tasks(["python3", "train.py", "-m",
+                                   "det_hub.launch.torch_distributed"])
+    assert not spreads_over_tasks(["python3", "-m"])
 
 
 def test_the_batch_script_runs_the_runner() -> None:
-    script = job_script("/opt/py 3/bin/python", "/j/1.a")
+    script = job_script("/opt/py 3/bin/python", "/j/1.a", "/usr/bin/scontrol")
     assert script.startswith("#!/bin/sh\n")
+    # The runner gives the task its node's NodeAddr, looked up on the node.
     assert ("exec '/opt/py 3/bin/python' -I -m det_hub.agents.local_runner --log /j/1.a/task.log "
-            "--exit-file /j/1.a/exit.json --start /j/1.a/start.json --pass-env 'SLURM_*' "
+            "--exit-file /j/1.a/exit.json --start /j/1.a/start.json --stop-file "
+            "/j/1.a/stop.json --slurm-node-address /usr/bin/scontrol --pass-env 'SLURM_*' "
             "--pass-env CUDA_VISIBLE_DEVICES --pass-env GPU_DEVICE_ORDINAL\n") in script
+    # A job Slurm requeued and runs again does not run its task a second time.
+    assert script.index("SLURM_RESTART_COUNT") < script.index("exec ")
 
 
 def test_slots_of_a_partition() -> None:
@@ -253,3 +302,138 @@ def test_what_is_refused(make_agent: AgentFactory, tmp_path: Path) -> None:
     assert not agent.job_dir("4.d").exists()
     with pytest.raises(ValueError, match="job_root is required"):
         make_agent(job_root="")
+
+
+def wait_running(handle: SlurmTaskHandle, timeout: float = 120.0) -> None:
+    """Until the job runs and its task has written a line (the runner is in place)."""
+    deadline = time.monotonic() + timeout
+    while handle.waiting is not None or not (handle.job_dir / "task.log").stat().st_size:
+        assert handle.exit_status() is None, handle.read_logs()
+        assert time.monotonic() < deadline, f"{handle} did not run within {timeout} s"
+        time.sleep(0.2)
+
+
+#: A torch.distributed worker: where it runs, and the sum of all ranks over gloo.
+GLOO_SUM = ("import os, torch, torch.distributed as dist; dist.init_process_group('gloo'); "
+            "t = torch.tensor([float(dist.get_rank())]); dist.all_reduce(t); "
+            "print(os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['SLURMD_NODENAME'], "
+            "os.environ['MASTER_ADDR'], os.environ['OMP_NUM_THREADS'], t.item(), flush=True); "
+            "dist.destroy_process_group()")
+
+
+def test_a_distributed_task_is_one_job_of_one_task_per_slot(make_agent: AgentFactory) -> None:
+    agent = make_agent()
+    info = {"master_url": "http://127.0.0.1:9", "allocation_id": "5.a", "task_id": "trial-1",
+            "slot_ids": [0, 1]}
+    handle = agent.launch(TaskSpec(
+        "5.a", ["python3", "-m", "det_hub.launch.torch_distributed", "--", "python3", "-c",
+                GLOO_SUM],
+        {"DET_HUB_CLUSTER_INFO": agent.file_path("5.a", CLUSTER_INFO_FILE)}, None, [0, 1],
+        {CLUSTER_INFO_FILE: json.dumps(info)}, run_as=NOBODY))
+    status = wait_end(handle, timeout=180)
+    lines = sorted(line.message for line in handle.read_logs())
+    assert status == ExitStatus(0, None, None), lines
+    # One worker on each one-CPU node (one thread each), ranks 0 and 1 of 2, met at
+    # 127.0.0.1: 0 + 1 = 1.
+    fields = [line.split() for line in lines]
+    assert [f[:3] + f[4:] for f in fields] == [
+        ["[rank=0]", "0", "2", "127.0.0.1", "1", "1.0"],
+        ["[rank=1]", "1", "2", "127.0.0.1", "1", "1.0"]]
+    assert sorted(f[3] for f in fields) == ["n1", "n2"]
+    # Each task read a cluster-info file of its own slot.
+    for rank in (0, 1):
+        own = json.loads((handle.job_dir / "tmp" / f"cluster-info.{rank}.json").read_text())
+        assert (own["slot_ids"], own["container_rank"]) == ([rank], rank)
+
+
+def test_a_sigterm_to_the_batch_step_asks_the_task_to_stop(make_agent: AgentFactory) -> None:
+    agent = make_agent()
+    handle = agent.launch(spec("6.a", "import time\nfor i in range(600):\n"
+                                      "    print('tick', i, flush=True); time.sleep(0.2)"))
+    wait_running(handle)
+    assert handle.stop_requested is None
+    # What Slurm does near the time limit (sbatch --signal=B:TERM@N), or on a preemption.
+    done = agent.run_command("scancel", "--batch", "--signal=TERM", handle.job_id)
+    assert done.returncode == 0, done.stderr
+    deadline = time.monotonic() + 30
+    while handle.stop_requested is None:
+        assert time.monotonic() < deadline, "the runner did not record the signal"
+        time.sleep(0.2)
+    assert handle.stop_requested.startswith(f"Slurm asked job {handle.job_id} to stop soon "
+                                            "(SIGTERM to its batch step")
+    # The task itself was not signalled: it goes on until asked through the master.
+    handle.read_logs()
+    time.sleep(1.0)
+    assert handle.exit_status() is None and handle.read_logs()
+    agent.kill(handle)
+    assert wait_end(handle) == ExitStatus(-15, "SIGTERM", None)
+
+
+def test_a_job_slurm_requeues_ends_resumable_and_never_runs_again(
+        make_agent: AgentFactory) -> None:
+    agent = make_agent()
+    handle = agent.launch(spec("7.a", "import time; print('run', flush=True); time.sleep(300)"))
+    wait_running(handle)
+    done = agent.run_command("scontrol", "requeue", handle.job_id)
+    assert done.returncode == 0, done.stderr
+    status = wait_end(handle, timeout=90)
+    assert status.resumable and status.signal == "SIGTERM", status
+    assert status.reason is not None and \
+        status.reason.startswith(f"Slurm requeued job {handle.job_id}")
+    # Cancelled in Slurm's queue rather than run a second time.
+    deadline = time.monotonic() + 30
+    while True:
+        shown = agent.run_command("scontrol", "--oneliner", "show", "job", handle.job_id).stdout
+        if "JobState=CANCELLED" in shown:
+            break
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+    assert [line.message for line in handle.read_logs()] == ["run"]
+
+
+def nice_of(agent: SlurmAgent, job_id: str) -> int:
+    shown = agent.run_command("scontrol", "--oneliner", "show", "job", job_id).stdout
+    job = parse_scontrol_job(shown)
+    assert job is not None and job.waiting, shown
+    [nice] = [int(w.split("=", 1)[1]) for w in shown.split() if w.startswith("Nice=")]
+    return nice
+
+
+def test_a_waiting_jobs_priority_is_its_nice(make_agent: AgentFactory) -> None:
+    agent = make_agent()
+    # Held back an hour by its own sbatch option: it waits in Slurm's queue for the test.
+    handle = agent.launch(spec("8.a", "pass", priority=60,
+                               slurm={"sbatch_args": ["--begin=now+3600"]}))
+    assert nice_of(agent, handle.job_id) == 59
+    agent.set_priority(handle, 10)  # runs beside the caller, as the job's user
+    deadline = time.monotonic() + 30
+    while nice_of(agent, handle.job_id) != 9:
+        assert time.monotonic() < deadline, "scontrol update did not change its Nice"
+        time.sleep(0.2)
+    agent.kill(handle)
+    assert not wait_end(handle).success
+
+
+def test_a_job_listens_on_its_nodes_address_and_the_agent_names_it(
+        make_agent: AgentFactory) -> None:
+    # The pool's own address is not where its jobs run: both sides ask Slurm for the node's.
+    agent = make_agent(address="login-node.invalid")
+    task = TaskSpec("6.a", ["python3", "-c", "import os, time; print(os.environ["
+                            "'DET_HUB_AGENT_ADDRESS'], os.environ['SLURM_JOB_NODELIST'], "
+                            "flush=True); time.sleep(60)"],
+                    {"DET_HUB_AGENT_ADDRESS": "login-node.invalid"}, None, [0],
+                    {CLUSTER_INFO_FILE: "{}"}, run_as=NOBODY)
+    handle = agent.launch(task)
+    with pytest.raises(LookupError, match=f"Slurm job {handle.job_id} of allocation 6.a is"):
+        agent.task_address(handle)  # not running yet: no node
+    deadline = time.monotonic() + 60
+    lines: list[str] = []
+    while not lines:
+        assert handle.exit_status() is None and time.monotonic() < deadline
+        lines = [line.message for line in handle.read_logs()]
+        time.sleep(0.2)
+    address, node = lines[0].split()
+    assert node in ("n1", "n2") and address == "127.0.0.1"  # the test nodes' NodeAddr
+    assert agent.task_address(handle) == "127.0.0.1"
+    agent.kill(handle)
+    assert wait_end(handle).signal == "SIGTERM"

@@ -1,9 +1,12 @@
 """A resource pool on a Slurm partition, through a real master and the private test Slurm of
 ``scripts/test-services.sh start`` (a controller and two nodes of one CPU each).
 
-Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial complete; a job
-cancelled with ``scancel`` restarts its trial from its checkpoint; a restarted master adopts a
-running job; and work Slurm holds back shows Slurm's reason in the job queue. Without that
+Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial complete; a
+two-slot torch.distributed trial is one job of two tasks, one on each node; a job cancelled with
+``scancel`` restarts its trial from its checkpoint; a job Slurm asks to stop (SIGTERM to its
+batch step) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice
+in Slurm's queue; a restarted master adopts a running job; and work Slurm holds back shows
+Slurm's reason in the job queue. Without that
 Slurm the tests are skipped, except in CI, where they fail.
 """
 
@@ -19,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 
 from det_hub.testing import MasterProcess
 
@@ -28,6 +32,7 @@ pytestmark = pytest.mark.slow
 
 POOL = "hpc"
 TRIAL_DEFS = REPO / "tests" / "pytorch" / "pytorch_trial_defs.py"
+DIST = Path(__file__).parent / "contexts" / "multi_host"
 _SUBMITTED = re.compile(r"waiting: Slurm job (\d+) was submitted")
 
 
@@ -224,3 +229,169 @@ def test_work_slurm_holds_back_shows_slurms_reason_in_the_queue(
     finally:
         master.stop()
         cancel_jobs(master, slurm)
+
+
+def slurm_command(slurm: dict[str, str], *argv: str) -> str:
+    done = subprocess.run(argv, env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]},
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr}"
+    return done.stdout
+
+
+def test_a_two_slot_trial_is_one_slurm_job_of_two_tasks(master: MasterProcess,
+                                                         shared: Path) -> None:
+    config = steps_config("dist", length=1)
+    config["entrypoint"] = "python3 -m det_hub.launch.torch_distributed -- python3 train.py"
+    config["resources"] = {"slots_per_trial": 2}
+    eid = master.create_ok(on_slurm(config, shared), context=DIST)
+    exp = master.wait_state(eid, timeout=240)
+    [trial] = master.trials(eid)
+    logs = master.logs(trial["id"])
+    assert exp["state"] == "COMPLETED", logs[-30:]
+    [job] = slurm_jobs(master, trial["id"])
+    assert f"started: Slurm job {job} on n[1-2]" in logs, logs
+    lines = [line for line in master.get_logs(trial["id"]) if " sum " in line["message"]]
+    assert sorted(line["rank"] for line in lines) == [0, 1]
+    for line in lines:
+        rank = line["rank"]
+        # Each rank is a node of its own (a Slurm task), and the all-reduce saw both: 0 + 1.
+        assert re.fullmatch(rf"rank {rank} of 2 on node {rank} in container \w+ agent {rank} "
+                            r"host \S+ sum 1", line["message"]), line
+    validation = master.get(f"/trials/{trial['id']}/metrics?group=validation")["metrics"]
+    assert [(m["steps_completed"], m["metrics"]["validation_loss"]) for m in validation] == \
+        [(1, 0.5)], "the chief reports, once"
+    [checkpoint] = master.get(f"/experiments/{eid}/checkpoints")["checkpoints"]
+    assert sorted(checkpoint["resources"]) == ["metadata.json", "rank0.txt", "rank1.txt"]
+
+
+def resumes_once_in_a_new_job(master: MasterProcess, eid: int, trial_id: int,
+                              first_job: str) -> list[str]:
+    """The trial completed without a restart counted, in a second job that went on from its
+    checkpoint, every metric stored once; its log."""
+    exp = master.wait_state(eid, timeout=240)
+    trial = master.get(f"/trials/{trial_id}")["trial"]
+    logs = master.logs(trial_id)
+    assert exp["state"] == "COMPLETED", logs[-30:]
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 60
+    first, second = slurm_jobs(master, trial_id)
+    assert first == first_job and second != first_job
+    resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
+    assert len(resumed) == 1 and resumed[0] >= 10, logs
+    assert logs.count("done") == 1
+    steps = [p["steps_completed"] for p in
+             master.get(f"/trials/{trial_id}/metrics?group=training")["metrics"]]
+    assert steps == list(range(5, 61, 5)), "every report stored once"
+    return logs
+
+
+def test_a_job_slurm_asks_to_stop_checkpoints_and_goes_on_in_a_new_job(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    eid = master.create_ok(on_slurm(steps_config(length=60, sleep=0.15, checkpoint_every=10),
+                                    shared))
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["steps_completed"] >= 10,
+                timeout=120)
+    [job] = slurm_jobs(master, trial_id)
+    # What Slurm does near the job's time limit (--signal=B:TERM@N), or when it preempts it.
+    slurm_command(slurm, "scancel", "--batch", "--signal=TERM", job)
+    logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
+    assert any(line.startswith(f"Slurm asked job {job} to stop soon (SIGTERM")
+               for line in logs), logs
+    preempted = [int(line.split()[-1]) for line in logs if line.startswith("preempted at")]
+    resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
+    assert preempted == resumed, "it stopped at a checkpoint of its own and went on from it"
+
+
+def test_a_job_slurm_requeues_goes_on_from_its_checkpoint_in_a_new_job(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    eid = master.create_ok(on_slurm(steps_config(length=60, sleep=0.15, checkpoint_every=10),
+                                    shared))
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: any(line.startswith("checkpoint ") and line.endswith(" at 20")
+                            for line in master.logs(trial_id)), timeout=120)
+    [job] = slurm_jobs(master, trial_id)
+    slurm_command(slurm, "scontrol", "requeue", job)
+    logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
+    assert any(line.startswith(f"Slurm requeued job {job}; det_hub cancelled it there")
+               and "the trial resumes from checkpoint" in line for line in logs), logs
+    shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
+    assert "JobState=CANCELLED" in shown and "Restarts=1" in shown, shown
+
+
+def test_a_jobs_priority_is_its_nice_while_it_waits_in_slurms_queue(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    config = on_slurm(steps_config(length=5), shared)
+    config["resources"]["priority"] = 50
+    config["slurm"] = {"sbatch_args": ["--begin=now+3600"]}  # waits in Slurm's queue
+    eid = master.create_ok(config)
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    job = master.wait(lambda: (slurm_jobs(master, trial_id) or [None])[0], timeout=60)
+
+    def nice() -> int:
+        shown = slurm_command(slurm, "squeue", "--noheader", f"--jobs={job}", "--format=%T|%y")
+        assert shown.split("|")[0] == "PENDING", shown
+        return int(shown.split("|")[1])
+
+    assert nice() == 49
+    r = master.api("PATCH", f"/jobs/exp-{eid}", json={"priority": 5})
+    assert r.status_code == 200, r.text
+    master.wait(lambda: nice() == 4, timeout=30)
+    assert master.api("POST", f"/experiments/{eid}/kill").status_code == 200
+    assert master.wait_state(eid, timeout=60)["state"] == "CANCELED"
+
+
+def task_jobs(master: MasterProcess) -> set[str]:
+    """The Slurm jobs of the tasks the master ran on the pool (their kept ids)."""
+    return {str(json.loads(record.read_text())["job_id"])
+            for record in (master.data_dir / "slurm" / POOL).glob("*.json")}
+
+
+def job_state(slurm: dict[str, str], job_id: str) -> str:
+    text = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job_id)
+    return re.search(r"JobState=(\S+)", text).group(1)  # type: ignore[union-attr]
+
+
+def test_a_notebook_and_a_shell_run_as_slurm_jobs_behind_the_masters_proxy(
+        master: MasterProcess, slurm: dict[str, str], tmp_path: Path) -> None:
+    from .test_proxied_tasks import execute, started_url, wait_state
+
+    on_pool = ("--config", f"resources.resource_pool={POOL}")
+    url = started_url(master, master.cli("notebook", "start", "--no-browser", *on_pool))
+    [notebook] = master.get("/notebooks")["notebooks"]
+    nid = notebook["id"]
+    [job] = task_jobs(master)
+    state, node = slurm_command(slurm, "squeue", "--noheader", f"--jobs={job}",
+                                "--format=%T|%N").strip().split("|")
+    assert state == "RUNNING" and node in ("n1", "n2")
+
+    # Through the master's proxy to the node Slurm picked (NodeAddr 127.0.0.1 here), where the
+    # job's user runs JupyterLab and its kernels.
+    browser = requests.Session()
+    page = browser.get(url, timeout=30)
+    assert page.status_code == 200 and "JupyterLab" in page.text, page.text[:500]
+    base = f"{master.url}/proxy/{nid}"
+    assert requests.get(f"{base}/api/status", timeout=10).status_code == 401
+    kernel = browser.post(f"{base}/api/kernels", json={"name": "python3"}, timeout=60)
+    assert kernel.status_code == 201, kernel.text
+    cookie = f"det_hub_task_{nid}={browser.cookies.get(f'det_hub_task_{nid}')}"
+    out = execute(f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel.json()['id']}/channels",
+                  cookie, "import os; print(os.getuid(), os.environ['SLURM_JOB_ID'])")
+    assert any(m["msg_type"] == "stream" and m["content"]["text"] == f"65534 {job}\n"
+               for m in out), out
+
+    # Killing the notebook ends its Slurm job.
+    master.cli("notebook", "kill", str(nid), check=True)
+    ended = wait_state(master, "notebook", nid, "TERMINATED", timeout=90)
+    assert ended["exit_reason"] == "killed by its owner or an admin"
+    assert job_state(slurm, job) in ("COMPLETED", "CANCELLED", "FAILED")
+    assert requests.get(url, timeout=10).status_code in (404, 503)
+
+    # A shell: SSH through the master to its job's node.
+    first = master.cli("shell", "start", *on_pool, "echo $SLURM_JOB_ID $(id -u); exit 3")
+    assert first.returncode == 3, first.stdout + first.stderr
+    [shell] = master.get("/shells")["shells"]
+    [shell_job] = task_jobs(master) - {job}
+    assert first.stdout.split() == [shell_job, "65534"]
+    master.cli("shell", "kill", str(shell["id"]), check=True)
+    wait_state(master, "shell", shell["id"], "TERMINATED", timeout=90)
+    assert job_state(slurm, shell_job) in ("COMPLETED", "CANCELLED", "FAILED")

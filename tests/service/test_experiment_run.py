@@ -107,14 +107,16 @@ class FakeHost:
         await run.on_run_state(trial.id, AllocationState.RUNNING)
 
     async def exit(self, run: ExperimentRun, trial: Trial, exit_code: int | None = 0, *,
-                   timed_out: bool = False) -> None:
+                   timed_out: bool = False, resumable: str | None = None) -> None:
         """The trial's allocation ends with ``exit_code`` (None: killed by a signal);
-        ``timed_out``: killed for not stopping within the preemption timeout."""
+        ``timed_out``: killed for not stopping within the preemption timeout; ``resumable``:
+        why its agent's own scheduler took the slots back (a Slurm requeue)."""
         alloc = self.open.pop(trial.id)
         alloc.state = AllocationState.TERMINATED
         if timed_out:
             alloc.killed = alloc.timed_out = True
-        status = ExitStatus(exit_code, signal="SIGKILL" if exit_code is None else None)
+        status = ExitStatus(exit_code, signal="SIGKILL" if exit_code is None else None,
+                            reason=resumable, resumable=resumable is not None)
         await run.on_allocation_exit(alloc, status)
 
 
@@ -631,7 +633,7 @@ async def test_an_experiment_created_paused_creates_its_trials_when_activated(
 
 async def test_a_preempted_trial_resumes_when_it_gets_slots_again(
         store: Store, host: FakeHost) -> None:
-    run = await new_run(store, host, config())
+    run = await new_run(store, host, config(max_restarts=0))
     [trial] = run.trials.values()
     await host.start(run, trial)
     # The scheduler makes room for another job: it preempts the allocation itself.
@@ -650,6 +652,16 @@ async def test_a_preempted_trial_resumes_when_it_gets_slots_again(
     assert await messages(store, trial) == [
         f"the trial resumes from checkpoint {uuid_} when it gets slots again"]
     assert run.state == E.ACTIVE and host.ended == []
+
+    # Killed by its agent's own scheduler (Slurm requeued its job): no restart is counted,
+    # though max_restarts is 0.
+    await host.start(run, trial)
+    await host.exit(run, trial, None, resumable="Slurm requeued job 12")
+    assert (trial.state, trial.run_state, trial.restarts) == ("ACTIVE", "QUEUED", 0)
+    assert host.launches(trial.id) == 4
+    assert (await messages(store, trial))[-1] == (
+        f"Slurm requeued job 12; the trial resumes from checkpoint {uuid_} when it gets slots "
+        "again")
 
 
 # --- kill, cancel --------------------------------------------------------------------------

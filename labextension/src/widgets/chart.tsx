@@ -144,3 +144,33 @@ export function resizeCharts(host: HTMLElement): void {
     });
   });
 }
+
+/** A "Metrics" heading with a menu of the metric names, over the chart of the chosen one. */
+export function MetricSection(props: {
+  metric: string | null;
+  names: string[];
+  onPick: (name: string) => void;
+  traces: ITrace[];
+  empty?: string;
+}): JSX.Element {
+  return (
+    <>
+      <h2>
+        Metrics{' '}
+        <select
+          className="jp-DetHub-metricSelect"
+          aria-label="Metric"
+          value={props.metric ?? ''}
+          onChange={event => props.onPick(event.target.value)}
+        >
+          {props.names.map(name => (
+            <option key={name} value={name}>
+              {name}
+            </option>
+          ))}
+        </select>
+      </h2>
+      <MetricChart metric={props.metric} traces={props.traces} empty={props.empty} />
+    </>
+  );
+}

@@ -13,10 +13,11 @@ import { DetHubClient } from '../api/client';
 import { ITrial } from '../api/types';
 import { CompareModel } from '../model/compare';
 import { formatMetric } from '../model/experiments';
-import { flattenHparams, hparamColumns, hparamsText, shortValue } from '../model/hparams';
+import { hparamColumns, hparamsText } from '../model/hparams';
 import { defaultMetric, ITrace } from '../model/series';
-import { MetricChart, resizeCharts } from './chart';
+import { MetricSection, resizeCharts } from './chart';
 import { StateBadge } from './common';
+import { HparamCells } from './trialTable';
 
 export interface ICompareViewOptions {
   client: DetHubClient;
@@ -95,26 +96,13 @@ export class CompareView extends ReactWidget {
               <ComparedTable model={model} onOpen={this._options.onOpen} />
             </section>
             <section className="jp-DetHub-section">
-              <h2>
-                Metrics{' '}
-                <select
-                  className="jp-DetHub-metricSelect"
-                  aria-label="Metric"
-                  value={metric ?? ''}
-                  onChange={event => {
-                    this._metric = event.target.value;
-                    this.update();
-                  }}
-                >
-                  {names.map(name => (
-                    <option key={name} value={name}>
-                      {name}
-                    </option>
-                  ))}
-                </select>
-              </h2>
-              <MetricChart
+              <MetricSection
                 metric={metric}
+                names={names}
+                onPick={name => {
+                  this._metric = name;
+                  this.update();
+                }}
                 traces={this._traces(metric)}
                 empty="None of these trials has reported this metric."
               />
@@ -224,23 +212,13 @@ function ComparedTable(props: {
 
 function BestCells(props: { trial: ITrial; columns: string[] }): JSX.Element {
   const { trial, columns } = props;
-  const flat = flattenHparams(trial.hparams);
   return (
     <>
       <td className="jp-DetHub-number jp-DetHub-metric">
         {formatMetric(trial.searcher_metric_value)}
       </td>
       <td className="jp-DetHub-number">{trial.id}</td>
-      {columns.map(name => (
-        <td
-          key={name}
-          className="jp-DetHub-hparam"
-          data-name={name}
-          title={JSON.stringify(flat[name] ?? null)}
-        >
-          {shortValue(flat[name] ?? null)}
-        </td>
-      ))}
+      <HparamCells hparams={trial.hparams} columns={columns} />
       <td className="jp-DetHub-number">{trial.steps_completed}</td>
     </>
   );

@@ -29,7 +29,7 @@ import { versionLabel } from '../model/registry';
 import { defaultMetric, ITrace } from '../model/series';
 import { trialColours } from '../model/trialColours';
 import { drawnTraces, TrialTable } from '../model/trialTable';
-import { MetricChart, resizeCharts } from './chart';
+import { MetricSection, resizeCharts } from './chart';
 import { formatBytes, formatTime, Progress, StateBadge } from './common';
 import { SearchSection } from './searchView';
 import { TrialTableSection } from './trialTable';
@@ -151,26 +151,13 @@ export class ExperimentView extends ReactWidget {
         {model.error ? <p className="jp-DetHub-error">{model.error}</p> : null}
 
         <section className="jp-DetHub-section">
-          <h2>
-            Metrics{' '}
-            <select
-              className="jp-DetHub-metricSelect"
-              aria-label="Metric"
-              value={metric ?? ''}
-              onChange={event => {
-                this._metric = event.target.value;
-                this.update();
-              }}
-            >
-              {names.map(name => (
-                <option key={name} value={name}>
-                  {name}
-                </option>
-              ))}
-            </select>
-          </h2>
-          <MetricChart
+          <MetricSection
             metric={metric}
+            names={names}
+            onPick={name => {
+              this._metric = name;
+              this.update();
+            }}
             traces={this._traces(metric)}
             empty={
               this.table.ticked.size

@@ -146,7 +146,6 @@ export function TrialTableSection(props: ITrialTableProps): JSX.Element {
             </thead>
             <tbody>
               {rows.map(trial => {
-                const flat = flattenHparams(trial.hparams);
                 const colour = colours.get(trial.id);
                 return (
                   <tr
@@ -172,16 +171,7 @@ export function TrialTableSection(props: ITrialTableProps): JSX.Element {
                     <td>
                       <StateBadge state={trial.state} runState={trial.run_state} />
                     </td>
-                    {columns.map(name => (
-                      <td
-                        key={name}
-                        className="jp-DetHub-hparam"
-                        data-name={name}
-                        title={JSON.stringify(flat[name] ?? null)}
-                      >
-                        {shortValue(flat[name] ?? null)}
-                      </td>
-                    ))}
+                    <HparamCells hparams={trial.hparams} columns={columns} />
                     <td className="jp-DetHub-number">{trial.steps_completed}</td>
                     <td>
                       <Progress value={trial.progress} />
@@ -203,5 +193,27 @@ export function TrialTableSection(props: ITrialTableProps): JSX.Element {
         </>
       )}
     </section>
+  );
+}
+
+/** A trial's cells under the hyperparameter columns: each value short, in full on hover. */
+export function HparamCells(props: {
+  hparams: Record<string, unknown>;
+  columns: string[];
+}): JSX.Element {
+  const flat = flattenHparams(props.hparams);
+  return (
+    <>
+      {props.columns.map(name => (
+        <td
+          key={name}
+          className="jp-DetHub-hparam"
+          data-name={name}
+          title={JSON.stringify(flat[name] ?? null)}
+        >
+          {shortValue(flat[name] ?? null)}
+        </td>
+      ))}
+    </>
   );
 }
