@@ -5,10 +5,10 @@ training and validation curves and a checkpoint) runs to its end on ``det-hub up
 (JupyterHub with the master as its service, the local agent). Headless Chromium
 (``bench/page_load.mjs``, playwright-core) signs in at the hub and loads the experiment's page
 ``--loads`` times cold (a fresh browser, nothing cached) and as many times warm (Plotly.js
-cached from before). Each load is timed from the navigation's start to its first contentful
-paint (the page's text and tables), to its metric charts drawn, and, the search view scrolled
-into sight right after, to its parallel coordinates and hyperparameter charts drawn and the
-importance listed. Prints the median and worst of each, and the bytes the first cold load
+cached from before). Each load is timed from the navigation's start to its HTML served, to
+its first contentful paint (the page's text and tables), to its metric charts drawn, and, the
+search view scrolled into sight right after, to its parallel coordinates and hyperparameter
+charts drawn and the importance listed. Prints the median and worst of each, and the bytes the first cold load
 moved per resource.
 
     python bench/page_load.py [--trials 16] [--loads 5]
@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> None:
         loads = result[kind]
         assert isinstance(loads, list)
         figures = []
-        for part, label in (("painted", "text and tables painted"),
+        for part, label in (("served", "HTML served"),
+                            ("painted", "text and tables painted"),
                             ("charts", "metric charts drawn"),
                             ("search", "search view drawn, scrolled to at once")):
             values = [float(load[part]) / 1000 for load in loads]
