@@ -22,6 +22,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _setup import running_master, script_context, single_config  # noqa: E402
@@ -40,12 +41,13 @@ AGENTS = {
 }
 
 
-def time_one(master: MasterProcess, ctx: Path,
-             timeout: float = 120.0) -> tuple[float | None, float]:
+def time_one(master: MasterProcess, ctx: Path, timeout: float = 120.0,
+             config: dict[str, Any] | None = None) -> tuple[float | None, float]:
     """Seconds from create to RUNNING (None when the poll missed it) and to the first
-    stored metric, for one experiment; waits for it to end."""
+    stored metric, for one experiment (``config``, by default a single trial anywhere);
+    waits for it to end."""
     t0 = time.perf_counter()
-    eid = master.create_ok(single_config("first-metric"), context=ctx)
+    eid = master.create_ok(config or single_config("first-metric"), context=ctx)
     running: float | None = None
     trial_id: int | None = None
     deadline = time.monotonic() + timeout

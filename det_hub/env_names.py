@@ -35,8 +35,9 @@ ALLOCATION_TOKEN_ENV = "DET_HUB_ALLOCATION_TOKEN"
 #: The path of the allocation's ``cluster_info.json``. Set by the cluster; read by the Core
 #: API, ``det_hub.pytorch.init`` and the distributed launchers.
 CLUSTER_INFO_ENV = "DET_HUB_CLUSTER_INFO"
-#: The address the master reaches the task's agent at. Set by the cluster; read by the
-#: notebook, shell and TensorBoard tasks, whose servers listen there.
+#: The address the master reaches the task's agent at. Set by the cluster (on a Slurm pool, by
+#: the job's runner: its node's ``NodeAddr``); read by the notebook, shell, TensorBoard and hub
+#: server tasks, whose servers listen there.
 AGENT_ADDRESS_ENV = "DET_HUB_AGENT_ADDRESS"
 #: The owner's data cache on the host (default ``~/.cache/det_hub/data``). Set by the cluster
 #: for local tasks, or by the user; read by ``det_hub.data``.

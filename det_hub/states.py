@@ -84,7 +84,8 @@ class TaskType(str, enum.Enum):
     """What a non-experiment task is. Notebooks, shells and TensorBoards serve something
     (a Jupyter server, an SSH server, a TensorBoard) that users reach through the master's
     proxy; a command only runs. A hub server is a user's JupyterHub notebook server that
-    DetSpawner starts: the task holds its slots, and the spawner runs the container on them."""
+    DetSpawner starts: the task holds its slots and the spawner runs the container on them, or
+    (given a command, as on a Slurm pool) the task runs the server itself."""
 
     COMMAND = "COMMAND"
     NOTEBOOK = "NOTEBOOK"

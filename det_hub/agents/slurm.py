@@ -439,6 +439,10 @@ class SlurmTaskHandle(TaskHandle):
                 return None  # Slurm is still ending it: how, it says once it has
         self.ran = self.ran or own is not None or not (job.waiting or job.ended)
         if job.waiting and self.ran:
+            # What says it waits may be older than its run: a job that started and ended
+            # between two looks at the queue. Only Slurm's answer now tells a requeue.
+            job = self._agent.job(self.job_id, fresh=True)
+        if job.waiting and self.ran:
             # Requeued by Slurm: it must not run again under this allocation.
             self._agent.kill(self, force=True)
             self._status = requeued_status(self.job_id, own)

@@ -616,6 +616,8 @@ class Task:
     public_key: str | None = None
     #: Where a running hub server's slots are (its owner and admins only).
     placement: dict[str, Any] | None = None
+    #: ``host:port`` of a hub server the master runs, once it answers (its owner and admins).
+    server_address: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -652,6 +654,7 @@ class Task:
             config=_dict(data.get("config")),
             public_key=_opt_str(data.get("public_key")),
             placement=_dict(data.get("placement")) or None,
+            server_address=_opt_str(data.get("server_address")),
             raw=data,
         )
 

@@ -167,8 +167,15 @@ class Launcher:
                 "task_id": task_job_id(task), "task_type": task.type,
                 "container_addrs": ["127.0.0.1"]}
         container = container_spec(config)
+        server = (task.details or {}).get("command") if kind is TaskType.HUB_SERVER else None
         if isinstance(config, CommandConfig):
             argv = config.argv()
+        elif server:
+            # The hub's single-user server, run here (a Slurm job on a Slurm pool): the hub's
+            # environment for it under the master's own variables, which the wrapper needs.
+            argv = ["python3", "-m", "det_hub.exec.hub_server", "--", *server]
+            env = {**json.loads(task.secret or "{}"), **env}
+            env[TASK_NUMBER_ENV] = str(task.id)
         elif kind.reserves_only:
             argv = []
         else:
@@ -196,7 +203,7 @@ class Launcher:
             slots=config.resources.slots, argv=argv, env=env, cluster_info=info,
             context=await self.store.get_task_context(task.id), job_id=task_job_id(task),
             container=container, slurm=slurm_options(config),
-            reserve_only=kind.reserves_only,
+            reserve_only=kind.reserves_only and not server,
             # A hub server's idleness is the hub's to judge (its idle culler stops it).
             idle_timeout=None if kind.reserves_only else config.idle_timeout_seconds,
             idle_means="no output" if kind is TaskType.COMMAND

@@ -6,9 +6,11 @@ asks the cluster for one allocation, and ends when that allocation's process exi
 it never runs again. Every change of a task's state goes through :meth:`TaskManager._set_state`,
 which checks it against :data:`det_hub.states.TASK_TRANSITIONS` and stores it.
 
-A proxied task (a notebook, shell or TensorBoard) serves something on a port of its agent's
-address; once it answers there it says so (:meth:`TaskManager.ready`), and the master's proxy
-sends its users' traffic to that address.
+A proxied task (a notebook, shell or TensorBoard) serves something on a port of the host it
+runs on (its agent's address; on a Slurm pool, its job's node); once it answers there it says
+which port (:meth:`TaskManager.ready`), and the master's proxy sends its users' traffic to that
+port of the host its agent names (:meth:`det_hub.agents.Agent.task_address`), never to a host
+the task names.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ import json
 import logging
 import secrets
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
+from det_hub.agents import AgentUnreachable
 from det_hub.agents.slots import slot_resources
 from det_hub.archive import ContextLimits
 from det_hub.config import (
@@ -39,7 +42,14 @@ from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
 from det_hub.service.bus import AllocationExited, AllocationStateChanged, EventBus
 from det_hub.service.cluster import Allocation, Cluster, Job
 from det_hub.service.context import read_config, read_context
-from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound, NotReady
+from det_hub.service.errors import (
+    BadRequest,
+    Conflict,
+    Forbidden,
+    NotFound,
+    NotReady,
+    Unavailable,
+)
 from det_hub.service.serialize import task_json
 from det_hub.states import AllocationState, TaskState, TaskType, check_task_transition
 from det_hub.storage import remote_tensorboard, tensorboard_dir
@@ -229,17 +239,33 @@ class TaskManager:
             return task
 
     async def _mark_ready(self, alloc: Allocation, port: int) -> Task:
-        """A proxied task's server answers on ``port`` of its agent's address: the proxy may
-        send traffic there from now on.
+        """A proxied task's server answers on ``port`` of the host its agent says the task
+        runs on (:meth:`~det_hub.agents.Agent.task_address`; the task names only the port):
+        the proxy may send traffic there from now on.
 
         Raises:
             KeyError: The allocation's task has ended.
+            Conflict: The agent cannot say where the task runs.
+            Unavailable: The agent does not answer now.
         """
+        if not alloc.nodes or alloc.spec.task_id not in self.live:
+            raise KeyError(alloc.spec.task_id)
+        node = alloc.nodes[0]
+        agent = self.cluster.agents[node.agent_id]
+        try:
+            host = agent.address if node.handle is None else \
+                await asyncio.to_thread(agent.task_address, node.handle)
+        except AgentUnreachable as e:
+            raise Unavailable(f"agent {agent.agent_id} does not answer, so where allocation "
+                              f"{alloc.id} runs is unknown: {e}", retry_after=2) from None
+        except LookupError as e:
+            raise Conflict(f"agent {agent.agent_id} cannot say where allocation {alloc.id} "
+                           f"runs: {e}") from None
         async with self.lock:
             task = self.live.get(alloc.spec.task_id or -1)
-            if task is None or not alloc.nodes:
+            if task is None:
                 raise KeyError(alloc.spec.task_id)
-            address = f"{self.cluster.agents[alloc.nodes[0].agent_id].address}:{port}"
+            address = f"{host}:{port}"
             row = await self.store.update_task(task.id, proxy_address=address)
             task.proxy_address = row.proxy_address
             alloc.last_activity = time.monotonic()  # idle from now, not from its start
@@ -266,9 +292,13 @@ class TaskManager:
 
     async def create(self, who: Principal, kind: TaskType, config_text: str,
                           context_b64: str | None = None,
-                          experiment_ids: Sequence[int] = ()) -> Task:
+                          experiment_ids: Sequence[int] = (), *,
+                          command: Sequence[str] | None = None,
+                          environment: Mapping[str, str] | None = None) -> Task:
         """Queue a task: its config (see :mod:`det_hub.config.command`), an optional context
-        archive, and for a TensorBoard the experiments whose metrics it shows.
+        archive, and for a TensorBoard the experiments whose metrics it shows. A hub server
+        given a ``command`` is run by the master (see :mod:`det_hub.exec.hub_server`), with
+        the hub's ``environment`` for it, kept as the task's secret: never shown by the API.
 
         Raises:
             BadRequest: The config is invalid, asks for what this cluster cannot give, or a
@@ -300,6 +330,9 @@ class TaskManager:
             details = {"public_key": public_key}
         elif kind.proxied:
             secret = secrets.token_urlsafe(32)
+        elif kind is TaskType.HUB_SERVER and command:
+            details = {"command": list(command)}
+            secret = json.dumps(dict(environment or {}))
         return await self._queue(
             type=kind, owner_id=who.user.id, config=config.to_dict(), context=context,
             description=config.description or _task_description(kind, config, details),
@@ -379,6 +412,8 @@ class TaskManager:
         for task, body in zip(rows, shown, strict=True):
             if TaskType(task.type).reserves_only and self.may_change(who, task):
                 body["placement"] = self.placement(task.id)
+                if task.proxy_address and task.state == S.RUNNING.value:
+                    body["server_address"] = task.proxy_address
         return shown
 
     def placement(self, task_id: int) -> dict[str, Any] | None:

@@ -21,6 +21,16 @@ In ``jupyterhub_config.py``, after :func:`det_hub.hub.configure`::
 The agents are the master's Docker agents (``c.MasterApp.docker_agents``); containers share
 their hosts' network (``network_name = "host"``), so each server listens on a port of its own
 on its agent's address.
+
+On a resource pool that is a Slurm partition (``server_mode = "task"``, which ``"auto"`` picks
+for such pools) nothing may hold Slurm's resources for a server that does not run, and the
+server must be the site scheduler's job, as with JupyterHub's batchspawner: the spawner asks the
+master to run the server's command itself (``POST /api/v1/hub_servers`` with ``command`` and
+the hub's ``environment`` for it), as a Slurm job submitted as the user's linked account. The
+job's wrapper (:mod:`det_hub.exec.hub_server`) starts ``jupyterhub-singleuser`` on a free port
+of its node and says so once it answers; the master takes the node's address from Slurm, and the
+spawner hands ``host:port`` to the hub. While the job waits, the spawn page shows its place in
+det_hub's queue, then Slurm's reason.
 """
 
 from __future__ import annotations
@@ -38,7 +48,7 @@ from docker.tls import TLSConfig
 from docker.types import DeviceRequest
 from dockerspawner import DockerSpawner
 from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
-from traitlets import Bool, Dict, Float, Integer, List, Unicode, default
+from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode, default
 
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
 from det_hub.env_names import MASTER_ENV
@@ -48,14 +58,20 @@ from det_hub.ports import free_port
 _CLIENTS: dict[str, APIClient] = {}
 
 
+#: Seconds a server run as a task may take to end once killed before ``stop`` gives up waiting.
+STOP_WAIT = 60.0
+
+
 class SpawnError(Exception):
-    """Why a server could not start, in words for the spawn page."""
+    """Why a server could not start, in words for the spawn page; ``status``: the master's
+    HTTP status where it answered with an error."""
 
     jupyterhub_message = ""
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, status: int | None = None) -> None:
         super().__init__(message)
         self.jupyterhub_message = message
+        self.status = status
 
 
 class DetSpawner(DockerSpawner):
@@ -75,7 +91,15 @@ class DetSpawner(DockerSpawner):
     profiles = List(
         Dict(), config=True,
         help="""Choices on the spawn page: dicts with display_name, slots, resource_pool and
-        optionally image and priority. Empty: no choice, the defaults above.""")
+        optionally image, priority and server_mode. Empty: no choice, the defaults above.""")
+    server_mode = Enum(
+        ["auto", "container", "task"], "auto", config=True,
+        help="""How a server runs. `container`: the master holds slots and the spawner starts
+        the server's container on their Docker agent. `task`: the master runs the server's
+        command itself as a task in the pool (on a Slurm pool, a Slurm job submitted as the
+        user's linked account), with the hub's environment for it, and the server listens on
+        the node it was given. `auto`: `task` for a Slurm pool, else `container`. A profile's
+        server_mode wins.""")
     queue_timeout = Float(
         600.0, config=True,
         help="Seconds a server may wait in the queue for slots before its start fails.")
@@ -95,6 +119,10 @@ class DetSpawner(DockerSpawner):
     task_id = Integer(0)
     #: Where the slots are (the master's placement), while the server runs.
     placement = Dict()
+    #: How this server runs: ``container`` or ``task`` (see ``server_mode``), once started.
+    mode = Unicode("")
+    #: ``host:port`` of a server run as a task, once it answers.
+    server_address = Unicode("")
 
     @default("network_name")
     def _default_network_name(self) -> str:
@@ -138,8 +166,22 @@ class DetSpawner(DockerSpawner):
             if not isinstance(choice, int) or not 0 <= choice < len(self.profiles):
                 raise SpawnError(f"no profile {choice!r}; there are {len(self.profiles)}")
             wanted.update({k: v for k, v in self.profiles[choice].items()
-                           if k in ("slots", "resource_pool", "priority", "image")})
+                           if k in ("slots", "resource_pool", "priority", "image",
+                                    "server_mode")})
         return wanted
+
+    async def _server_mode(self, wanted: dict[str, Any]) -> str:
+        """``container`` or ``task``: the profile's, the configured one, or for ``auto`` the
+        one the pool's kind needs (a Slurm pool's servers are its jobs)."""
+        mode = str(wanted.get("server_mode") or self.server_mode)
+        if mode not in ("auto", "container", "task"):
+            raise SpawnError(f"server_mode {mode!r}: must be auto, container or task")
+        if mode != "auto":
+            return mode
+        pools = (await self._call("GET", "/resource_pools"))["resource_pools"]
+        kinds = next((str(p.get("type") or "") for p in pools
+                      if p["name"] == wanted["resource_pool"]), "")
+        return "task" if "slurm" in kinds.split(",") else "container"
 
     # --- the master -----------------------------------------------------------------------
     async def _call(self, method: str, path: str, body: Any = None, *,
@@ -156,19 +198,22 @@ class DetSpawner(DockerSpawner):
             response = await AsyncHTTPClient().fetch(request)
         except HTTPClientError as e:
             detail = e.response.body.decode(errors="replace") if e.response else str(e)
-            raise SpawnError(f"the det_hub master refused: {detail}") from None
+            raise SpawnError(f"the det_hub master refused: {detail}", e.code) from None
         except OSError as e:
             raise SpawnError(f"the det_hub master at {self.master_url} did not answer: "
                              f"{e}") from None
         return json.loads(response.body)
 
-    async def _reserve(self, wanted: dict[str, Any]) -> dict[str, Any]:
+    async def _reserve(self, wanted: dict[str, Any], **run: Any) -> dict[str, Any]:
+        """Ask the master for the server's task: slots only, or with ``command`` and
+        ``environment``, the server run by the master (task mode)."""
         config = {"description": f"Notebook server of {self.user.name}"
                                  + (f" ({self.name})" if self.name else ""),
                   "resources": {"slots": wanted["slots"],
                                 "resource_pool": wanted["resource_pool"],
                                 "priority": wanted["priority"]}}
-        made = await self._call("POST", "/hub_servers", {"config": yaml.safe_dump(config)})
+        made = await self._call("POST", "/hub_servers",
+                                {"config": yaml.safe_dump(config), **run})
         return made["hub_server"]
 
     async def _release(self, task_id: int, token: str) -> None:
@@ -176,7 +221,8 @@ class DetSpawner(DockerSpawner):
         which the hub clears with the rest of the state when the server stops)."""
         if task_id:
             try:
-                await self._call("POST", f"/hub_servers/{task_id}/kill", token=token)
+                await self._call("POST", f"/hub_servers/{task_id}/kill",
+                                 token=token or self._user_token())
             except Exception as e:  # never hide why the start failed
                 self.log.warning("could not give back the slots of %s: %s", self._log_name, e)
 
@@ -198,21 +244,32 @@ class DetSpawner(DockerSpawner):
             task = (await self._call("GET", f"/hub_servers/{self.task_id}"))["hub_server"]
 
     async def _queue_place(self, task: dict[str, Any]) -> str:
+        """Where the server's job is: its place in det_hub's queue, or why its agent's own
+        queue holds it (Slurm's reason), or that it runs and its server is starting."""
+        if task["state"] == "RUNNING":
+            return "The server's job runs; waiting for the server to answer"
         try:
             job = (await self._call("GET", f"/jobs/{task['job_id']}"))["job"]
         except SpawnError:
             return "Waiting for free slots"
+        if job.get("reason"):
+            return f"Waiting for the site's scheduler: {job['reason']}"
         place = job.get("queue_position")
         return (f"Waiting for {task.get('slots', DEFAULT_SLOTS)} slot(s) in resource pool "
                 f"{task.get('resource_pool')}: place {place} in the queue" if place
                 else "Waiting for free slots")
 
     async def progress(self) -> Any:
-        """The spawn page's progress: the place in the queue while the server waits."""
-        while self.task_id and not self.placement:
+        """The spawn page's progress: the place in the queue while the server waits (and,
+        for a server run as a task, the site scheduler's reason, then its start)."""
+        # JupyterHub stops reading this once the start has ended, whichever way.
+        while not (self.placement or self.server_address):
             yield {"progress": 10, "message": getattr(self, "_queue_news", "Asking for slots")}
             await asyncio.sleep(self.poll_interval)
-        yield {"progress": 60, "message": "Slots assigned; starting the server's container"}
+        if self.mode == "task":
+            yield {"progress": 90, "message": f"The server answers at {self.server_address}"}
+        else:
+            yield {"progress": 60, "message": "Slots assigned; starting the server's container"}
 
     # --- the container --------------------------------------------------------------------
     @property
@@ -236,15 +293,22 @@ class DetSpawner(DockerSpawner):
 
     async def get_command(self) -> list[str]:
         """The server's command, after det_hub has seeded the notebook directory (see
-        ``seed_examples``)."""
-        command = list(await super().get_command())
+        ``seed_examples``). A server run as a task has no image to take a command from:
+        ``cmd``, else ``jupyterhub-singleuser``."""
+        if self.mode == "task":
+            command = [*(self.cmd or ["jupyterhub-singleuser"]), *self.get_args()]
+        else:
+            command = list(await super().get_command())
         if not self.seed_examples:
             return command
         python = self.seed_python or (
             command[0] if command and os.path.basename(command[0]).startswith("python")
             else "python3")
-        return [python, "-m", "det_hub.hub.first_run",
-                *(["--into", self.notebook_dir] if self.notebook_dir else []), "--", *command]
+        # As the hub formats it for the server ({username} and the rest).
+        into = self.format_string(self.notebook_dir) if "{" in self.notebook_dir \
+            else self.notebook_dir
+        return [python, "-m", "det_hub.hub.first_run", *(["--into", into] if into else []),
+                "--", *command]
 
     def get_env(self) -> dict[str, str]:
         env = super().get_env()
@@ -253,6 +317,9 @@ class DetSpawner(DockerSpawner):
 
     async def start(self) -> tuple[str, int]:
         wanted = self._wanted()
+        self.mode = await self._server_mode(wanted)
+        if self.mode == "task":
+            return await self._start_task(wanted)
         if wanted.get("image"):
             self.image = wanted["image"]
         task = await self._reserve(wanted)
@@ -299,8 +366,129 @@ class DetSpawner(DockerSpawner):
     async def get_ip_and_port(self) -> tuple[str, int]:
         return self.ip, self.port
 
+    # --- a server the master runs (task mode) -----------------------------------------------
+    def _task_environment(self) -> dict[str, str]:
+        """The hub's environment for the server, less what ``env_keep`` copies from the hub's
+        own process (its PATH, its virtual environment), which describes the hub's host and
+        not the node the server runs on."""
+        configured = set(self.environment or {})
+        return {k: v for k, v in self.get_env().items()
+                if k not in self.env_keep or k in configured}
+
+    async def _start_task(self, wanted: dict[str, Any]) -> tuple[str, int]:
+        command = await self.get_command()
+        task = await self._reserve(wanted, command=command,
+                                   environment=self._task_environment())
+        self.task_id = int(task["id"])
+        try:
+            host, port = await self._wait_for_server(task)
+        except BaseException:
+            task_id, self.task_id = self.task_id, 0
+            await self._release(task_id, self.api_token)
+            raise
+        self.ip, self.port = host, port
+        return host, port
+
+    async def _wait_for_server(self, task: dict[str, Any]) -> tuple[str, int]:
+        """The server's ``(host, port)`` once it answers; its job may wait ``queue_timeout``
+        to run (in det_hub's queue, then the site scheduler's)."""
+        deadline = time.monotonic() + self.queue_timeout
+        while True:
+            if task.get("server_address"):
+                self.server_address = str(task["server_address"])
+                host, _, port = self.server_address.rpartition(":")
+                return host, int(port)
+            if task["state"] == "TERMINATED":
+                raise SpawnError(f"the server's job in resource pool "
+                                 f"{task.get('resource_pool')!r} ended before the server "
+                                 f"answered: {task.get('exit_reason')}; its log ends: "
+                                 f"{await self._log_tail(int(task['id']))}")
+            if task["state"] != "RUNNING" and time.monotonic() > deadline:
+                raise SpawnError(
+                    f"the server's job did not start within {self.queue_timeout:g} s "
+                    f"(resource pool {task.get('resource_pool')!r}: "
+                    f"{await self._queue_place(task)}); try again later, or ask for fewer "
+                    "slots")
+            self._queue_news = await self._queue_place(task)
+            await asyncio.sleep(self.poll_interval)
+            try:
+                task = await self._server_task()
+            except SpawnError as e:
+                if e.status is not None:
+                    raise
+                # The master restarts: it adopts the job; ask again until the deadline.
+                self._queue_news = f"Waiting for the det_hub master, which does not answer: {e}"
+
+    async def _log_tail(self, task_id: int, lines: int = 5) -> str:
+        """The last lines of a server task's log, for the reason a start failed."""
+        request = HTTPRequest(f"{self.master_url}/api/v1/hub_servers/{task_id}/logs",
+                              headers={"Authorization": f"token {self._user_token()}"},
+                              request_timeout=30)
+        try:
+            body = (await AsyncHTTPClient().fetch(request)).body.decode(errors="replace")
+            rows = [json.loads(line) for line in body.splitlines() if line.strip()]
+        except (OSError, HTTPClientError, ValueError) as e:
+            return f"(not readable: {e})"
+        return " | ".join(str(r.get("message", "")) for r in rows[-lines:])
+
+    def _user_token(self) -> str:
+        """The server's token, or after a hub restart (which keeps no server's token) a
+        short-lived token of the user's, made once, to ask the master about the server."""
+        if self.api_token:
+            return str(self.api_token)
+        if not getattr(self, "_restart_token", ""):
+            self._restart_token = self.user.new_api_token(
+                note=f"DetSpawner: the det_hub master, about {self._log_name}",
+                expires_in=3600)
+        return str(self._restart_token)
+
+    async def _server_task(self) -> dict[str, Any]:
+        """The master's record of this server's task."""
+        return dict((await self._call("GET", f"/hub_servers/{self.task_id}",
+                                      token=self._user_token()))["hub_server"])
+
+    async def poll(self) -> int | None:
+        if self.mode != "task":
+            return await super().poll()
+        if not self.task_id:
+            return 0
+        try:
+            task = await self._server_task()
+        except SpawnError as e:
+            if e.status == 404:
+                return 1
+            # The master does not answer now: the server may well run; ask again later.
+            self.log.warning("cannot ask the master about %s: %s", self._log_name, e)
+            return None
+        if task["state"] == "TERMINATED":
+            return int(task["exit_code"]) if task.get("exit_code") is not None else 1
+        return None
+
+    async def _stop_task(self, task_id: int, token: str) -> None:
+        """Kill the server's task, and wait (up to :data:`STOP_WAIT`) until it has ended."""
+        await self._release(task_id, token)
+        deadline = time.monotonic() + STOP_WAIT
+        while task_id and time.monotonic() < deadline:
+            try:
+                task = await self._server_task()
+            except SpawnError as e:
+                self.log.warning("cannot ask the master whether %s ended: %s",
+                                 self._log_name, e)
+                return
+            if task["state"] == "TERMINATED":
+                return
+            await asyncio.sleep(self.poll_interval)
+        self.log.warning("%s: the server's task %d had not ended %g s after it was killed",
+                         self._log_name, task_id, STOP_WAIT)
+
     async def stop(self, now: bool = False) -> None:
         task_id, token = self.task_id, self.api_token  # DockerSpawner.stop clears the state
+        if self.mode == "task":
+            try:
+                await self._stop_task(task_id, token)
+            finally:
+                self.clear_state()
+            return
         try:
             if self.placement:
                 await super().stop(now=now)
@@ -314,13 +502,16 @@ class DetSpawner(DockerSpawner):
         state = super().get_state()
         if self.task_id:
             state.update(det_hub_task=self.task_id, det_hub_placement=dict(self.placement),
-                         det_hub_port=self.port, det_hub_ip=self.ip)
+                         det_hub_port=self.port, det_hub_ip=self.ip, det_hub_mode=self.mode,
+                         det_hub_server_address=self.server_address)
         return state
 
     def load_state(self, state: dict[str, Any]) -> None:
         super().load_state(state)
         self.task_id = int(state.get("det_hub_task") or 0)
         self.placement = dict(state.get("det_hub_placement") or {})
+        self.mode = str(state.get("det_hub_mode") or ("container" if self.task_id else ""))
+        self.server_address = str(state.get("det_hub_server_address") or "")
         if state.get("det_hub_port"):
             self.port = int(state["det_hub_port"])
             self.ip = str(state.get("det_hub_ip") or self.ip)
@@ -329,6 +520,7 @@ class DetSpawner(DockerSpawner):
         super().clear_state()
         self.task_id = 0
         self.placement = {}
+        self.server_address = ""
 
 
 def _free_port(host: str) -> int:

@@ -391,6 +391,25 @@ def test_a_job_slurm_requeues_ends_resumable_and_never_runs_again(
     assert [line.message for line in handle.read_logs()] == ["run"]
 
 
+def test_a_job_that_ran_and_ended_between_two_looks_is_not_taken_for_requeued(
+        make_agent: AgentFactory) -> None:
+    """The agent last saw the job waiting; it ran and ended before the agent's next look at
+    the queue. Its exit is its own, never a requeue (which would run the task again, and
+    again)."""
+    agent = make_agent(poll_interval=600.0)
+    handle = agent.launch(spec("8.a", "print('quick')"))
+    # What the agent saw at its one look: submitted, not yet running.
+    assert handle.exit_status() is None and handle.waiting is not None
+    exit_file = agent.job_dir("8.a") / "exit.json"
+    deadline = time.monotonic() + 60
+    while not exit_file.exists():
+        assert time.monotonic() < deadline, "the job did not end within 60 s"
+        time.sleep(0.1)
+    status = handle.exit_status()
+    assert status == ExitStatus(0, None, None) and not status.resumable, status
+    assert [line.message for line in handle.read_logs()] == ["quick"]
+
+
 def nice_of(agent: SlurmAgent, job_id: str) -> int:
     shown = agent.run_command("scontrol", "--oneliner", "show", "job", job_id).stdout
     job = parse_scontrol_job(shown)

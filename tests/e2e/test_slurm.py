@@ -5,9 +5,13 @@ Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial 
 two-slot torch.distributed trial is one job of two tasks, one on each node; a job cancelled with
 ``scancel`` restarts its trial from its checkpoint; a job Slurm asks to stop (SIGTERM to its
 batch step) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice
-in Slurm's queue; a restarted master adopts a running job; and work Slurm holds back shows
-Slurm's reason in the job queue. Without that
-Slurm the tests are skipped, except in CI, where they fail.
+in Slurm's queue; a restarted master adopts a running job; work Slurm holds back shows
+Slurm's reason in the job queue; a notebook and a shell run as jobs and are used through the
+master's proxy on their node; a hub user's server (DetSpawner) is a job of the user's
+account, reached through the hub, kept across a hub restart, and ended with its job; an ASHA
+search larger than the pool finishes while the queue shows why Slurm holds work back; and
+pause/activate goes on exactly where the trial stopped, in a new job. Without
+that Slurm the tests are skipped, except in CI, where they fail.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -395,3 +400,196 @@ def test_a_notebook_and_a_shell_run_as_slurm_jobs_behind_the_masters_proxy(
     master.cli("shell", "kill", str(shell["id"]), check=True)
     wait_state(master, "shell", shell["id"], "TERMINATED", timeout=90)
     assert job_state(slurm, shell_job) in ("COMPLETED", "CANCELLED", "FAILED")
+
+
+SLURM_HUB = """
+c.JupyterHub.spawner_class = "det_hub.spawner.DetSpawner"
+c.DetSpawner.resource_pool = {pool!r}
+c.DetSpawner.queue_timeout = 120
+c.DetSpawner.poll_interval = 0.5
+c.Spawner.pre_spawn_hook = None
+c.Spawner.cmd = [{python!r}, "-m", "jupyterhub.singleuser"]
+c.Spawner.args = []
+c.Spawner.notebook_dir = {homes!r} + "/{{username}}"
+# Servers outlive a hub restart.
+c.JupyterHub.cleanup_servers = False
+# The spawn request answers at once, and the spawn page's progress follows the start.
+c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
+"""
+
+
+def test_a_hub_users_server_runs_as_a_slurm_job(slurm: dict[str, str], shared: Path,
+                                                tmp_path: Path) -> None:
+    from det_hub.hub.up import find_proxy
+    from det_hub.testing import HubProcess
+
+    from .test_proxied_tasks import execute
+
+    if find_proxy() is None:
+        pytest.fail("configurable-http-proxy is not installed (make install-test installs it)")
+    manager = {"type": "slurm", "partition": slurm["partition"],
+               "slurm_conf": slurm["slurm_conf"], "python": slurm["python"],
+               "job_root": str(shared / "jobs"), "poll_interval": 0.3, "exit_file_grace": 1.0}
+    master_config = tmp_path / "det_hub_config.py"
+    master_config.write_text(f"c.MasterApp.resource_pools = [{{'name': {POOL!r}, "
+                             f"'resource_manager': {manager!r}}}]\n")
+    homes = shared / "homes"
+    (homes / "frank").mkdir(parents=True)
+    os.chown(homes / "frank", 65534, 65534)  # the account frank's jobs run as (nobody)
+    data = tmp_path / "hub"
+    data.mkdir()
+    (data / "jupyterhub_config.local.py").write_text(SLURM_HUB.format(
+        pool=POOL, python=slurm["python"], homes=str(homes)))
+    hub = HubProcess(data, ["--master-config", str(master_config)])
+    try:
+        frank, admin = hub.token("frank"), hub.token("admin")
+        auth = {"Authorization": f"token {frank}"}
+        started = requests.post(f"{hub.url}/hub/api/users/frank/server", timeout=60,
+                                headers=auth)
+        assert started.status_code == 202, started.text
+        with requests.get(f"{hub.url}/hub/api/users/frank/server/progress", stream=True,
+                          timeout=120, headers=auth) as events:
+            news = [json.loads(line[len("data:"):]) for line in
+                    events.iter_lines(decode_unicode=True) if line and line.startswith("data:")]
+        assert news[-1].get("ready"), news
+        # The spawn page followed the job: waiting (det_hub's queue, then Slurm's reason),
+        # then running while its server starts.
+        assert "The server's job runs; waiting for the server to answer" in [
+            n.get("message") for n in news], news
+
+        # The server is a Slurm job of the user's account, on the node Slurm picked.
+        [server] = hub.call("GET", "/hub_servers", admin).json()["hub_servers"]
+        assert (server["owner"], server["state"], server["type"]) == (
+            "frank", "RUNNING", "HUB_SERVER")
+        [job] = {str(json.loads(r.read_text())["job_id"])
+                 for r in (data / "slurm" / POOL).glob("*.json")}
+        state, user = slurm_command(slurm, "squeue", "--noheader", f"--jobs={job}",
+                                    "--format=%T|%u").strip().split("|")
+        assert (state, user) == ("RUNNING", "nobody")
+        # The hub's token for the server is nowhere in what the master shows.
+        shown = hub.call("GET", f"/hub_servers/{server['id']}", frank)
+        assert shown.status_code == 200 and "JUPYTERHUB_API_TOKEN" not in shown.text
+
+        # Reached through the hub's proxy, rooted in the notebook directory the hub names,
+        # seeded with the quickstart notebook.
+        base = f"{hub.url}/user/frank"
+        root = requests.get(f"{base}/api/contents", timeout=30, headers=auth)
+        assert root.status_code == 200, root.text
+        assert "quickstart.ipynb" in {item["name"] for item in root.json()["content"]}
+        kernel = requests.post(f"{base}/api/kernels", timeout=60, headers=auth,
+                               json={"name": "python3"})
+        assert kernel.status_code == 201, kernel.text
+        # Its environment has the hub's token, and no process's command line shows it.
+        out = execute(
+            f"{base.replace('http', 'ws', 1)}/api/kernels/{kernel.json()['id']}/channels", "",
+            "import os, glob\n"
+            "token = os.environ['JUPYTERHUB_API_TOKEN'].encode()\n"
+            "shown = [p for p in glob.glob('/proc/[0-9]*/cmdline')\n"
+            "         if token in open(p, 'rb').read()]\n"
+            "print(os.getuid(), os.environ['SLURM_JOB_ID'], len(token) > 8, shown)",
+            headers=auth)
+        assert any(m["msg_type"] == "stream" and m["content"]["text"] == f"65534 {job} True []\n"
+                   for m in out), out
+
+        # A restarted hub (and its master) finds the server's job again and keeps it.
+        hub.stop()
+        hub = HubProcess(data, ["--master-config", str(master_config)])  # on new ports
+        status = requests.get(f"{hub.url}/user/frank/api/status", timeout=30, headers=auth)
+        assert status.status_code == 200, status.text
+        assert hub.call("GET", f"/hub_servers/{server['id']}", admin).json()[
+            "hub_server"]["state"] == "RUNNING"
+
+        # Stopping the server cancels its job.
+        stopped = requests.delete(f"{hub.url}/hub/api/users/frank/server", timeout=90,
+                                  headers=auth)
+        assert stopped.status_code in (202, 204), stopped.text
+        hub.wait(lambda: not requests.get(f"{hub.url}/hub/api/users/frank", timeout=10,
+                                          headers=auth).json()["servers"], 90)
+        [ended] = hub.call("GET", "/hub_servers", admin).json()["hub_servers"]
+        assert ended["state"] == "TERMINATED"
+        assert ended["exit_reason"] == "killed by its owner or an admin"
+        assert job_state(slurm, job) in ("COMPLETED", "CANCELLED", "FAILED")
+    finally:
+        hub.stop()
+        ids = [json.loads(r.read_text())["job_id"] for r in (data / "slurm" / POOL).glob("*.json")]
+        if ids:
+            subprocess.run(["scancel", *map(str, ids)], check=False, capture_output=True,
+                           env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]})
+
+
+#: What the job queue says of work Slurm holds back.
+HELD = re.compile(r"Slurm job (\d+) is PENDING: \w+")
+
+
+def test_an_asha_search_larger_than_the_pool_finishes_showing_slurms_reasons(
+        tmp_path: Path, slurm: dict[str, str], shared: Path) -> None:
+    # Three slots offered on two one-CPU nodes: det_hub hands Slurm three trials at a time,
+    # Slurm runs two and holds the third back; the other trials wait in det_hub's queue.
+    master = slurm_master(tmp_path, slurm, shared, pool_slots=3)
+    try:
+        config = steps_config("asha-on-slurm", length=16, sleep=0.05,
+                              x={"type": "double", "minval": 0, "maxval": 1})
+        config["searcher"] = {"name": "adaptive_asha", "metric": "validation_loss",
+                              "max_length": {"batches": 16}, "max_trials": 6, "divisor": 2,
+                              "max_rungs": 3, "mode": "aggressive",
+                              "max_concurrent_trials": 3}
+        eid = master.create_ok(on_slurm(config, shared))
+        reasons: set[str] = set()
+        most_submitted = 0
+        deadline = time.monotonic() + 600
+        while master.experiment(eid)["state"] not in ("COMPLETED", "ERROR", "CANCELED"):
+            assert time.monotonic() < deadline, "the search did not end in 600 s"
+            jobs = master.get(f"/jobs?resource_pool={POOL}")["jobs"]
+            for job in jobs:
+                if job.get("reason") and HELD.fullmatch(job["reason"]):
+                    # Part of the search runs, part waits: only what Slurm runs is counted
+                    # as allocated, and that is at most its two CPUs.
+                    assert job["state"] in ("QUEUED", "SCHEDULED_PARTIALLY") \
+                        and job["slots_allocated"] <= 2, job
+                    reasons.add(job["reason"].split(": ")[-1])
+            running = [t for t in master.trials(eid) if t["state"] == "ACTIVE"
+                       and t["run_state"] in ("STARTING", "RUNNING")]
+            most_submitted = max(most_submitted, len(running))
+            time.sleep(0.2)
+        exp = master.experiment(eid)
+        trials = master.trials(eid)
+        assert exp["state"] == "COMPLETED" and exp["progress"] == 1.0
+        assert len(trials) == 6 and all(t["state"] == "COMPLETED" for t in trials)
+        assert most_submitted <= 3, "never more of the search in Slurm than the pool's slots"
+        assert reasons and reasons <= {"Resources", "Priority"}, reasons
+        # Each run of each trial was a Slurm job of its own, and every one of them ended.
+        jobs = [job for t in trials for job in slurm_jobs(master, t["id"])]
+        assert len(jobs) >= 6 and len(set(jobs)) == len(jobs)
+        assert {job_state(slurm, job) for job in jobs} == {"COMPLETED"}
+        search = master.get(f"/experiments/{eid}/searcher")["searcher"]
+        assert search["shutdown"] and search["waiting_trials"] == []
+    finally:
+        master.stop()
+        cancel_jobs(master, slurm)
+
+
+def test_pause_and_activate_go_on_exactly_in_a_new_job(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    eid = master.create_ok(on_slurm(steps_config(length=60, sleep=0.15, checkpoint_every=10),
+                                    shared))
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["steps_completed"] >= 10,
+                timeout=120)
+    [job] = slurm_jobs(master, trial_id)
+    assert master.api("POST", f"/experiments/{eid}/pause").status_code == 200
+    # The trial checkpoints and stops through the preemption signal; its job ends and gives
+    # its node back to Slurm.
+    assert master.wait_state(eid, ("PAUSED",), timeout=120)["state"] == "PAUSED"
+    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["run_state"] is None,
+                timeout=60)
+    master.wait(lambda: job_state(slurm, job) == "COMPLETED", timeout=60)
+    stopped = master.get(f"/trials/{trial_id}")["trial"]["steps_completed"]
+    assert 10 <= stopped < 60
+    assert slurm_jobs(master, trial_id) == [job], "nothing runs while it is paused"
+
+    assert master.api("POST", f"/experiments/{eid}/activate").status_code == 200
+    logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
+    preempted = [int(line.split()[-1]) for line in logs if line.startswith("preempted at")]
+    resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
+    assert len(preempted) == 1 and preempted == resumed, logs
+    assert preempted[0] >= stopped, "it went on from where it stopped, not from an older point"

@@ -54,8 +54,14 @@ class TasksHandler(TaskHandlerBase):
         if experiment_ids and kind is not TaskType.TENSORBOARD:
             raise BadRequest(f"experiment_ids: only a TensorBoard shows experiments, not a "
                              f"{kind.word}")
+        for name in ("command", "environment"):
+            if getattr(body, name) is not None and kind is not TaskType.HUB_SERVER:
+                raise BadRequest(f"{name}: only a hub server takes one, not a {kind.word}")
+        if body.environment is not None and body.command is None:
+            raise BadRequest("environment: only a hub server with a command takes one")
         task = await self.master.tasks.create(self.principal, kind, config, context,
-                                             experiment_ids)
+                                             experiment_ids, command=body.command,
+                                             environment=body.environment)
         await self.send_tasks([task], one=True, status=201)
 
 

@@ -600,7 +600,8 @@ class Task(AnswerModel):
     """A command, notebook, shell, TensorBoard or hub server. The proxied ones also have
     ``proxy_path`` and ``ready``; a TensorBoard its ``experiment_ids``; a shell its
     ``public_key``; for its owner and admins a shell's ``private_key``, a notebook's or
-    TensorBoard's ``url`` with its token, and a hub server's ``placement``."""
+    TensorBoard's ``url`` with its token, and a hub server's ``placement`` and, where the
+    master runs the server, its ``server_address``."""
 
     id: int
     type: TaskTypeName
@@ -624,6 +625,9 @@ class Task(AnswerModel):
     private_key: str | None = omittable()
     url: str = omittable()
     placement: TaskPlacement | None = omittable()
+    server_address: str = omittable(
+        description="a hub server the master runs: the host:port its server answers on, once "
+                    "it does (host from the agent, such as the node Slurm gave the job)")
 
 
 class Preemption(AnswerModel):

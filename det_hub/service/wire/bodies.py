@@ -319,6 +319,18 @@ class TaskCreate(RequestModel):
     experiment_ids: Annotated[list[Annotated[int, Field(ge=0, le=MAX_INTEGER)]] | None,
                               Says("must be a list of experiment ids")] = (
         Field(None, description="a TensorBoard's experiments (tensorboards only)"))
+    command: Annotated[list[Annotated[str, Field(min_length=1, pattern=r"^[^\x00]*$")]] | None,
+                       Field(min_length=1),
+                       Says("must be a non-empty list of strings")] = Field(
+        None, description="hub servers only: the single-user server's command, which the "
+                          "master runs in the resource pool (a Slurm job there) instead of only "
+                          "holding slots for the spawner")
+    environment: Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+                                Annotated[str, Field(pattern=r"^[^\x00]*$")]] | None,
+                           Says("must be an object of NAME: text")] = Field(
+        None, description="hub servers with a command only: the environment the hub gives the "
+                          "server (its API token among them); never shown by the API, handed "
+                          "to the server's process alone")
 
 
 class TaskPort(RequestModel):
