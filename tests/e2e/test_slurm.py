@@ -252,7 +252,7 @@ def test_a_two_slot_trial_is_one_slurm_job_of_two_tasks(master: MasterProcess,
     exp = master.wait_state(eid, timeout=240)
     [trial] = master.trials(eid)
     logs = master.logs(trial["id"])
-    assert exp["state"] == "COMPLETED", logs[-30:]
+    assert exp["state"] == "COMPLETED", "\n".join(logs[-30:])
     [job] = slurm_jobs(master, trial["id"])
     assert f"started: Slurm job {job} on n[1-2]" in logs, logs
     lines = [line for line in master.get_logs(trial["id"]) if " sum " in line["message"]]
@@ -269,15 +269,28 @@ def test_a_two_slot_trial_is_one_slurm_job_of_two_tasks(master: MasterProcess,
     assert sorted(checkpoint["resources"]) == ["metadata.json", "rank0.txt", "rank1.txt"]
 
 
+def trial_under_way(master: MasterProcess, shared: Path,
+                    max_restarts: int = 0) -> tuple[int, int, str]:
+    """A 60-batch trial on the pool that checkpoints every 10 batches, once it has trained
+    10: its experiment, its id and its Slurm job."""
+    eid = master.create_ok(on_slurm(steps_config(length=60, max_restarts=max_restarts,
+                                                 sleep=0.15, checkpoint_every=10), shared))
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["steps_completed"] >= 10,
+                timeout=120)
+    [job] = slurm_jobs(master, trial_id)
+    return eid, trial_id, job
+
+
 def resumes_once_in_a_new_job(master: MasterProcess, eid: int, trial_id: int,
-                              first_job: str) -> list[str]:
-    """The trial completed without a restart counted, in a second job that went on from its
-    checkpoint, every metric stored once; its log."""
+                              first_job: str, restarts: int = 0) -> list[str]:
+    """The trial completed with ``restarts`` restarts counted, in a second job that went on
+    from its checkpoint, every metric stored once; its log."""
     exp = master.wait_state(eid, timeout=240)
     trial = master.get(f"/trials/{trial_id}")["trial"]
     logs = master.logs(trial_id)
-    assert exp["state"] == "COMPLETED", logs[-30:]
-    assert trial["restarts"] == 0 and trial["steps_completed"] == 60
+    assert exp["state"] == "COMPLETED", "\n".join(logs[-30:])
+    assert trial["restarts"] == restarts and trial["steps_completed"] == 60
     first, second = slurm_jobs(master, trial_id)
     assert first == first_job and second != first_job
     resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
@@ -291,12 +304,7 @@ def resumes_once_in_a_new_job(master: MasterProcess, eid: int, trial_id: int,
 
 def test_a_job_slurm_asks_to_stop_checkpoints_and_goes_on_in_a_new_job(
         master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
-    eid = master.create_ok(on_slurm(steps_config(length=60, sleep=0.15, checkpoint_every=10),
-                                    shared))
-    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
-    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["steps_completed"] >= 10,
-                timeout=120)
-    [job] = slurm_jobs(master, trial_id)
+    eid, trial_id, job = trial_under_way(master, shared)
     # What Slurm does near the job's time limit (--signal=B:TERM@N), or when it preempts it.
     slurm_command(slurm, "scancel", "--batch", "--signal=TERM", job)
     logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
@@ -570,12 +578,7 @@ def test_an_asha_search_larger_than_the_pool_finishes_showing_slurms_reasons(
 
 def test_pause_and_activate_go_on_exactly_in_a_new_job(
         master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
-    eid = master.create_ok(on_slurm(steps_config(length=60, sleep=0.15, checkpoint_every=10),
-                                    shared))
-    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
-    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["steps_completed"] >= 10,
-                timeout=120)
-    [job] = slurm_jobs(master, trial_id)
+    eid, trial_id, job = trial_under_way(master, shared)
     assert master.api("POST", f"/experiments/{eid}/pause").status_code == 200
     # The trial checkpoints and stops through the preemption signal; its job ends and gives
     # its node back to Slurm.
@@ -593,3 +596,31 @@ def test_pause_and_activate_go_on_exactly_in_a_new_job(
     resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
     assert len(preempted) == 1 and preempted == resumed, logs
     assert preempted[0] >= stopped, "it went on from where it stopped, not from an older point"
+
+
+def test_a_trial_whose_node_is_lost_goes_on_from_its_checkpoint(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    """The node under a running trial goes down. Slurm either requeues its job (it was
+    submitted ``--requeue``: det_hub cancels it there, and no restart is counted) or ends it
+    NODE_FAIL (a restart, within ``max_restarts``); either way the trial goes on from its
+    checkpoint in a new job (on whichever node Slurm picks: the test Slurm takes a node back
+    into service as soon as its daemon registers again)."""
+    eid, trial_id, job = trial_under_way(master, shared, max_restarts=1)
+    node = slurm_command(slurm, "squeue", "--noheader", f"--jobs={job}", "--format=%N").strip()
+    assert node in ("n1", "n2"), node
+    slurm_command(slurm, "scontrol", "update", f"NodeName={node}", "State=DOWN",
+                  "Reason=det_hub test: node lost")
+    try:
+        master.wait_state(eid, timeout=240)
+        requeued = any(line.startswith(f"Slurm requeued job {job}")
+                       for line in master.logs(trial_id))
+        logs = resumes_once_in_a_new_job(master, eid, trial_id, job,
+                                         restarts=0 if requeued else 1)
+    finally:
+        # Back in service for the other tests (the controller may have brought it back as
+        # soon as its node daemon registered again: then Slurm refuses, and that is fine).
+        subprocess.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"],
+                       env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]},
+                       capture_output=True, check=False)
+    assert requeued or any(f"Slurm job {job}" in line and "NODE_FAIL" in line
+                           for line in logs), logs
