@@ -4,6 +4,9 @@
  * open, so the sidebar alone never pays for it.
  */
 
+import { ReactWidget } from '@jupyterlab/ui-components';
+import { Message } from '@lumino/messaging';
+import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { SHARED_PLOTLY } from '../model/notebookCharts';
@@ -173,4 +176,28 @@ export function MetricSection(props: {
       <MetricChart metric={props.metric} traces={props.traces} empty={props.empty} />
     </>
   );
+}
+
+/**
+ * A main-area view with charts: it starts loading what it shows when first attached, and its
+ * charts follow its size.
+ */
+export abstract class ChartView extends ReactWidget {
+  /** Start loading what the view shows (once, when it is first attached). */
+  protected abstract start(): void;
+
+  protected onAfterAttach(msg: Message): void {
+    super.onAfterAttach(msg);
+    if (!this._started) {
+      this._started = true;
+      this.start();
+    }
+  }
+
+  protected onResize(msg: Widget.ResizeMessage): void {
+    super.onResize(msg);
+    resizeCharts(this.node);
+  }
+
+  private _started = false;
 }

@@ -4,9 +4,6 @@
  * one chart, each experiment in its colour.
  */
 
-import { ReactWidget } from '@jupyterlab/ui-components';
-import { Message } from '@lumino/messaging';
-import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { DetHubClient } from '../api/client';
@@ -15,7 +12,7 @@ import { CompareModel } from '../model/compare';
 import { formatMetric } from '../model/experiments';
 import { hparamColumns, hparamsText } from '../model/hparams';
 import { defaultMetric, ITrace } from '../model/series';
-import { MetricSection, resizeCharts } from './chart';
+import { ChartView, MetricSection } from './chart';
 import { StateBadge } from './common';
 import { HparamCells } from './trialTable';
 
@@ -27,7 +24,7 @@ export interface ICompareViewOptions {
   onOpen: (experimentId: number) => void;
 }
 
-export class CompareView extends ReactWidget {
+export class CompareView extends ChartView {
   /** @throws Error when there are too few or too many ids to compare. */
   constructor(options: ICompareViewOptions) {
     super();
@@ -49,17 +46,8 @@ export class CompareView extends ReactWidget {
     super.dispose();
   }
 
-  protected onAfterAttach(msg: Message): void {
-    super.onAfterAttach(msg);
-    if (!this._started) {
-      this._started = true;
-      void this.model.load();
-    }
-  }
-
-  protected onResize(msg: Widget.ResizeMessage): void {
-    super.onResize(msg);
-    resizeCharts(this.node);
+  protected start(): void {
+    void this.model.load();
   }
 
   protected render(): JSX.Element {
@@ -123,7 +111,6 @@ export class CompareView extends ReactWidget {
   }
 
   private _metric: string | null = null;
-  private _started = false;
   private _tracesFor: { metric: string | null; series: unknown; traces: ITrace[] } = {
     metric: null,
     series: null,

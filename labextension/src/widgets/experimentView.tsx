@@ -6,9 +6,6 @@
  * notebook, or to register in the model registry) and a trial's log, followed while it runs.
  */
 
-import { ReactWidget } from '@jupyterlab/ui-components';
-import { Message } from '@lumino/messaging';
-import { Widget } from '@lumino/widgets';
 import * as React from 'react';
 
 import { actionLabel } from '../actions';
@@ -29,7 +26,7 @@ import { versionLabel } from '../model/registry';
 import { defaultMetric, ITrace } from '../model/series';
 import { trialColours } from '../model/trialColours';
 import { drawnTraces, TrialTable } from '../model/trialTable';
-import { MetricSection, resizeCharts } from './chart';
+import { ChartView, MetricSection } from './chart';
 import { formatBytes, formatTime, Progress, StateBadge } from './common';
 import { SearchSection } from './searchView';
 import { TrialTableSection } from './trialTable';
@@ -47,7 +44,7 @@ export interface IExperimentViewOptions {
   onRegister: (experiment: IExperiment, checkpoint: ICheckpoint) => Promise<IModelVersion | null>;
 }
 
-export class ExperimentView extends ReactWidget {
+export class ExperimentView extends ChartView {
   constructor(options: IExperimentViewOptions) {
     super();
     this._options = options;
@@ -74,17 +71,8 @@ export class ExperimentView extends ReactWidget {
     super.dispose();
   }
 
-  protected onAfterAttach(msg: Message): void {
-    super.onAfterAttach(msg);
-    if (!this._started) {
-      this._started = true;
-      void this.model.start();
-    }
-  }
-
-  protected onResize(msg: Widget.ResizeMessage): void {
-    super.onResize(msg);
-    resizeCharts(this.node);
+  protected start(): void {
+    void this.model.start();
   }
 
   protected render(): JSX.Element {
@@ -351,7 +339,6 @@ export class ExperimentView extends ReactWidget {
   }
 
   private _metric: string | null = null;
-  private _started = false;
   private _coloursFor: { ids: string; colours: ReadonlyMap<number, string> } = {
     ids: '',
     colours: new Map()
