@@ -149,7 +149,9 @@ class AllocationState(str, enum.Enum):
 
     #: Waiting in the job queue for slots.
     QUEUED = "QUEUED"
-    #: Placed on slots, which it holds from now on; its processes are being started.
+    #: Placed on slots, which it holds from now on; its processes are being started. Handed
+    #: to an agent that queues tasks of its own (Slurm), it may wait in that queue first; its
+    #: trial or task shows ``QUEUED`` until that agent runs it.
     STARTING = "STARTING"
     #: Its processes run (one that only holds slots, a hub notebook server's, holds them).
     RUNNING = "RUNNING"

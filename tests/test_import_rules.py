@@ -540,7 +540,9 @@ _TORNADO_SERVERS = ("tornado.web", "tornado.httpserver", "tornado.tcpserver", "j
 LIGHT_IMPORTS: dict[str, tuple[str, ...]] = {
     "det_hub.widgets": _MASTER + _TORNADO_SERVERS + ("det_hub.cli", "det_hub.notebook"),
     "det_hub.client": _MASTER + _TORNADO_SERVERS + ("det_hub.notebook", "det_hub.storage"),
-    "det_hub.core": _MASTER + _TORNADO_SERVERS,
+    # Every trial imports it: the storage it uses only, not the other backends or GC.
+    "det_hub.core": _MASTER + _TORNADO_SERVERS + ("det_hub.storage.gc", "det_hub.storage.s3",
+                                                  "det_hub.storage.directory"),
     "det_hub.notebook": _MASTER + _TORNADO_SERVERS + ("det_hub.cli",),
     "det_hub.cli.main": _MASTER + _TORNADO_SERVERS + ("det_hub.notebook", "det_hub.widgets"),
 }

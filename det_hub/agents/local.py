@@ -479,7 +479,7 @@ class LocalAgent(Agent):
                 return
         nxt = dataclasses.replace(spec, allocation_id=FOLLOW_ON_PREFIX + secrets.token_hex(6))
         try:
-            spare = self._prepared(nxt)
+            spare = dataclasses.replace(self._prepared(nxt), behind=spec.allocation_id)
         except Exception as e:  # the next trial starts from scratch
             self.log.warning("could not prepare a task to follow allocation %s: %s",
                              spec.allocation_id, e)
@@ -701,7 +701,9 @@ class LocalAgent(Agent):
                 pass
         with self._spares_lock:
             follow_on = self._follow_ons.get(handle.slot_ids) if handle.slot_ids else None
-        if follow_on is not None:
+        # The follower prepared behind this task; not one prepared behind a task that has
+        # already taken the slots (the cluster may place the next before reaping this one).
+        if follow_on is not None and follow_on.behind == handle.allocation_id:
             self._expire_later(handle.slot_ids, follow_on)
 
     def notify_exit(self, handle: TaskHandle, callback: Callable[[], None]) -> bool:
@@ -773,6 +775,8 @@ class _Spare:
     go: int
     #: Its sandbox, which the started task's must equal (None unsandboxed).
     layout: SandboxLayout | None
+    #: The allocation it was prepared to follow on the same slots (None: prepared queued).
+    behind: str | None = None
 
 
 def _same_task(prepared: TaskSpec, spec: TaskSpec) -> bool:

@@ -231,4 +231,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The agent learns of the task's end from this process's: its exit status is written and
+    # its log closed, so nothing is left for the interpreter's teardown to do but take time.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -16,8 +16,9 @@ task (:mod:`det_hub.launch.slurm`), each task one node of a torch.distributed jo
 
 The agent's slots are what det_hub may have handed to Slurm at once; Slurm decides when each job
 runs. A job Slurm holds back is ``PENDING`` with Slurm's reason: its allocation stays
-``STARTING`` and the job queue shows that reason (:attr:`SlurmTaskHandle.waiting`). Slurm says
-nothing unasked, so the agent asks ``squeue`` about all its jobs at once, at most every
+``STARTING``, its trial or task shows ``QUEUED`` until the job runs, and the job queue shows
+that reason (:attr:`SlurmTaskHandle.waiting`). Slurm says nothing unasked, so the agent asks
+``squeue`` about all its jobs at once, at most every
 :attr:`~SlurmAgent.poll_interval` seconds; a job ``squeue`` has forgotten is looked up with
 ``scontrol`` and ``sacct``. The runner's exit status is the task's; a job that ended without
 one (cancelled before its task ran, its node lost, its time limit reached) ends with the
@@ -33,7 +34,9 @@ submitted ``--requeue`` so that Slurm may requeue them (``scontrol requeue``, a 
 REQUEUE mode, a lost node), but never run one twice: a job seen waiting again after it ran is
 cancelled, and its task ends as resumable (:attr:`ExitStatus.resumable`), to start again from
 its latest checkpoint in a new job, without counting a restart; the batch script of a rerun
-exits at once.
+exits at once. A restarted master takes a job Slurm counts a requeue of (``scontrol``'s
+``Restarts``) for one requeued while it was away, and ends it the same way, whether it waits
+again, runs that script or has ended since.
 
 The job ids live in the master's own directory (``state_dir``), never in a place the job's user
 can write; a restarted master finds its jobs there (:meth:`SlurmAgent.attach`), and every
@@ -46,6 +49,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -57,7 +61,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from traitlets import Enum, Float, Integer, List, Unicode
+from traitlets import Dict, Enum, Float, Integer, List, Unicode
 
 from det_hub.agents._base import (
     PYTHON_NAMES,
@@ -73,7 +77,7 @@ from det_hub.agents.slots import SlotInfo
 from det_hub.agents.slurm_node import node_address, scontrol_fields
 from det_hub.config.slurm import sbatch_arg_problems
 from det_hub.contract import CLUSTER_INFO_FILE
-from det_hub.env_names import DATA_CACHE_ENV
+from det_hub.env_names import DATA_CACHE_ENV, TENSORBOARD_LOGDIRS_ENV
 
 #: Slurm job states in which the job waits for its resources (or for them to be set up).
 WAITING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD",
@@ -243,12 +247,17 @@ def with_slurm_reason(status: ExitStatus, job: SlurmJob | None) -> ExitStatus:
                                else slurm, resumable=job.state == "PREEMPTED")
 
 
-def requeued_status(job_id: str, own: ExitStatus | None) -> ExitStatus:
+def requeued_status(job_id: str, own: ExitStatus | None, *,
+                    rerun_ended: str | None = None) -> ExitStatus:
     """How a task whose job Slurm requeued ended: resumable, with its own exit where it left
-    one (killed by Slurm's signal, as a rule)."""
+    one (killed by Slurm's signal, as a rule). ``rerun_ended``: Slurm's state of the job where
+    it was not cancelled in its queue but ran again and ended (while the master was away; the
+    batch script of a rerun exits before its task runs)."""
+    then = (f"its rerun ended {rerun_ended} before the task ran again, and det_hub"
+            if rerun_ended else "det_hub cancelled it there and")
     return ExitStatus(own.exit_code if own else None, own.signal if own else None,
-                      reason=f"Slurm requeued job {job_id}; det_hub cancelled it there and "
-                             "starts the task again in a new job", resumable=True)
+                      reason=f"Slurm requeued job {job_id}; {then} starts the task again in a "
+                             "new job", resumable=True)
 
 
 def nice_for_priority(priority: int, nice_per_priority: int) -> int:
@@ -256,6 +265,51 @@ def nice_for_priority(priority: int, nice_per_priority: int) -> int:
     least): ``nice_per_priority`` per step below the most important, so that det_hub's order
     holds in Slurm's queue too. Never negative: only Slurm's operators may give that."""
     return max(0, (priority - 1) * nice_per_priority)
+
+
+#: What a Slurm QOS name may be made of, in ``qos_by_priority``.
+QOS_NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+def qos_table(mapping: Any, where: str) -> list[tuple[int, str]]:
+    """``qos_by_priority`` checked and sorted: ``(highest priority number, QOS)`` pairs,
+    lowest number (most important) first. Keys are priorities 1..99, as numbers or as the
+    strings a JSON config has; values are QOS names.
+
+    Raises:
+        ValueError: Not a mapping, a key that is no priority, two keys of the same priority,
+            or a value that is no QOS name; the message names ``where`` and the entry.
+    """
+    if not isinstance(mapping, dict):
+        raise ValueError(f"{where}: must map priorities to QOS names, such as "
+                         f"{{'10': 'high', '99': 'low'}}; got {type(mapping).__name__}")
+    table: dict[int, str] = {}
+    for key, qos in mapping.items():
+        text = str(key).strip()
+        if isinstance(key, bool) or not text.isdigit() or not 1 <= int(text) <= 99:
+            raise ValueError(f"{where}: key {key!r} is not a priority: keys are det_hub "
+                             "priorities, whole numbers 1 (most important) to 99")
+        if int(text) in table:
+            raise ValueError(f"{where}: priority {int(text)} is given twice")
+        if not isinstance(qos, str) or not QOS_NAME.match(qos):
+            raise ValueError(f"{where}[{key!r}]: {qos!r} is not a Slurm QOS name (letters, "
+                             "digits, '_', '.' and '-')")
+        table[int(text)] = qos
+    return sorted(table.items())
+
+
+def qos_for_priority(priority: int, table: Sequence[tuple[int, str]], default: str) -> str:
+    """The QOS of a job of det_hub priority ``priority``: that of the first entry of
+    :func:`qos_table`'s ``table`` whose priority number is at least ``priority``; ``default``
+    (the pool's ``qos``, maybe empty) for a priority past the last entry."""
+    return next((qos for most, qos in table if priority <= most), default)
+
+
+def names_option(args: Sequence[str], long: str, short: str) -> bool:
+    """Whether ``args`` give the sbatch option ``long`` (``--qos``, ``--qos=x``) or its short
+    form ``short`` (``-q``, ``-qx``)."""
+    return any(a == long or a.startswith(long + "=")
+               or (a.startswith(short) and not a.startswith("--")) for a in args)
 
 
 def spreads_over_tasks(argv: Sequence[str]) -> bool:
@@ -279,7 +333,8 @@ def sbatch_argv(*, sbatch: str, job_name: str, job_dir: str, script: str, slots:
     picks (``slots_per_node`` of them on each, when given). ``stop_signal_seconds``: SIGTERM to
     the batch step that long before the time limit; ``nice``: ``--nice``. The pool's options
     come after det_hub's, the experiment's last, so that theirs win where Slurm takes the last
-    of an option.
+    of an option; ``partition``, ``account`` and ``qos`` are left out where the experiment's
+    options (``job_args``) name their own.
 
     Pure: nothing here runs a command, so how a job is asked for is testable without Slurm.
 
@@ -308,9 +363,9 @@ def sbatch_argv(*, sbatch: str, job_name: str, job_dir: str, script: str, slots:
         argv.append(f"--signal=B:TERM@{stop_signal_seconds}")
     if nice > 0:
         argv.append(f"--nice={nice}")
-    for option, value in (("--partition", partition), ("--account", account),
-                          ("--qos", qos)):
-        if value:
+    for option, short, value in (("--partition", "-p", partition),
+                                 ("--account", "-A", account), ("--qos", "-q", qos)):
+        if value and not names_option(job_args, option, short):
             argv.append(f"{option}={value}")
     return [*argv, *pool_args, *job_args, script]
 
@@ -381,6 +436,10 @@ class SlurmTaskHandle(TaskHandle):
         self.nice = 0
         #: Whether the job has run: seen running, or Slurm counts a requeue of it.
         self.ran = False
+        #: Whether Slurm counted a requeue of the job when a restarted master found it again
+        #: (:meth:`SlurmAgent.attach`): requeued while the master was away, its task ran in its
+        #: first run and must not run again under this allocation, whatever Slurm did since.
+        self.requeued = False
         #: When the job was first seen ended without the runner's exit status (monotonic).
         self._ended_at: float | None = None
         #: When the runner's failed exit status was first seen (monotonic).
@@ -430,6 +489,15 @@ class SlurmTaskHandle(TaskHandle):
             return self._status
         job = self._agent.job(self.job_id)
         own = self._files.exit_status()
+        if self.requeued:
+            # Waiting again, running its rerun (whose batch script exits at once) or ended
+            # since: it ends here, resumable, and no rerun of it is left behind.
+            if not job.ended:
+                self._agent.kill(self, force=True)
+            self._status = requeued_status(self.job_id, own,
+                                           rerun_ended=job.state if job.ended else None)
+            self._waiting = None
+            return self._status
         if own is not None and not own.success and not job.ended and not job.waiting:
             # Killed: ask Slurm now whether it did it (scancel, a time limit, a requeue).
             job = self._agent.job(self.job_id, fresh=True)
@@ -490,7 +558,15 @@ class SlurmAgent(Agent):
     partition = Unicode("", config=True, help="""The Slurm partition the pool's jobs go to
         (sbatch --partition); empty for the cluster's default partition.""")
     account = Unicode("", config=True, help="The Slurm account jobs are charged to (--account).")
-    qos = Unicode("", config=True, help="The Slurm quality of service of the jobs (--qos).")
+    qos = Unicode("", config=True, help="""The Slurm quality of service of the jobs (--qos);
+        with qos_by_priority, that of the priorities it does not cover.""")
+    qos_by_priority = Dict(config=True, help="""Slurm QOS by det_hub priority: {"10": "high",
+        "50": "normal", "99": "low"} submits a job of priority P (1 most important .. 99 least)
+        with the QOS of the smallest key that is at least P (here 1-10 high, 11-50 normal,
+        51-99 low); a priority above every key gets `qos`. Keys are priorities 1..99 (numbers
+        or strings), values QOS names; checked when the master starts. An experiment's own
+        --qos (or -q) in slurm.sbatch_args wins. The QOS is chosen at submission: a change of
+        priority while the job waits changes its Nice, not its QOS.""")
     slot_type = Enum(["cpu", "cuda"], "cpu", config=True, help="""What a slot is: `cpu`, a
         group of cpus_per_slot CPUs; `cuda`, one GPU (one GRES `gres`) with cpus_per_slot
         CPUs.""")
@@ -558,6 +634,9 @@ class SlurmAgent(Agent):
         problems = sbatch_arg_problems(list(self.sbatch_args), "sbatch_args")
         if problems:
             raise ValueError(f"Slurm agent {self.agent_id}: " + "; ".join(map(str, problems)))
+        #: ``qos_by_priority`` as :func:`qos_table` sorts it.
+        self.qos_table = qos_table(self.qos_by_priority,
+                                   f"Slurm agent {self.agent_id}: qos_by_priority")
         self.state_dir = Path(state_dir)
         self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.private_paths = [Path(p).resolve() for p in private_paths]
@@ -755,7 +834,21 @@ class SlurmAgent(Agent):
         return spec.run_as
 
     def _storage_problem(self, spec: TaskSpec) -> str | None:
-        """Why the task's checkpoint storage cannot be used from the nodes, or None."""
+        """Why the task's checkpoint storage, or the TensorBoard files a TensorBoard shows,
+        cannot be used from the nodes, or None."""
+        try:
+            logdirs = json.loads(spec.env.get(TENSORBOARD_LOGDIRS_ENV) or "{}")
+        except ValueError:
+            logdirs = {}
+        for name, logdir in (logdirs.items() if isinstance(logdirs, dict) else ()):
+            path = Path(str(logdir)).resolve()
+            if any(path == p or p in path.parents for p in self.private_paths):
+                # A node would show an empty TensorBoard: nothing there is readable from it.
+                return (f"the TensorBoard files of {name} ({path}) are in the master's private "
+                        "data directory, which jobs on Slurm nodes cannot read: run the "
+                        "TensorBoard in a pool of the master's own agents, or give the "
+                        "experiment a checkpoint_storage on the filesystem the nodes share "
+                        "(shared_fs host_path) or an object store")
         try:
             info = json.loads(spec.files.get(CLUSTER_INFO_FILE, "{}"))
         except ValueError:
@@ -824,7 +917,8 @@ class SlurmAgent(Agent):
             job_dir=str(root), script=str(root / "job.sh"), slots=len(spec.slot_ids),
             slot_type=self.slot_type, cpus_per_slot=self.cpus_per_slot, gres=self.gres,
             gpu_type=spec.slurm.get("gpu_type"), partition=self.partition,
-            account=self.account, qos=self.qos, spread=spread,
+            account=self.account,
+            qos=qos_for_priority(spec.priority, self.qos_table, self.qos), spread=spread,
             slots_per_node=spec.slurm.get("slots_per_node"),
             stop_signal_seconds=self.stop_signal_seconds,
             nice=nice_for_priority(spec.priority, self.nice_per_priority),
@@ -916,10 +1010,11 @@ class SlurmAgent(Agent):
                                  self.job_dir(allocation_id),
                                  tuple(run_as) if run_as else None,
                                  log_offset=log_offset)
-        # A job that waits may be one Slurm requeued while the master was away.
+        # Slurm may have requeued the job while the master was away (and run it again since,
+        # or be about to): only scontrol counts its requeues.
         done = self.run_command("scontrol", "--oneliner", "show", "job", handle.job_id)
         job = parse_scontrol_job(done.stdout) if done.returncode == 0 else None
-        handle.ran = job is not None and job.restarts > 0
+        handle.ran = handle.requeued = job is not None and job.restarts > 0
         handle.exit_status()  # what Slurm says of it now: waiting, running or ended
         return handle
 
@@ -1025,12 +1120,15 @@ __all__ = [
     "SlurmTaskHandle",
     "exit_status_from_job",
     "job_script",
+    "names_option",
     "nice_for_priority",
     "parse_job_id",
     "parse_sacct",
     "parse_scontrol_job",
     "parse_squeue",
     "partition_slots",
+    "qos_for_priority",
+    "qos_table",
     "requeued_status",
     "sbatch_argv",
     "spreads_over_tasks",

@@ -30,7 +30,12 @@ Without a go (the agent dropped the task, or the master went away) it exits with
 
 from __future__ import annotations
 
+import _io
 import argparse
+import atexit
+import contextlib
+import ctypes
+import gc
 import importlib.util
 import json
 import os
@@ -38,9 +43,10 @@ import re
 import shutil
 import signal
 import sys
+import threading
 import types
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from det_hub.env_names import (
     AGENT_ADDRESS_ENV,
@@ -212,6 +218,86 @@ def run_here(kind: str, target: str, args: list[str]) -> int:
     return 0
 
 
+#: The exit code of an interpreter that could not flush its standard streams as it ended.
+EXIT_FLUSH_FAILED = 120
+
+
+def _text_first(f: _io._IOBase) -> int:
+    """Text layers before the binary streams they write to: closing one flushes it into its
+    buffer, which is closed after."""
+    return 0 if isinstance(f, _io._TextIOBase) else 1
+
+
+def _close_open_files() -> None:
+    """Close every file object the task left open for writing, as the interpreter's teardown
+    would when it frees them: buffered writes reach their files, and a compressed stream
+    writes its end (a ``gzip`` file's trailer). The standard streams are flushed, not closed.
+    Files open only for reading have nothing to lose, and are left alone: one may be in the
+    middle of a read in a daemon thread (an HTTP long poll), whose lock a close would wait on
+    until the read ends."""
+    standard: set[int] = set()
+    for stream in (sys.stdout, sys.stderr, sys.stdin, sys.__stdout__, sys.__stderr__,
+                   sys.__stdin__):
+        layer: object = stream
+        while layer is not None:  # the text layer, its buffer, the buffer's raw file
+            standard.add(id(layer))
+            layer = getattr(layer, "buffer", None) or getattr(layer, "raw", None)
+    files = [f for f in gc.get_objects()
+             if isinstance(f, _io._IOBase) and id(f) not in standard]
+    for f in sorted(files, key=_text_first):
+        try:
+            if not f.closed and f.writable():
+                f.close()
+        except Exception:  # noqa: BLE001 - a file that cannot be closed is skipped, as there
+            pass
+
+
+def _end(code: int) -> NoReturn:
+    """End the process with ``code`` once the task's code has returned, as a fresh
+    interpreter's exit would, less the teardown of its modules (tens of milliseconds, and
+    most of a second with torch imported, spent between a trial's last line and its slot
+    being free).
+
+    What a task can see of an interpreter's end still happens, in its order: non-daemon
+    threads are waited for, ``atexit`` functions run (logging's flush, ``weakref.finalize``
+    and ``multiprocessing``'s among them), files left open are closed (see
+    :func:`_close_open_files`), and Python's and C's standard streams are flushed. An error
+    flushing Python's gives exit code 120, as the interpreter does."""
+    main_thread = threading.main_thread()
+    while True:
+        others = [t for t in threading.enumerate()
+                  if t is not main_thread and not t.daemon and t.is_alive()]
+        if not others:
+            break
+        for t in others:
+            t.join()
+    atexit._run_exitfuncs()
+    _close_open_files()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except Exception:  # noqa: BLE001 - as the interpreter: reported, then exit 120
+            code = EXIT_FLUSH_FAILED
+    # What C code wrote through stdio (an extension's printf) is in the C library's buffers.
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None).fflush(None)
+    os._exit(code)
+
+
+def exit_code(exc: SystemExit) -> int | None:
+    """The exit status the interpreter gives ``exc`` (printing a message, as it does, where
+    the code is not a number); None for a number it would not pass on as is."""
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, bool) or not isinstance(code, int):
+        with contextlib.suppress(Exception):
+            print(code, file=sys.stderr)
+        return 1
+    return code if 0 <= code <= 255 else None
+
+
 def read_go(fd: int) -> dict[str, Any] | None:
     """The go message on ``fd`` (JSON), None when the fd closes without one."""
     with os.fdopen(fd, "rb") as f:
@@ -247,7 +333,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _become(command, env)
     os.environ.clear()
     os.environ.update(env)
-    return run_here(*entry)
+    try:
+        code = run_here(*entry)
+    except SystemExit as e:
+        status = exit_code(e)
+        if status is None:  # a number past what an exit status holds: the interpreter decides
+            raise
+        code = status
+    _end(code)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,12 @@ EventT = TypeVar("EventT")
 
 @dataclass(frozen=True)
 class AllocationStateChanged:
-    """An allocation moved on: ``STARTING`` once placed, ``RUNNING`` once its processes run."""
+    """An allocation moved on: ``STARTING`` once placed, ``RUNNING`` once its processes run.
+
+    Handed to agents that queue tasks of their own (Slurm), an allocation waits there first,
+    and its trial or task shows as queued: it is announced ``STARTING`` only once they run it,
+    just before ``RUNNING``. Announcements only move forward (``Cluster.announce``).
+    """
 
     alloc: Allocation
     state: AllocationState

@@ -207,10 +207,22 @@ class Allocation:
     #: Why its tasks, handed to their agents, wait in a queue of the agents' own (a Slurm
     #: job pending, with Slurm's reason); it stays STARTING until they run. None otherwise.
     waiting: str | None = None
+    #: The last state announced on the bus (:class:`AllocationStateChanged`), which its trial's
+    #: run state or its task's state follows: announcements only ever move forward (see
+    #: :func:`announce`), and one whose tasks wait in their agents' own queue is announced
+    #: STARTING only once they run, so that until then it shows as queued.
+    announced: AllocationState = AllocationState.QUEUED
 
     @property
     def agent_ids(self) -> list[str]:
         return [n.agent_id for n in self.nodes]
+
+    @property
+    def waits_in_agents_queue(self) -> bool:
+        """Whether its tasks, placed, all wait in their agents' own queue (a Slurm job
+        pending), each seen there: nothing of it has run yet."""
+        return self.state == AllocationState.STARTING and self.waiting is not None \
+            and all(n.handle is not None for n in self.nodes)
 
     def move_to(self, state: AllocationState) -> None:
         """Move on to ``state``, as :data:`det_hub.states.ALLOCATION_TRANSITIONS` allows.
@@ -392,6 +404,25 @@ async def until_stored(allocations: OpenAllocations, alloc: Allocation, what: st
         await asyncio.sleep(delay)
         delay = min(delay * 2, STORE_RETRY_MAX_S)
     return False
+
+
+async def announce(bus: EventBus, alloc: Allocation, state: AllocationState) -> None:
+    """Publish :class:`AllocationStateChanged` for ``state`` (STARTING or RUNNING), after each
+    state before it that was not announced yet: the allocation's trial or task sees QUEUED,
+    STARTING and RUNNING in that order, each once, and never a step back, however the
+    announcements were held back (its tasks waited in their agents' queue) or repeated (a
+    write the database refused, tried again)."""
+    order = (AllocationState.QUEUED, AllocationState.STARTING, AllocationState.RUNNING)
+    for step in order[order.index(alloc.announced) + 1:order.index(state) + 1]:
+        await bus.publish(AllocationStateChanged(alloc, step))
+        alloc.announced = step
+
+
+def queued_by_agents(agents: Mapping[str, Agent], alloc: Allocation) -> bool:
+    """Whether every task of a placed allocation goes to one of ``agents`` that queues tasks
+    of its own (Slurm): handed over, they wait there until that agent's scheduler runs them."""
+    return bool(alloc.nodes) and all(
+        n.agent_id in agents and agents[n.agent_id].queues_tasks for n in alloc.nodes)
 
 
 def wake_on_exit(agent: Agent, handle: TaskHandle, wake: asyncio.Event) -> None:
@@ -631,10 +662,11 @@ class Cluster:
         nodes = [Node(p["agent_id"], tuple(p.get("slot_ids") or ()),
                       log_offset=int(p.get("log_offset") or 0), pid=p.get("pid"))
                  for p in placements]
-        alloc = Allocation(row.id, spec, token="", state=AllocationState.RUNNING, nodes=nodes)
+        alloc = Allocation(row.id, spec, token="", state=AllocationState.RUNNING, nodes=nodes,
+                           announced=AllocationState.RUNNING)
         # Submitted to agents that queue tasks of their own (Slurm), it may still wait there.
-        queued_there = row.state == AllocationState.STARTING and bool(nodes) and all(
-            n.agent_id in self.agents and self.agents[n.agent_id].queues_tasks for n in nodes)
+        queued_there = row.state == AllocationState.STARTING \
+            and queued_by_agents(self.agents, alloc)
         if (row.state != AllocationState.RUNNING and not queued_there) or not nodes \
                 or any(n.agent_id not in self.agents for n in nodes):
             await self._discard(alloc)
@@ -656,7 +688,9 @@ class Cluster:
             alloc.preempt_requested = True
             alloc.preempt.set()
         if queued_there:
-            alloc.state = AllocationState.STARTING
+            # Shown as queued until it runs (a master before this one may have shown it
+            # STARTING: announcing that again is harmless).
+            alloc.state, alloc.announced = AllocationState.STARTING, AllocationState.QUEUED
             alloc.waiting = next((n.handle.waiting for n in nodes
                                   if n.handle is not None and n.handle.waiting), None)
             if alloc.waiting is None and any(n.attach_pending for n in nodes):
@@ -688,7 +722,7 @@ class Cluster:
         """
         # One whose tasks wait in their agents' own queue (Slurm's) has not started either:
         # they are cancelled there.
-        waiting = alloc.waiting is not None and alloc.state == AllocationState.STARTING
+        waiting = alloc.waits_in_agents_queue
         if (alloc.state != AllocationState.QUEUED and not waiting) \
                 or not self.allocations.remove(alloc):
             return False
@@ -707,21 +741,39 @@ class Cluster:
             await self._reap(alloc)
         return True
 
-    async def preempt(self, alloc: Allocation, reason: str | None = None) -> None:
-        """Ask the allocation's training code to checkpoint and exit (see should_preempt).
+    async def preempt(self, alloc: Allocation, reason: str | None = None, *,
+                      then: str | None = None) -> None:
+        """Ask the allocation's training code to checkpoint and exit (see should_preempt);
+        ``reason`` says why, and ``then`` what follows, for its log.
 
-        If it has not exited after its pool's ``preemption_timeout``, it is killed.
+        If it has not exited after its pool's ``preemption_timeout``, it is killed. One whose
+        tasks still wait in their agents' own queue (a Slurm job pending) has run nothing and
+        has nothing to checkpoint: they are cancelled there at once, and the next round of the
+        loop ends it resumable (:attr:`ExitStatus.resumable`), so that its trial goes back to
+        the queue without counting a restart.
         """
         if alloc.preempt_requested:
             return
         alloc.preempt_requested = True
+        if alloc.waits_in_agents_queue:
+            status = ExitStatus(None, reason=(
+                f"{reason or 'asked to stop'} while it waited in its agent's queue "
+                f"({alloc.waiting}); it was cancelled there before it ran, with nothing to "
+                "checkpoint"), resumable=True)
+            for node in alloc.nodes:
+                if node.handle is not None and node.status is None:
+                    self._signal(node.agent_id, node.handle, force=True)
+                    node.status = status
+            self._wake.set()
+            return
         pool = self.pools.get(self.pool_of(alloc))
         timeout = pool.preemption_timeout if pool else PoolSettings("").preemption_timeout
         alloc.preempt_deadline = time.monotonic() + timeout
         alloc.preempt.set()
         await self.store.update_allocation(alloc.id, preempt=True)
         if reason:
-            await allocation_system_log(self.store, alloc, reason)
+            await allocation_system_log(self.store, alloc,
+                                        f"{reason}; {then}" if then else reason)
 
     async def kill(self, alloc: Allocation) -> None:
         """Stop a started allocation: SIGTERM, then SIGKILL after the grace period.
@@ -774,8 +826,8 @@ class Cluster:
                 job = self.jobs.get(alloc.spec.job_id)
                 if agent_id in alloc.agent_ids and alloc.state != AllocationState.QUEUED \
                         and (job is None or job.preemptible):
-                    await self.preempt(alloc, f"agent {agent_id} was disabled; the trial "
-                                              "checkpoints and moves to another agent")
+                    await self.preempt(alloc, f"agent {agent_id} was disabled",
+                                       then="the trial checkpoints and moves to another agent")
         self._wake.set()
 
     def busy_slots(self) -> dict[tuple[str, int], str]:
@@ -840,8 +892,9 @@ class Cluster:
             for victim_id in decision.preemptions:
                 victim = self.allocations.get(victim_id)
                 if victim is not None and victim.state != AllocationState.QUEUED:
-                    await self.preempt(victim, "preempted to make room for a more important "
-                                               "job; the trial checkpoints and resumes later")
+                    await self.preempt(
+                        victim, "preempted to make room for a more important job",
+                        then="the trial checkpoints and resumes later")
             for assignment in decision.assignments:
                 alloc = self.allocations.get(assignment.allocation_id)
                 if alloc is not None and alloc.state == AllocationState.QUEUED:
@@ -863,7 +916,10 @@ class Cluster:
             await self.store.update_allocation(
                 alloc.id, state=AllocationState.STARTING, slot_ids=list(chief.slot_ids),
                 agent_id=chief.agent_id, placements=[n.record() for n in alloc.nodes])
-            await self.bus.publish(AllocationStateChanged(alloc, AllocationState.STARTING))
+            if not queued_by_agents(self.agents, alloc):
+                # Handed to agents that queue tasks (Slurm), it waits there first: its trial
+                # or task shows as queued until they run it (started() announces both).
+                await announce(self.bus, alloc, AllocationState.STARTING)
 
         self.prepared.drop(alloc.id, keep_on=chief.agent_id if len(alloc.nodes) == 1
                             and not alloc.spec.reserve_only else None)
@@ -916,7 +972,7 @@ class Cluster:
                 pid=chief_handle.pid if chief_handle else None,
                 workdir=chief_handle.where if chief_handle else None, started_at=started_at,
                 placements=[n.record() for n in alloc.nodes])
-            await self.bus.publish(AllocationStateChanged(alloc, AllocationState.RUNNING))
+            await announce(self.bus, alloc, AllocationState.RUNNING)
 
         await until_stored(self.allocations, alloc, "that it runs", running)
 
@@ -971,9 +1027,12 @@ class Cluster:
                         slurm=spec.slurm,
                         priority=job.priority if job is not None else DEFAULT_PRIORITY)
 
-    async def finish(self, alloc: Allocation, status: ExitStatus) -> None:
+    async def finish(self, alloc: Allocation, status: ExitStatus, *,
+                     tasks_ended: bool = False) -> None:
         """An allocation has ended: it is closed, its end and last log lines are stored, its
-        tasks' remains reaped, and :class:`AllocationExited` is published.
+        tasks' remains reaped, and :class:`AllocationExited` is published. Where its agents
+        saw each of its tasks end (``tasks_ended``), its slots are free at once: the next
+        queued allocation is placed on them first, and starts while this end is stored.
 
         While the database cannot be used the end is not lost: the allocation waits in
         :attr:`endings` and each round of the loop tries again (with a growing pause), so
@@ -985,6 +1044,8 @@ class Cluster:
         alloc.move_to(AllocationState.TERMINATED)
         alloc.preempt.set()  # release any long-poll still waiting (answers true: stop)
         self.changes.publish()
+        if tasks_ended:
+            await self._schedule()
         await self.endings.settle(Ending(alloc, status))
 
     async def _reap(self, alloc: Allocation) -> None:

@@ -131,7 +131,8 @@ class AllocationMonitor:
                     # Its task ran and ended between two looks at it: it started all the same.
                     await self._still_waiting(alloc)
                 await self.cluster.finish(
-                    alloc, failed[0] if failed else statuses[0] or ExitStatus(0))
+                    alloc, failed[0] if failed else statuses[0] or ExitStatus(0),
+                    tasks_ended=True)
             elif alloc.waiting is not None:
                 await self._still_waiting(alloc)
 

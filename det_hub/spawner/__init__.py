@@ -30,7 +30,11 @@ the hub's ``environment`` for it), as a Slurm job submitted as the user's linked
 job's wrapper (:mod:`det_hub.exec.hub_server`) starts ``jupyterhub-singleuser`` on a free port
 of its node and says so once it answers; the master takes the node's address from Slurm, and the
 spawner hands ``host:port`` to the hub. While the job waits, the spawn page shows its place in
-det_hub's queue, then Slurm's reason.
+det_hub's queue, then Slurm's reason. The admin may let users set the job's time limit,
+memory, partition and QOS on the spawn page (``slurm_form_fields`` and the other ``slurm_*``
+settings; :mod:`det_hub.spawner.slurm_options`), as batchspawner's form does: the choices are
+checked on the page and become the job's ``sbatch`` options (the task config's
+``slurm.sbatch_args``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,12 @@ from traitlets import Bool, Dict, Enum, Float, Integer, List, Unicode, default
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL, DEFAULT_SLOTS
 from det_hub.env_names import MASTER_ENV
 from det_hub.ports import free_port
+from det_hub.spawner.slurm_options import (
+    FIELDS,
+    SlurmFormSettings,
+    SlurmOptionsError,
+    sbatch_args,
+)
 
 #: One engine client per Docker host, shared by the spawners placed there.
 _CLIENTS: dict[str, APIClient] = {}
@@ -114,6 +124,41 @@ class DetSpawner(DockerSpawner):
         "", config=True,
         help="""The image's Python with det_hub, which seeds the notebook directory. Default:
         the server command's own program when it is a Python, else python3.""")
+    slurm_form_fields = List(
+        Unicode(), config=True,
+        help=f"""Which of the job's sbatch options users set on the spawn page when their
+        server runs as a Slurm job: any of {', '.join(FIELDS)} (time limit --time, memory
+        --mem, --partition from slurm_partitions, --qos from slurm_qos_choices). A field
+        left empty gives the default below, else the pool's own. Offer them where the servers
+        run as Slurm jobs: a server that does not refuses them (its start fails, saying so).
+        Empty: no Slurm options on the spawn page.""")
+    slurm_time_default = Unicode(
+        "", config=True,
+        help="""The time limit (--time) of a server's Slurm job when its user gives none, in
+        Slurm's formats: minutes (30), H:MM:SS (1:00:00) or D-HH:MM:SS (1-00:00:00). Empty:
+        the pool's sbatch_args, else the partition's default.""")
+    slurm_time_max = Unicode(
+        "", config=True,
+        help="""The longest time limit users may ask for on the spawn page (Slurm's formats,
+        as slurm_time_default). Empty: no limit of det_hub's (the partition's MaxTime
+        holds).""")
+    slurm_mem_default = Unicode(
+        "", config=True,
+        help="""The memory (--mem, per node) of a server's Slurm job when its user gives none:
+        512M, 4G (units K, M, G, T; M when none). Empty: the pool's, else Slurm's default.""")
+    slurm_mem_max = Unicode(
+        "", config=True,
+        help="The most memory users may ask for on the spawn page (as slurm_mem_default).")
+    slurm_partitions = List(
+        Unicode(), config=True,
+        help="""The partitions users may pick on the spawn page (with `partition` in
+        slurm_form_fields); none picked: the pool's own. Every one of them must run det_hub's
+        jobs as the pool's partition does (the same shared filesystem and Python).""")
+    slurm_qos_choices = List(
+        Unicode(), config=True,
+        help="""The QOS users may pick on the spawn page (with `qos` in slurm_form_fields);
+        none picked: the pool's own (its qos, or qos_by_priority's for the server's
+        priority).""")
 
     #: The master's task that holds this server's slots.
     task_id = Integer(0)
@@ -145,16 +190,42 @@ class DetSpawner(DockerSpawner):
     # --- the spawn page -------------------------------------------------------------------
     @default("options_form")
     def _default_options_form(self) -> str:
+        slurm = self.slurm_form().form_html()
         if not self.profiles:
-            return ""
+            return slurm
         options = "".join(
             f'<option value="{i}">{html.escape(str(p.get("display_name", f"Profile {i}")))}'
             "</option>" for i, p in enumerate(self.profiles))
         return f'<label for="profile">Resources</label><select name="profile" ' \
-               f'class="form-control">{options}</select>'
+               f'class="form-control">{options}</select>{slurm}'
 
     def options_from_form(self, formdata: dict[str, list[str]]) -> dict[str, Any]:
-        return {"profile": int((formdata.get("profile") or ["0"])[0])}
+        """The profile chosen, and the Slurm options given (checked: a wrong one is an error
+        that the spawn page shows, and nothing starts)."""
+        options: dict[str, Any] = {"profile": int((formdata.get("profile") or ["0"])[0])}
+        slurm = self.slurm_form().from_form(formdata)
+        if slurm:
+            options["slurm"] = slurm
+        return options
+
+    def slurm_form(self) -> SlurmFormSettings:
+        """The spawn page's Slurm options, as the ``slurm_*`` settings give them."""
+        return SlurmFormSettings(
+            tuple(self.slurm_form_fields), self.slurm_time_default, self.slurm_time_max,
+            self.slurm_mem_default, self.slurm_mem_max, tuple(self.slurm_partitions),
+            tuple(self.slurm_qos_choices))
+
+    def _slurm_choices(self) -> dict[str, str]:
+        """The user's Slurm options (``user_options["slurm"]``, from the spawn page or the
+        hub's REST API), checked again: the API passes no form.
+
+        Raises:
+            SpawnError: One cannot be used; the message names it.
+        """
+        try:
+            return self.slurm_form().choose(self.user_options.get("slurm"))
+        except SlurmOptionsError as e:
+            raise SpawnError(f"the server's Slurm options: {e}") from None
 
     def _wanted(self) -> dict[str, Any]:
         """Slots, pool, priority and image this server asks for: its profile's, or the
@@ -178,10 +249,13 @@ class DetSpawner(DockerSpawner):
             raise SpawnError(f"server_mode {mode!r}: must be auto, container or task")
         if mode != "auto":
             return mode
+        return "task" if await self._slurm_pool(wanted["resource_pool"]) else "container"
+
+    async def _slurm_pool(self, pool: str) -> bool:
+        """Whether the master's resource pool ``pool`` is a Slurm partition."""
         pools = (await self._call("GET", "/resource_pools"))["resource_pools"]
-        kinds = next((str(p.get("type") or "") for p in pools
-                      if p["name"] == wanted["resource_pool"]), "")
-        return "task" if "slurm" in kinds.split(",") else "container"
+        kinds = next((str(p.get("type") or "") for p in pools if p["name"] == pool), "")
+        return "slurm" in kinds.split(",")
 
     # --- the master -----------------------------------------------------------------------
     async def _call(self, method: str, path: str, body: Any = None, *,
@@ -204,14 +278,18 @@ class DetSpawner(DockerSpawner):
                              f"{e}") from None
         return json.loads(response.body)
 
-    async def _reserve(self, wanted: dict[str, Any], **run: Any) -> dict[str, Any]:
+    async def _reserve(self, wanted: dict[str, Any], *, slurm_args: list[str] | None = None,
+                       **run: Any) -> dict[str, Any]:
         """Ask the master for the server's task: slots only, or with ``command`` and
-        ``environment``, the server run by the master (task mode)."""
-        config = {"description": f"Notebook server of {self.user.name}"
-                                 + (f" ({self.name})" if self.name else ""),
-                  "resources": {"slots": wanted["slots"],
-                                "resource_pool": wanted["resource_pool"],
-                                "priority": wanted["priority"]}}
+        ``environment``, the server run by the master (task mode); ``slurm_args``: its Slurm
+        job's sbatch options."""
+        config: dict[str, Any] = {
+            "description": f"Notebook server of {self.user.name}"
+                           + (f" ({self.name})" if self.name else ""),
+            "resources": {"slots": wanted["slots"], "resource_pool": wanted["resource_pool"],
+                          "priority": wanted["priority"]}}
+        if slurm_args:
+            config["slurm"] = {"sbatch_args": slurm_args}
         made = await self._call("POST", "/hub_servers",
                                 {"config": yaml.safe_dump(config), **run})
         return made["hub_server"]
@@ -317,9 +395,12 @@ class DetSpawner(DockerSpawner):
 
     async def start(self) -> tuple[str, int]:
         wanted = self._wanted()
+        chosen = self._slurm_choices()
         self.mode = await self._server_mode(wanted)
         if self.mode == "task":
-            return await self._start_task(wanted)
+            return await self._start_task(wanted, chosen)
+        if chosen:
+            raise SpawnError(_not_slurm(chosen, "runs in a container (server_mode container)"))
         if wanted.get("image"):
             self.image = wanted["image"]
         task = await self._reserve(wanted)
@@ -375,9 +456,21 @@ class DetSpawner(DockerSpawner):
         return {k: v for k, v in self.get_env().items()
                 if k not in self.env_keep or k in configured}
 
-    async def _start_task(self, wanted: dict[str, Any]) -> tuple[str, int]:
+    async def _start_task(self, wanted: dict[str, Any],
+                          chosen: dict[str, str]) -> tuple[str, int]:
+        """Start the server as the master's task; ``chosen``: its user's checked Slurm
+        options, which with the admin's defaults are its Slurm job's sbatch options."""
+        slurm_args: list[str] = []
+        form = self.slurm_form()
+        if chosen or form.with_defaults({}):
+            if await self._slurm_pool(wanted["resource_pool"]):
+                slurm_args = sbatch_args(form.with_defaults(chosen))
+            elif chosen:
+                raise SpawnError(_not_slurm(chosen, f"runs in resource pool "
+                                                    f"{wanted['resource_pool']!r}, which is "
+                                                    "not a Slurm partition"))
         command = await self.get_command()
-        task = await self._reserve(wanted, command=command,
+        task = await self._reserve(wanted, slurm_args=slurm_args, command=command,
                                    environment=self._task_environment())
         self.task_id = int(task["id"])
         try:
@@ -521,6 +614,13 @@ class DetSpawner(DockerSpawner):
         self.task_id = 0
         self.placement = {}
         self.server_address = ""
+
+
+def _not_slurm(chosen: dict[str, str], how: str) -> str:
+    """Why a server that is no Slurm job refuses its user's Slurm options."""
+    given = ", ".join(f"{k} {v}" for k, v in chosen.items())
+    return (f"the Slurm options chosen ({given}) are for servers that run as Slurm jobs, and "
+            f"this server {how}: start it without them, or with a profile of a Slurm pool")
 
 
 def _free_port(host: str) -> int:

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from det_hub.storage._base import StorageManager
-from det_hub.storage.directory import DirectoryStorage
-from det_hub.storage.s3 import S3Storage
-from det_hub.storage.shared_fs import SharedFSStorage
+
+if TYPE_CHECKING:  # each backend is imported where it is built: a trial loads its own only
+    from det_hub.storage.s3 import S3Storage
 
 SUPPORTED_TYPES = ("shared_fs", "s3", "directory")
 
@@ -18,6 +18,7 @@ def _s3_storage(config: Mapping[str, Any]) -> S3Storage:
     # The config schema's checks and normalisation (the prefix), with its error paths.
     from det_hub.config import ConfigError
     from det_hub.config.storage import S3Config, parse_checkpoint_storage
+    from det_hub.storage.s3 import S3Storage
 
     try:
         parsed = parse_checkpoint_storage(config)
@@ -49,6 +50,8 @@ def build_storage(config: Mapping[str, Any]) -> StorageManager:
         host_path = config.get("host_path")
         if not host_path:
             raise ValueError("checkpoint_storage.host_path: required for type shared_fs")
+        from det_hub.storage.shared_fs import SharedFSStorage
+
         return SharedFSStorage(str(host_path), config.get("storage_path"))
     if kind == "s3":
         return _s3_storage(config)
@@ -56,6 +59,8 @@ def build_storage(config: Mapping[str, Any]) -> StorageManager:
         container_path = config.get("container_path")
         if not container_path:
             raise ValueError("checkpoint_storage.container_path: required for type directory")
+        from det_hub.storage.directory import DirectoryStorage
+
         return DirectoryStorage(str(container_path))
     raise ValueError(
         f"checkpoint_storage.type: {kind!r} is not supported; supported types: "

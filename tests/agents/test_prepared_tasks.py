@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gzip
 import os
 import re
 import sys
@@ -172,6 +173,70 @@ def test_a_prepared_task_is_killed_as_a_fresh_one(agent: LocalAgent) -> None:
         agent.reap(handle)
     assert statuses[0] == statuses[1]
     assert statuses[1].signal == "SIGTERM"
+
+#: Leaves work for the interpreter's end: files never closed (by Python and by C), a thread
+#: still writing, a daemon thread still reading, an atexit function, output without a
+#: newline, and an exit message.
+ENDING_SCRIPT = """
+import atexit, ctypes, gzip, os, sys, threading, time
+notes = open("left-open.txt", "w")
+notes.write("written, never closed")
+libc = ctypes.CDLL(None)
+libc.fopen.restype = ctypes.c_void_p
+libc.fputs(b"written by C, never closed", ctypes.c_void_p(libc.fopen(b"by-c.txt", b"w")))
+packed = gzip.open("left-open.gz", "wt")
+packed.write("compressed, never closed")
+def late():
+    time.sleep(0.3)
+    with open("thread.txt", "w") as f:
+        f.write("the thread finished")
+threading.Thread(target=late).start()
+# A daemon thread waits for an answer that never comes (an HTTP long poll): its response's
+# file is locked by the read, and the end must not wait for it.
+import http.client, socket
+silent = socket.create_server(("127.0.0.1", 0))
+def long_poll():
+    asking = http.client.HTTPConnection(*silent.getsockname())
+    asking.request("GET", "/preemption")
+    asking.getresponse()
+threading.Thread(target=long_poll, daemon=True).start()
+held = silent.accept()
+atexit.register(lambda: print("atexit ran after", open("thread.txt").read()))
+sys.stdout.write("no newline")
+sys.exit(os.environ.get("MESSAGE") or int(os.environ.get("EXIT", "0")))
+"""
+
+
+@pytest.mark.parametrize("extra", [{}, {"EXIT": "7"}, {"MESSAGE": "stopped: no data"}],
+                         ids=["exit-0", "exit-7", "message"])
+def test_a_prepared_task_ends_as_a_fresh_one(agent: LocalAgent, extra: dict[str, str]) -> None:
+    """A warm task skips the interpreter's teardown, and nothing the task can see of an end
+    is lost with it."""
+    ends = []
+    for name, warm in (("12.cold", False), ("12.warm", True)):
+        spec = TaskSpec(name, ["python3", "end.py"], extra, targz({"end.py": ENDING_SCRIPT}),
+                        [agent.slots[0].id], {"cluster_info.json": "{}"}, run_as=NOBODY)
+        if warm:
+            prepared_and_ready(agent, spec)
+        handle = agent.launch(spec)
+        status = wait_exit(handle)
+        lines = sorted((line.stdtype, line.message) for line in handle.read_logs())
+        agent.reap(handle)
+        run_dir = agent.task_root(name) / "run"
+        with gzip.open(run_dir / "left-open.gz", "rt") as f:  # a trailer, or it raises
+            packed = f.read()
+        ends.append((status, lines, (run_dir / "left-open.txt").read_text(), packed,
+                     (run_dir / "by-c.txt").read_text()))
+    # The same status and output. The files too, but for the warm task only: a fresh
+    # interpreter whose daemon thread still runs may end without flushing them (here it did).
+    assert ends[0][:2] == ends[1][:2]
+    status, lines, notes, packed, by_c = ends[1]
+    assert status.exit_code == (1 if "MESSAGE" in extra else int(extra.get("EXIT", "0")))
+    assert notes == "written, never closed" and packed == "compressed, never closed"
+    assert by_c == "written by C, never closed"
+    assert ("stdout", "no newlineatexit ran after the thread finished") in lines
+    assert (("stderr", "stopped: no data") in lines) == ("MESSAGE" in extra)
+
 
 
 def test_a_prepared_interpreter_never_serves_another_task(agent: LocalAgent) -> None:

@@ -391,6 +391,64 @@ def test_a_job_slurm_requeues_ends_resumable_and_never_runs_again(
     assert [line.message for line in handle.read_logs()] == ["run"]
 
 
+def rerun_at_once(agent: SlurmAgent, job_id: str, timeout: float = 60.0) -> None:
+    """Have a job Slurm requeued run again now rather than after the delay Slurm gives a
+    requeued job (``BeginTime``); once it waits again, else Slurm sets that delay after us."""
+    deadline = time.monotonic() + timeout
+    while "JobState=PENDING" not in (shown := agent.run_command(
+            "scontrol", "--oneliner", "show", "job", job_id).stdout):
+        assert time.monotonic() < deadline, f"job {job_id} does not wait again: {shown}"
+        time.sleep(0.2)
+    done = agent.run_command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    assert done.returncode == 0, done.stderr
+
+
+def test_jobs_slurm_requeued_while_no_master_watched_end_resumable_when_found_again(
+        make_agent: AgentFactory) -> None:
+    """While the master is away, Slurm requeues two running jobs: one waits in its queue
+    again, the other runs again at once (its batch script exits without running the task) and
+    ends FAILED. A restarted master's agent takes both for requeued (Slurm counts the requeue),
+    never for the task's failure: both end resumable, and the waiting one is cancelled."""
+    agent = make_agent()
+    sleep = "import time; print('run', flush=True); time.sleep(300)"
+    waits, reran = agent.launch(spec("9.a", sleep)), agent.launch(spec("9.b", sleep))
+    wait_running(waits)
+    wait_running(reran)
+    for handle in (waits, reran):
+        done = agent.run_command("scontrol", "requeue", handle.job_id)
+        assert done.returncode == 0, done.stderr
+    rerun_at_once(agent, reran.job_id)
+    deadline = time.monotonic() + 60
+    while True:
+        shown = agent.run_command("scontrol", "--oneliner", "show", "job", reran.job_id).stdout
+        job = parse_scontrol_job(shown)
+        if job is not None and job.ended:
+            break
+        assert time.monotonic() < deadline, f"the rerun did not end within 60 s: {shown}"
+        time.sleep(0.5)
+    assert (job.state, job.restarts) == ("FAILED", 1), shown
+
+    found = make_agent()
+    again = found.attach("9.b", 0, None)
+    assert again is not None
+    status = wait_end(again)
+    assert status.resumable and status.signal == "SIGTERM", status
+    assert status.reason == (f"Slurm requeued job {reran.job_id}; its rerun ended FAILED before "
+                             "the task ran again, and det_hub starts the task again in a new job")
+    assert [line.message for line in again.read_logs()] == ["run"]
+
+    again = found.attach("9.a", 0, None)
+    assert again is not None
+    status = wait_end(again)
+    assert status.resumable and status.reason is not None and status.reason.startswith(
+        f"Slurm requeued job {waits.job_id}; det_hub cancelled it there"), status
+    deadline = time.monotonic() + 30
+    while "JobState=CANCELLED" not in (shown := agent.run_command(
+            "scontrol", "--oneliner", "show", "job", waits.job_id).stdout):
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+
+
 def test_a_job_that_ran_and_ended_between_two_looks_is_not_taken_for_requeued(
         make_agent: AgentFactory) -> None:
     """The agent last saw the job waiting; it ran and ended before the agent's next look at

@@ -146,7 +146,7 @@ def test_each_state_verb_names_a_client_method() -> None:
         assert callable(getattr(Client, method, None)), f"experiment {verb}: Client.{method}"
 
 
-@pytest.mark.parametrize("package", ["det_hub.client", "det_hub.console"])
+@pytest.mark.parametrize("package", ["det_hub.client", "det_hub.console", "det_hub.storage"])
 def test_lazy_exports_give_every_public_name(package: str) -> None:
     """The packages the CLI reads load their parts on first use; each public name still
     comes from the module that defines it."""

@@ -74,6 +74,23 @@ def execute(ws_url: str, cookie: str, code: str,
     return asyncio.run(go())
 
 
+
+def assert_serves_the_losses(master: MasterProcess, browser: requests.Session, base: str,
+                             run: str) -> None:
+    """The TensorBoard at ``base`` shows ``run``'s training loss as the steps trial reported
+    it (1/step at steps 5, 10, 15 and 20), once it has read the event files."""
+
+    def tags() -> Any:
+        answer = browser.get(f"{base}/data/plugin/scalars/tags", timeout=10)
+        return answer.status_code == 200 and answer.json().get(run)
+
+    assert "training/loss" in master.wait(tags, timeout=60)
+    points = browser.get(f"{base}/data/plugin/scalars/scalars",
+                         params={"run": run, "tag": "training/loss"}, timeout=10).json()
+    assert [(p[1], round(p[2], 4)) for p in points] == [
+        (s, round(1.0 / s, 4)) for s in (5, 10, 15, 20)]
+
+
 def test_a_notebook_serves_jupyterlab_and_its_kernels_to_its_owner_only(
         master: MasterProcess, tmp_path: Path) -> None:
     context = tmp_path / "work"
@@ -223,17 +240,7 @@ def test_a_tensorboard_shows_the_metrics_an_experiment_reported(master: MasterPr
     browser = requests.Session()
     assert browser.get(url, timeout=30).status_code == 200
     base = f"{master.url}/proxy/{board['id']}"
-    run = f"experiment_{eid}/trial/{trial['id']}"
-
-    def tags() -> Any:
-        answer = browser.get(f"{base}/data/plugin/scalars/tags", timeout=10)
-        return answer.status_code == 200 and answer.json().get(run)
-
-    assert "training/loss" in master.wait(tags, timeout=60)
-    points = browser.get(f"{base}/data/plugin/scalars/scalars",
-                         params={"run": run, "tag": "training/loss"}, timeout=10).json()
-    assert [(p[1], round(p[2], 4)) for p in points] == [
-        (s, round(1.0 / s, 4)) for s in (5, 10, 15, 20)]
+    assert_serves_the_losses(master, browser, base, f"experiment_{eid}/trial/{trial['id']}")
     master.cli("tensorboard", "kill", str(board["id"]), check=True)
     wait_state(master, "tensorboard", board["id"], "TERMINATED")
 

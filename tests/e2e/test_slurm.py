@@ -5,9 +5,11 @@ Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial 
 two-slot torch.distributed trial is one job of two tasks, one on each node; a job cancelled with
 ``scancel`` restarts its trial from its checkpoint; a job Slurm asks to stop (SIGTERM to its
 batch step) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice
-in Slurm's queue; a restarted master adopts a running job; work Slurm holds back shows
-Slurm's reason in the job queue; a notebook and a shell run as jobs and are used through the
-master's proxy on their node; a hub user's server (DetSpawner) is a job of the user's
+in Slurm's queue; a restarted master adopts a running job, and one Slurm requeued and ran
+again while it was down resumes its trial without a restart; work Slurm holds back shows
+Slurm's reason in the job queue and shows as queued until Slurm runs it, and is cancelled at
+once when a preempting pool picks it; a notebook and a shell run as jobs and are used through
+the master's proxy on their node; a hub user's server (DetSpawner) is a job of the user's
 account, reached through the hub, kept across a hub restart, and ended with its job; an ASHA
 search larger than the pool finishes while the queue shows why Slurm holds work back; and
 pause/activate goes on exactly where the trial stopped, in a new job. Without
@@ -50,16 +52,30 @@ def shared(slurm_shared: Path) -> Path:
     return slurm_shared
 
 
-def slurm_master(tmp_path: Path, slurm: dict[str, str], shared: Path,
-                 pool_slots: int = 0) -> MasterProcess:
+def master_config(tmp_path: Path, slurm: dict[str, str], shared: Path, *,
+                  pool_slots: int = 0, scheduler: dict[str, Any] | None = None,
+                  local_pool: bool = False) -> Path:
+    """A master's config file with the Slurm pool (and, with ``local_pool``, the ``default``
+    pool of its local agent beside it)."""
     manager: dict[str, Any] = {
         "type": "slurm", "partition": slurm["partition"], "slurm_conf": slurm["slurm_conf"],
         "python": slurm["python"], "job_root": str(shared / "jobs"), "poll_interval": 0.3,
         "exit_file_grace": 1.0, "pool_slots": pool_slots}
+    pool: dict[str, Any] = {"name": POOL, "resource_manager": manager}
+    if scheduler is not None:
+        pool["scheduler"] = scheduler
+    pools = [{"name": "default"}, pool] if local_pool else [pool]
     config = tmp_path / "det_hub_config.py"
-    config.write_text("c.MasterApp.local_agent = False\n"
-                      f"c.MasterApp.resource_pools = [{{'name': {POOL!r}, "
-                      f"'resource_manager': {manager!r}}}]\n")
+    config.write_text(("" if local_pool else "c.MasterApp.local_agent = False\n")
+                      + f"c.MasterApp.resource_pools = {pools!r}\n")
+    return config
+
+
+def slurm_master(tmp_path: Path, slurm: dict[str, str], shared: Path,
+                 pool_slots: int = 0, scheduler: dict[str, Any] | None = None,
+                 local_pool: bool = False) -> MasterProcess:
+    config = master_config(tmp_path, slurm, shared, pool_slots=pool_slots,
+                           scheduler=scheduler, local_pool=local_pool)
     proc = MasterProcess(tmp_path / "data", f"sqlite:///{tmp_path / 'det_hub.db'}",
                          [f"--MasterApp.config_file={config}"])
     proc.default_context = STEPS
@@ -68,12 +84,18 @@ def slurm_master(tmp_path: Path, slurm: dict[str, str], shared: Path,
     return proc
 
 
-@pytest.fixture
-def master(tmp_path: Path, slurm: dict[str, str], shared: Path) -> Iterator[MasterProcess]:
+def running_master(tmp_path: Path, slurm: dict[str, str],
+                   shared: Path) -> Iterator[MasterProcess]:
+    """A master of the Slurm pool for a test: stopped after it, its jobs cancelled."""
     proc = slurm_master(tmp_path, slurm, shared)
     yield proc
     proc.stop()
     cancel_jobs(proc, slurm)
+
+
+@pytest.fixture
+def master(tmp_path: Path, slurm: dict[str, str], shared: Path) -> Iterator[MasterProcess]:
+    yield from running_master(tmp_path, slurm, shared)
 
 
 def cancel_jobs(master: MasterProcess, slurm: dict[str, str]) -> None:
@@ -211,13 +233,24 @@ def test_work_slurm_holds_back_shows_slurms_reason_in_the_queue(
 
         job = master.wait(two_run_one_held, timeout=120)
         assert job["state"] == "QUEUED" and job["slots_allocated"] == 0
+        # The held experiment and its trial show it queued, the two Slurm runs running (once
+        # their start is stored, which may come a moment after the queue shows it).
+
+        def shown(eid: int) -> tuple[str, str, str]:
+            [trial] = master.trials(eid)
+            return trial["state"], trial["run_state"], master.experiment(eid)["state"]
+
+        held_eid = job["experiment_id"]
+        assert shown(held_eid) == ("QUEUED",) * 3
+        for eid in eids:
+            if eid != held_eid:
+                master.wait(lambda eid=eid: shown(eid) == ("RUNNING",) * 3, timeout=30)
         listed = master.cli("job", "list", check=True).stdout
         # Slurm may have moved the job from one reason to the other meanwhile.
         shown = re.search(r"QUEUED \((Slurm job \d+ is PENDING: \w+)\)", listed)
         assert shown and shown.group(1).rsplit(": ", 1)[0] == job["reason"].rsplit(": ", 1)[0], \
             listed
         # Pausing the held experiment takes its job off Slurm's queue: nothing of it ran.
-        held_eid = job["experiment_id"]
         assert master.api("POST", f"/experiments/{held_eid}/pause").status_code == 200
         master.wait(lambda: not held(), timeout=60)
         [trial] = master.trials(held_eid)
@@ -227,10 +260,71 @@ def test_work_slurm_holds_back_shows_slurms_reason_in_the_queue(
                                env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]},
                                capture_output=True, text=True, check=True).stdout
         assert "JobState=CANCELLED" in shown and "RunTime=00:00:00" in shown, shown
-        for eid in eids:
-            master.api("POST", f"/experiments/{eid}/kill")
-        for eid in eids:
-            assert master.wait_state(eid, timeout=90)["state"] == "CANCELED"
+        # Activated, it waits in Slurm's queue again, shown queued; it shows running once
+        # Slurm runs it, when a node is free.
+        assert master.api("POST", f"/experiments/{held_eid}/activate").status_code == 200
+        master.wait(held, timeout=60)
+        [trial] = master.trials(held_eid)
+        assert (trial["state"], trial["run_state"]) == ("QUEUED", "QUEUED"), trial
+        freed = next(eid for eid in eids if eid != held_eid)
+        assert master.api("POST", f"/experiments/{freed}/kill").status_code == 200
+        master.wait(lambda: master.trials(held_eid)[0]["state"] == "RUNNING", timeout=90)
+        assert master.experiment(held_eid)["state"] == "RUNNING"
+        kill_all(master, eids)
+    finally:
+        master.stop()
+        cancel_jobs(master, slurm)
+
+
+def test_a_waiting_job_picked_for_preemption_is_cancelled_at_once(
+        tmp_path: Path, slurm: dict[str, str], shared: Path) -> None:
+    """In a pool that preempts, a more important trial finds the pool's slots taken, the
+    least important of them by a job Slurm still holds back. That job is cancelled at once
+    (nothing of it ran, nothing is to checkpoint) rather than told to stop once it runs: its
+    trial waits in det_hub's queue again without counting a restart, and the important trial
+    takes its slot."""
+    master = slurm_master(tmp_path, slurm, shared, pool_slots=3,
+                          scheduler={"type": "priority", "preemption": True})
+    try:
+        def create(name: str, priority: int) -> int:
+            config = on_slurm(steps_config(name=name, length=3000, sleep=0.1), shared)
+            config["resources"]["priority"] = priority
+            return master.create_ok(config)
+
+        eids = [create(f"runs-{i}", 50) for i in range(2)]
+        master.wait(lambda: all([t["state"] for t in master.trials(eid)] == ["RUNNING"]
+                                for eid in eids), timeout=120)
+        held_eid = create("held", 60)
+        eids.append(held_eid)
+        held_trial = master.wait(lambda: master.trials(held_eid))[0]["id"]
+        [job] = master.wait(lambda: slurm_jobs(master, held_trial), timeout=60)
+        master.wait(lambda: job_state(slurm, job) == "PENDING" and any(
+            j["experiment_id"] == held_eid and HELD.fullmatch(j["reason"] or "")
+            for j in master.get(f"/jobs?resource_pool={POOL}")["jobs"]), timeout=60)
+
+        urgent_eid = create("urgent", 10)
+        eids.append(urgent_eid)
+        master.wait(lambda: job_state(slurm, job) == "CANCELLED", timeout=30)
+        shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
+        assert "RunTime=00:00:00" in shown, shown
+        logs = master.wait(lambda: [
+            line for line in master.logs(held_trial) if line.startswith(
+                "preempted to make room for a more important job while it waited in its "
+                f"agent's queue (Slurm job {job} is PENDING")], timeout=30)
+        assert "it was cancelled there before it ran, with nothing to checkpoint; the trial " \
+               "resumes from the beginning" in logs[0], logs
+        # The important trial took its slot (Slurm holds its job until a node is free); the
+        # held trial waits in det_hub's queue, with no job in Slurm's.
+        urgent_trial = master.wait(lambda: master.trials(urgent_eid))[0]["id"]
+        master.wait(lambda: slurm_jobs(master, urgent_trial), timeout=60)
+        master.wait(lambda: [master.get(f"/trials/{held_trial}")["trial"][key] for key in (
+            "state", "run_state", "restarts")] == ["QUEUED", "QUEUED", 0], timeout=30)
+        assert slurm_jobs(master, held_trial) == [job]
+        [queued] = master.wait(lambda: [j for j in master.get(f"/jobs?resource_pool={POOL}")[
+            "jobs"] if j["experiment_id"] == held_eid])
+        assert (queued["state"], queued["reason"], queued["slots_allocated"]) == \
+            ("QUEUED", None, 0), queued
+        kill_all(master, eids)
     finally:
         master.stop()
         cancel_jobs(master, slurm)
@@ -331,6 +425,37 @@ def test_a_job_slurm_requeues_goes_on_from_its_checkpoint_in_a_new_job(
     assert "JobState=CANCELLED" in shown and "Restarts=1" in shown, shown
 
 
+def test_a_job_requeued_and_run_again_while_the_master_is_down_resumes_its_trial(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    """While the master is down, Slurm requeues a running trial's job and runs it again (its
+    batch script exits at once, and the job ends FAILED). The restarted master adopts the job,
+    sees Slurm's count of its requeues, and the trial goes on from its checkpoint in a new job
+    without counting a restart (it has none to spare), as when the master sees a requeue."""
+    eid, trial_id, job = trial_under_way(master, shared)
+    # Its checkpoint at 10 is stored before the master goes: the trial resumes from there.
+    master.wait(lambda: master.get(f"/trials/{trial_id}")["trial"]["latest_checkpoint"],
+                timeout=60)
+    master.stop()
+    slurm_command(slurm, "scontrol", "requeue", job)
+    deadline = time.monotonic() + 60
+    while job_state(slurm, job) != "PENDING":  # its processes are gone, it waits again
+        assert time.monotonic() < deadline, slurm_command(
+            slurm, "scontrol", "--oneliner", "show", "job", job)
+        time.sleep(0.2)
+    # At once, not after the delay Slurm gives a requeued job (BeginTime).
+    slurm_command(slurm, "scontrol", "update", f"JobId={job}", "StartTime=now")
+    while job_state(slurm, job) != "FAILED":
+        assert time.monotonic() < deadline, slurm_command(
+            slurm, "scontrol", "--oneliner", "show", "job", job)
+        time.sleep(0.2)
+    assert "Restarts=1" in slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
+    master.start()
+    logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
+    assert any(line.startswith(f"Slurm requeued job {job}; its rerun ended FAILED before the "
+                               "task ran again") and "the trial resumes from checkpoint" in line
+               for line in logs), logs
+
+
 def test_a_jobs_priority_is_its_nice_while_it_waits_in_slurms_queue(
         master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
     config = on_slurm(steps_config(length=5), shared)
@@ -426,29 +551,53 @@ c.JupyterHub.tornado_settings = {{"slow_spawn_timeout": 0}}
 """
 
 
-def test_a_hub_users_server_runs_as_a_slurm_job(slurm: dict[str, str], shared: Path,
-                                                tmp_path: Path) -> None:
+def slurm_hub(tmp_path: Path, slurm: dict[str, str], shared: Path, *,
+              local_pool: bool = False, hub_config: str = "") -> Any:
+    """A hub (``det-hub up``) whose servers are Slurm jobs of the pool, the user ``frank``'s
+    running as ``nobody`` with a home on the shared filesystem; ``hub_config`` is added to
+    its JupyterHub config."""
     from det_hub.hub.up import find_proxy
     from det_hub.testing import HubProcess
 
-    from .test_proxied_tasks import execute
-
     if find_proxy() is None:
         pytest.fail("configurable-http-proxy is not installed (make install-test installs it)")
-    manager = {"type": "slurm", "partition": slurm["partition"],
-               "slurm_conf": slurm["slurm_conf"], "python": slurm["python"],
-               "job_root": str(shared / "jobs"), "poll_interval": 0.3, "exit_file_grace": 1.0}
-    master_config = tmp_path / "det_hub_config.py"
-    master_config.write_text(f"c.MasterApp.resource_pools = [{{'name': {POOL!r}, "
-                             f"'resource_manager': {manager!r}}}]\n")
+    config = master_config(tmp_path, slurm, shared, local_pool=local_pool)
     homes = shared / "homes"
     (homes / "frank").mkdir(parents=True)
     os.chown(homes / "frank", 65534, 65534)  # the account frank's jobs run as (nobody)
     data = tmp_path / "hub"
     data.mkdir()
     (data / "jupyterhub_config.local.py").write_text(SLURM_HUB.format(
-        pool=POOL, python=slurm["python"], homes=str(homes)))
-    hub = HubProcess(data, ["--master-config", str(master_config)])
+        pool=POOL, python=slurm["python"], homes=str(homes)) + hub_config)
+    return HubProcess(data, ["--master-config", str(config)])
+
+
+def stop_hub(hub: Any, slurm: dict[str, str]) -> None:
+    """Stop a hub of :func:`slurm_hub` and cancel the Slurm jobs its master left."""
+    hub.stop()
+    ids = [json.loads(r.read_text())["job_id"]
+           for r in (hub.data_dir / "slurm" / POOL).glob("*.json")]
+    if ids:
+        subprocess.run(["scancel", *map(str, ids)], check=False, capture_output=True,
+                       env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]})
+
+
+def kill_all(master: MasterProcess, eids: list[int]) -> None:
+    """Kill the experiments and wait until each is CANCELED."""
+    for eid in eids:
+        master.api("POST", f"/experiments/{eid}/kill")
+    for eid in eids:
+        assert master.wait_state(eid, timeout=90)["state"] == "CANCELED"
+
+
+def test_a_hub_users_server_runs_as_a_slurm_job(slurm: dict[str, str], shared: Path,
+                                                tmp_path: Path) -> None:
+    from det_hub.testing import HubProcess
+
+    from .test_proxied_tasks import execute
+
+    hub = slurm_hub(tmp_path, slurm, shared)
+    data = hub.data_dir
     try:
         frank, admin = hub.token("frank"), hub.token("admin")
         auth = {"Authorization": f"token {frank}"}
@@ -501,7 +650,8 @@ def test_a_hub_users_server_runs_as_a_slurm_job(slurm: dict[str, str], shared: P
 
         # A restarted hub (and its master) finds the server's job again and keeps it.
         hub.stop()
-        hub = HubProcess(data, ["--master-config", str(master_config)])  # on new ports
+        hub = HubProcess(data, ["--master-config",  # on new ports
+                                str(tmp_path / "det_hub_config.py")])
         status = requests.get(f"{hub.url}/user/frank/api/status", timeout=30, headers=auth)
         assert status.status_code == 200, status.text
         assert hub.call("GET", f"/hub_servers/{server['id']}", admin).json()[
@@ -518,11 +668,7 @@ def test_a_hub_users_server_runs_as_a_slurm_job(slurm: dict[str, str], shared: P
         assert ended["exit_reason"] == "killed by its owner or an admin"
         assert job_state(slurm, job) in ("COMPLETED", "CANCELLED", "FAILED")
     finally:
-        hub.stop()
-        ids = [json.loads(r.read_text())["job_id"] for r in (data / "slurm" / POOL).glob("*.json")]
-        if ids:
-            subprocess.run(["scancel", *map(str, ids)], check=False, capture_output=True,
-                           env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]})
+        stop_hub(hub, slurm)
 
 
 #: What the job queue says of work Slurm holds back.
@@ -555,15 +701,14 @@ def test_an_asha_search_larger_than_the_pool_finishes_showing_slurms_reasons(
                     assert job["state"] in ("QUEUED", "SCHEDULED_PARTIALLY") \
                         and job["slots_allocated"] <= 2, job
                     reasons.add(job["reason"].split(": ")[-1])
-            running = [t for t in master.trials(eid) if t["state"] == "ACTIVE"
-                       and t["run_state"] in ("STARTING", "RUNNING")]
+            running = [t for t in master.trials(eid) if t["run_state"] in ("STARTING", "RUNNING")]
             most_submitted = max(most_submitted, len(running))
             time.sleep(0.2)
         exp = master.experiment(eid)
         trials = master.trials(eid)
         assert exp["state"] == "COMPLETED" and exp["progress"] == 1.0
         assert len(trials) == 6 and all(t["state"] == "COMPLETED" for t in trials)
-        assert most_submitted <= 3, "never more of the search in Slurm than the pool's slots"
+        assert most_submitted <= 3, "never more of the search running than the pool's slots"
         assert reasons and reasons <= {"Resources", "Priority"}, reasons
         # Each run of each trial was a Slurm job of its own, and every one of them ended.
         jobs = [job for t in trials for job in slurm_jobs(master, t["id"])]
