@@ -126,9 +126,22 @@ class MasterProcess:
         self.token = (self.data_dir / "admin-token").read_text().strip()
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
+        """Stop the master with ``sig`` and wait for it; one that does not stop within 30 s
+        is killed and fails the caller, with its threads' stacks (SIGUSR1) from its log."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(sig)
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.send_signal(signal.SIGUSR1)
+                time.sleep(1)
+                self.proc.kill()
+                self.proc.wait()
+                self.proc = None
+                raise AssertionError(
+                    f"the master did not stop within 30 s of {signal.Signals(sig).name}; its "
+                    f"log, with its threads' stacks:\n{self.log_path.read_text()[-12000:]}"
+                ) from None
         self.proc = None
 
     # --- HTTP ---------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import faulthandler
 import logging
 import os
 import secrets
@@ -545,6 +546,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of ``det-hub master``."""
     # Before anything is made: the data directory's files are created private (0600/0700).
     private_umask()
+    # `kill -USR1 <pid>` writes every thread's stack to the log: what a master that does not
+    # answer, or does not stop, is doing.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     app = MasterApp.instance()
     app.initialize(argv)
     asyncio.run(app.serve())

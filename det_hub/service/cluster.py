@@ -187,6 +187,10 @@ class Allocation:
     #: Asked to checkpoint and stop (a pause, or a preemption); a clean exit then means
     #: "resume later", not "done".
     preempt_requested: bool = False
+    #: A stop asked for while its tasks were being handed to agents that queue them (Slurm),
+    #: before it could be told whether they wait there: why, and what follows, for its log.
+    #: Settled once they are seen waiting (cancelled there) or running (asked to checkpoint).
+    preempt_pending: tuple[str | None, str | None] | None = None
     #: When a task asked to stop is killed if it has not exited (monotonic seconds).
     preempt_deadline: float | None = None
     killed: bool = False
@@ -686,7 +690,12 @@ class Cluster:
             wake_on_exit(self.agents[node.agent_id], node.handle, self._wake)
         if row.preempt:
             alloc.preempt_requested = True
-            alloc.preempt.set()
+            if queued_there:
+                # It may still wait in its agents' queue: cancelled there if it does, told
+                # to checkpoint once it runs otherwise.
+                alloc.preempt_pending = ("asked to stop before the master restarted", None)
+            else:
+                alloc.preempt.set()
         if queued_there:
             # Shown as queued until it runs (a master before this one may have shown it
             # STARTING: announcing that again is harmless).
@@ -699,6 +708,8 @@ class Cluster:
         self.changes.publish()
         if queued_there and alloc.waiting is None:
             await self.started(alloc)  # it began to run while the master was away
+        elif alloc.preempt_pending is not None and alloc.waits_in_agents_queue:
+            await self.preempt(alloc)
         return alloc
 
     async def _discard(self, alloc: Allocation) -> None:
@@ -750,11 +761,16 @@ class Cluster:
         tasks still wait in their agents' own queue (a Slurm job pending) has run nothing and
         has nothing to checkpoint: they are cancelled there at once, and the next round of the
         loop ends it resumable (:attr:`ExitStatus.resumable`), so that its trial goes back to
-        the queue without counting a restart.
+        the queue without counting a restart. One still being handed to such agents keeps
+        the stop pending (:attr:`Allocation.preempt_pending`) until it is seen waiting there
+        or running: called again then, this cancels it there or asks it to checkpoint.
         """
-        if alloc.preempt_requested:
+        if alloc.preempt_pending is not None:
+            reason, then = alloc.preempt_pending  # settled now, as first asked
+        elif alloc.preempt_requested:
             return
         alloc.preempt_requested = True
+        alloc.preempt_pending = None
         if alloc.waits_in_agents_queue:
             status = ExitStatus(None, reason=(
                 f"{reason or 'asked to stop'} while it waited in its agent's queue "
@@ -765,6 +781,13 @@ class Cluster:
                     self._signal(node.agent_id, node.handle, force=True)
                     node.status = status
             self._wake.set()
+            return
+        if alloc.state == AllocationState.STARTING and queued_by_agents(self.agents, alloc):
+            # Still being handed to them (sbatch runs), or adopted before its agent answered:
+            # whether it waits there is not known yet. Stored, so that a restarted master
+            # settles it too.
+            alloc.preempt_pending = (reason, then)
+            await self.store.update_allocation(alloc.id, preempt=True)
             return
         pool = self.pools.get(self.pool_of(alloc))
         timeout = pool.preemption_timeout if pool else PoolSettings("").preemption_timeout
@@ -950,6 +973,9 @@ class Cluster:
             self.changes.publish()
             if alloc.killed:
                 self.terminate(alloc)
+            elif alloc.preempt_pending is not None:
+                # Asked to stop while sbatch ran: cancelled there before it runs.
+                await self.preempt(alloc)
             await allocation_system_log(self.store, alloc, f"waiting: {alloc.waiting}")
             return
         await self.started(alloc)
@@ -975,6 +1001,9 @@ class Cluster:
             await announce(self.bus, alloc, AllocationState.RUNNING)
 
         await until_stored(self.allocations, alloc, "that it runs", running)
+        if alloc.preempt_pending is not None and alloc.id in self.allocations:
+            # Asked to stop before it was known whether it would wait in its agents' queue.
+            await self.preempt(alloc)
 
     async def _launch_node(self, alloc: Allocation, rank: int, addrs: list[str]) -> None:
         node = alloc.nodes[rank]

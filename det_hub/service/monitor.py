@@ -148,6 +148,10 @@ class AllocationMonitor:
         elif waiting != alloc.waiting:
             alloc.waiting = waiting
             self.cluster.changes.publish()
+        if waiting is not None and alloc.preempt_pending is not None \
+                and alloc.waits_in_agents_queue:
+            # Asked to stop before it was seen waiting (adopted before its agent answered).
+            await self.cluster.preempt(alloc)
 
     async def _watch_node(self, alloc: Allocation, node: Node) -> None:
         agent = self.cluster.agents[node.agent_id]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import signal
 import tarfile
 import threading
 from typing import Any
@@ -194,3 +196,16 @@ def test_openapi_document_matches_the_handlers(master: MasterProcess) -> None:
         if "get" in ops and path.count("{") == 1 and "{trial_id}" in path:
             r = master.api("GET", path[len("/api/v1"):].replace("{trial_id}", str(trial_id)))
             assert r.status_code == 200, (path, r.text)
+
+
+def test_sigusr1_writes_every_threads_stack_to_the_log_and_the_master_goes_on(
+        master: MasterProcess) -> None:
+    """What an operator reads when a master does not answer or does not stop."""
+    assert master.proc is not None
+    before = len(master.log_path.read_text())
+    os.kill(master.proc.pid, signal.SIGUSR1)
+    dumped = master.wait(lambda: "\n".join(
+        line for line in master.log_path.read_text()[before:].splitlines()
+        if line.startswith(("Thread 0x", "Current thread 0x")) or "File " in line), timeout=10)
+    assert "Current thread 0x" in dumped and "asyncio" in dumped, dumped
+    assert "experiments" in master.get("/experiments")

@@ -5,18 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from conftest import a_trial, exits_on, until
 
 from det_hub.agents.local import LocalAgent
 from det_hub.config import parse_experiment_config
 from det_hub.config.resources import parse_size
-from det_hub.service.bus import AllocationExited, EventBus
+from det_hub.service.bus import EventBus
 from det_hub.service.cluster import (
     Cluster,
     LaunchSpec,
@@ -135,29 +134,12 @@ class _RefusingStore(Store):
         return await super().add_logs(rows)
 
 
-async def _until(what: Callable[[], object], timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not what():
-        assert time.monotonic() < deadline, "timed out"
-        await asyncio.sleep(0.05)
-
-
 async def test_an_allocation_end_the_database_refused_is_stored_and_announced_once_back(
         sqlite_url: str, tmp_path: Path) -> None:
     store = await _RefusingStore.open(sqlite_url)
-    user = await store.create_user("alice")
-    experiment = await store.create_experiment(
-        name="e", owner_id=user.id, config={}, original_config="", context=None,
-        state="ACTIVE", searcher_metric="loss", smaller_is_better=True)
-    trial = await store.create_trial(experiment_id=experiment.id, request_id="r", hparams={},
-                                     seed=1, state="ACTIVE")
+    experiment_id, trial_id = await a_trial(store)
     bus = EventBus()
-    exits: list[AllocationExited] = []
-
-    async def on_exit(event: AllocationExited) -> None:
-        exits.append(event)
-
-    bus.subscribe(AllocationExited, on_exit)
+    exits = exits_on(bus)
     cluster = Cluster(store, LocalAgent(work_root=tmp_path / "work", use_gpus=False), bus,
                       poll_interval=0.05)
     cluster.start()
@@ -165,11 +147,11 @@ async def test_an_allocation_end_the_database_refused_is_stored_and_announced_on
         alloc = await cluster.request(LaunchSpec(
             owner="alice", slots=1, cluster_info={}, context=None, env={},
             argv=["python3", "-c", "import time; time.sleep(1); print('bye')"],
-            trial_id=trial.id, experiment_id=experiment.id,
+            trial_id=trial_id, experiment_id=experiment_id,
             run_as=task_account() if os.geteuid() == 0 else None))
-        await _until(lambda: alloc.state == AllocationState.RUNNING)
+        await until(lambda: alloc.state == AllocationState.RUNNING)
         store.refuse = True
-        await _until(lambda: alloc.id in cluster.endings.waiting)
+        await until(lambda: alloc.id in cluster.endings.waiting)
         await asyncio.sleep(1)
         # Not forgotten, not announced: it waits, tried again and again.
         assert exits == [] and alloc.id not in cluster.allocations
@@ -177,14 +159,14 @@ async def test_an_allocation_end_the_database_refused_is_stored_and_announced_on
         assert [r["message"] for r in alloc.unstored_logs] == ["bye"]
 
         store.refuse = False
-        await _until(lambda: exits)
+        await until(lambda: exits)
         await asyncio.sleep(0.5)
         assert [e.alloc.id for e in exits] == [alloc.id]  # announced once
         assert exits[0].status.exit_code == 0
         assert cluster.endings.waiting == {}
         row = await store.get_allocation(alloc.id)
         assert row is not None and row.state == "TERMINATED" and row.exit_code == 0
-        assert [line.message for line in await store.get_logs(trial.id)] == ["bye"]
+        assert [line.message for line in await store.get_logs(trial_id)] == ["bye"]
     finally:
         await cluster.stop()
         await store.close()
