@@ -248,7 +248,7 @@ def _close_open_files() -> None:
         try:
             if not f.closed and f.writable():
                 f.close()
-        except Exception:  # noqa: BLE001 - a file that cannot be closed is skipped, as there
+        except Exception:  # noqa: BLE001 - skipped, as the interpreter's own end skips it
             pass
 
 
@@ -260,7 +260,7 @@ def _end(code: int) -> NoReturn:
 
     What a task can see of an interpreter's end still happens, in its order: non-daemon
     threads are waited for, ``atexit`` functions run (logging's flush, ``weakref.finalize``
-    and ``multiprocessing``'s among them), files left open are closed (see
+    and ``multiprocessing``'s among them), files left open for writing are closed (see
     :func:`_close_open_files`), and Python's and C's standard streams are flushed. An error
     flushing Python's gives exit code 120, as the interpreter does."""
     main_thread = threading.main_thread()
@@ -277,7 +277,7 @@ def _end(code: int) -> NoReturn:
         try:
             if stream is not None:
                 stream.flush()
-        except Exception:  # noqa: BLE001 - as the interpreter: reported, then exit 120
+        except Exception:  # noqa: BLE001 - as the interpreter's end: exit code 120
             code = EXIT_FLUSH_FAILED
     # What C code wrote through stdio (an extension's printf) is in the C library's buffers.
     with contextlib.suppress(Exception):
