@@ -453,8 +453,9 @@ class LocalAgent(Agent):
             return False
         return True
 
-    def _prepared(self, spec: TaskSpec) -> _Spare:
-        """Start ``spec``'s runner, sandbox and interpreter, waiting for its go."""
+    def _prepared(self, spec: TaskSpec, behind: str | None = None) -> _Spare:
+        """Start ``spec``'s runner, sandbox and interpreter, waiting for its go; ``behind``:
+        the allocation it is to follow on the same slots."""
         go_r, go_w = os.pipe()
         try:
             handle = self._start(spec, go=go_r)
@@ -465,7 +466,7 @@ class LocalAgent(Agent):
             os.close(go_r)
         slots = self._slots_of(spec)
         return _Spare(spec, handle, go_w, self.sandbox_layout(spec, slots, handle.root)
-                      if self.sandboxed else None)
+                      if self.sandboxed else None, behind)
 
     def _follow(self, spec: TaskSpec, started: LocalTaskHandle) -> None:
         """Prepare, on the slots of a trial that has just started, the task to follow it: its
@@ -479,7 +480,7 @@ class LocalAgent(Agent):
                 return
         nxt = dataclasses.replace(spec, allocation_id=FOLLOW_ON_PREFIX + secrets.token_hex(6))
         try:
-            spare = dataclasses.replace(self._prepared(nxt), behind=spec.allocation_id)
+            spare = self._prepared(nxt, behind=spec.allocation_id)
         except Exception as e:  # the next trial starts from scratch
             self.log.warning("could not prepare a task to follow allocation %s: %s",
                              spec.allocation_id, e)

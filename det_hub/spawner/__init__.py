@@ -241,15 +241,17 @@ class DetSpawner(DockerSpawner):
                                     "server_mode")})
         return wanted
 
-    async def _server_mode(self, wanted: dict[str, Any]) -> str:
+    async def _server_mode(self, wanted: dict[str, Any]) -> tuple[str, bool | None]:
         """``container`` or ``task``: the profile's, the configured one, or for ``auto`` the
-        one the pool's kind needs (a Slurm pool's servers are its jobs)."""
+        one the pool's kind needs (a Slurm pool's servers are its jobs); and whether the pool
+        is a Slurm partition, where ``auto`` asked the master (None where it did not)."""
         mode = str(wanted.get("server_mode") or self.server_mode)
         if mode not in ("auto", "container", "task"):
             raise SpawnError(f"server_mode {mode!r}: must be auto, container or task")
         if mode != "auto":
-            return mode
-        return "task" if await self._slurm_pool(wanted["resource_pool"]) else "container"
+            return mode, None
+        on_slurm = await self._slurm_pool(wanted["resource_pool"])
+        return ("task" if on_slurm else "container"), on_slurm
 
     async def _slurm_pool(self, pool: str) -> bool:
         """Whether the master's resource pool ``pool`` is a Slurm partition."""
@@ -396,9 +398,9 @@ class DetSpawner(DockerSpawner):
     async def start(self) -> tuple[str, int]:
         wanted = self._wanted()
         chosen = self._slurm_choices()
-        self.mode = await self._server_mode(wanted)
+        self.mode, on_slurm = await self._server_mode(wanted)
         if self.mode == "task":
-            return await self._start_task(wanted, chosen)
+            return await self._start_task(wanted, chosen, on_slurm)
         if chosen:
             raise SpawnError(_not_slurm(chosen, "runs in a container (server_mode container)"))
         if wanted.get("image"):
@@ -456,14 +458,17 @@ class DetSpawner(DockerSpawner):
         return {k: v for k, v in self.get_env().items()
                 if k not in self.env_keep or k in configured}
 
-    async def _start_task(self, wanted: dict[str, Any],
-                          chosen: dict[str, str]) -> tuple[str, int]:
+    async def _start_task(self, wanted: dict[str, Any], chosen: dict[str, str],
+                          on_slurm: bool | None) -> tuple[str, int]:
         """Start the server as the master's task; ``chosen``: its user's checked Slurm
-        options, which with the admin's defaults are its Slurm job's sbatch options."""
+        options, which with the admin's defaults are its Slurm job's sbatch options;
+        ``on_slurm``: whether its pool is a Slurm partition, None if not asked yet."""
         slurm_args: list[str] = []
         form = self.slurm_form()
         if chosen or form.with_defaults({}):
-            if await self._slurm_pool(wanted["resource_pool"]):
+            if on_slurm is None:
+                on_slurm = await self._slurm_pool(wanted["resource_pool"])
+            if on_slurm:
                 slurm_args = sbatch_args(form.with_defaults(chosen))
             elif chosen:
                 raise SpawnError(_not_slurm(chosen, f"runs in resource pool "
