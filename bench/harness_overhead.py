@@ -26,9 +26,13 @@ Where the host has cores beyond the trial's, the master (and the agent inside it
 those, so that the figure is the harness's own cost rather than the master's polling competing
 for the trial's cores; on a host with no spare core they share, as on a small embedded cluster.
 With ``--device cuda`` both sides train on the first GPU (the trial on a GPU slot), which is
-where a per-batch host-device sync would show.
+where a per-batch host-device sync would show; a GPU slot pins no cores, so both sides then run
+on the cores the master leaves. ``--hidden`` and ``--batch-size`` size the work: the defaults
+keep a GPU's batches bound by the host's kernel launches, ``--hidden 8192 --batch-size 512``
+makes them bound by the GPU.
 
     python bench/harness_overhead.py [--runs 3] [--batches 6000] [--threads 2] [--device cpu]
+        [--hidden 1024] [--batch-size 64]
 """
 
 from __future__ import annotations
@@ -53,10 +57,17 @@ TRIAL_MODULE = "overhead_trial"
 TRIAL_CLASS = "OverheadTrial"
 MARKER = "TRAIN_SECONDS"
 
-# The model, data and raw loop both sides use, written into the experiment's context. Sizes
-# give ~3-4 ms a batch on two cores: real work dominates, yet a per-batch cost of the harness
-# of even 0.1 ms would show as ~3 %.
-MODEL_SOURCE = f'''
+
+def model_source(hidden: int, batch: int) -> str:
+    """The model, data and raw loop both sides use, written into the experiment's context.
+
+    The default sizes (``hidden`` 1024, ``batch`` 64) give ~3-4 ms a batch on two cores: real
+    work dominates, yet a per-batch cost of the harness of even 0.1 ms would show as ~3 %. On a
+    GPU those sizes leave the loop bound by the host's kernel launches, where the harness's
+    Python shows; a large ``hidden`` makes it bound by the GPU, where a per-batch host-device
+    sync would show instead.
+    """
+    return f'''
 import sys
 import time
 
@@ -64,8 +75,8 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-FEATURES, HIDDEN, CLASSES = 512, 1024, 10
-SAMPLES, BATCH = 8192, 64
+FEATURES, HIDDEN, CLASSES = 512, {hidden}, 10
+SAMPLES, BATCH = 8192, {batch}
 MARKER = "{MARKER}"
 
 
@@ -203,11 +214,12 @@ def run_raw(context: Path, batches: int, threads: int, cpus: list[int], device: 
     return parse_marker(done.stdout.splitlines(), "the raw loop's output")
 
 
-def experiment_config(batches: int, threads: int) -> dict[str, object]:
+def experiment_config(batches: int, threads: int, batch_size: int) -> dict[str, object]:
     return {
         "name": "harness-overhead",
         "entrypoint": f"{TRIAL_MODULE}:{TRIAL_CLASS}",
-        "hyperparameters": {"global_batch_size": 64, "batches": batches, "threads": threads},
+        "hyperparameters": {"global_batch_size": batch_size, "batches": batches,
+                            "threads": threads},
         "searcher": {"name": "single", "metric": "validation_loss", "smaller_is_better": True,
                      "max_length": {"batches": batches}},
         # One validation and one checkpoint, at the end, as a real run of this length has.
@@ -230,10 +242,10 @@ def _when(stamp: str) -> datetime.datetime:
     return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
 
-def run_harness(master: MasterProcess, context: Path, batches: int,
-                threads: int) -> tuple[float, float]:
+def run_harness(master: MasterProcess, context: Path, batches: int, threads: int,
+                batch_size: int) -> tuple[float, float]:
     """One experiment; returns (training seconds inside the trial, end-to-end seconds)."""
-    eid = master.create_ok(experiment_config(batches, threads), context=context)
+    eid = master.create_ok(experiment_config(batches, threads, batch_size), context=context)
     # Polled once a second: every request costs the master CPU on the cores the trial uses.
     experiment = master.wait(
         lambda: (e := master.experiment(eid))["state"] in TERMINAL and e,
@@ -258,6 +270,9 @@ def main() -> None:
                              "2, leaving at least one core for the master)")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                         help="train on the CPU slot, or on the first GPU (a GPU slot)")
+    parser.add_argument("--hidden", type=int, default=1024,
+                        help="width of the MLP's two hidden layers (large: GPU-bound batches)")
+    parser.add_argument("--batch-size", type=int, default=64, help="examples per batch")
     args = parser.parse_args()
     # Other load on the cores skews one side or the other; printed so that a reader can judge.
     load_before = os.getloadavg()[0]
@@ -277,7 +292,7 @@ def main() -> None:
     with fresh_database("sqlite") as url, tempfile.TemporaryDirectory() as tmp:
         context = Path(tmp) / "ctx"
         context.mkdir()
-        (context / f"{MODEL_MODULE}.py").write_text(MODEL_SOURCE)
+        (context / f"{MODEL_MODULE}.py").write_text(model_source(args.hidden, args.batch_size))
         (context / f"{TRIAL_MODULE}.py").write_text(TRIAL_SOURCE)
         # On the CPU, one slot of `threads` cores: the trial is pinned to the same cores the
         # raw loop uses and gets OMP_NUM_THREADS to match. With --device cuda, GPU slots.
@@ -286,15 +301,25 @@ def main() -> None:
             extra.append("--LocalAgent.use_gpus=False")
         master = MasterProcess(Path(tmp) / "data", url, extra_args=extra)
         master.start()
+        raw_cpus = cpus
         if spare and master.proc is not None:
             pin_process(master.proc.pid, spare)
-            print(f"trial on cores {cpus}, master on cores {spare[0]}-{spare[-1]}", flush=True)
+            if args.device == "cuda":
+                # A GPU slot pins no cores: the trial runs where the agent (inside the master)
+                # does, so the raw loop does too.
+                raw_cpus = spare
+                print(f"trial and raw loop on cores {spare[0]}-{spare[-1]}, beside the master",
+                      flush=True)
+            else:
+                print(f"trial on cores {cpus}, master on cores {spare[0]}-{spare[-1]}",
+                      flush=True)
         else:
             print(f"trial on cores {cpus}, master on the same cores (no spare core)", flush=True)
         try:
             for run in range(args.runs):
-                raw.append(run_raw(context, args.batches, args.threads, cpus, args.device))
-                train, total = run_harness(master, context, args.batches, args.threads)
+                raw.append(run_raw(context, args.batches, args.threads, raw_cpus, args.device))
+                train, total = run_harness(master, context, args.batches, args.threads,
+                                           args.batch_size)
                 harness.append(train)
                 end_to_end.append(total)
                 print(f"run {run + 1}/{args.runs}: raw {raw[-1]:.2f} s, harness {train:.2f} s"
@@ -305,7 +330,8 @@ def main() -> None:
     n = args.batches
     raw_s, harness_s = statistics.median(raw), statistics.median(harness)
     e2e_s = statistics.median(end_to_end)
-    print(f"{n} batches on {args.device}, {args.threads} threads, median of {args.runs} runs each side; "
+    print(f"{n} batches of {args.batch_size} on {args.device}, hidden {args.hidden}, "
+          f"{args.threads} threads, median of {args.runs} runs each side; "
           f"1-min load average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
     print(f"raw loop:      {raw_s / n * 1000:.3f} ms/batch ({raw_s:.2f} s)")
     print(f"PyTorchTrial:  {harness_s / n * 1000:.3f} ms/batch ({harness_s:.2f} s)")
