@@ -251,8 +251,9 @@ def requeued_status(job_id: str, own: ExitStatus | None, *,
                     rerun_ended: str | None = None) -> ExitStatus:
     """How a task whose job Slurm requeued ended: resumable, with its own exit where it left
     one (killed by Slurm's signal, as a rule). ``rerun_ended``: Slurm's state of the job where
-    it was not cancelled in its queue but ran again and ended (while the master was away; the
-    batch script of a rerun exits before its task runs)."""
+    it was not cancelled in its queue but ran again and ended, while the master was away or
+    between two of its looks at the queue (the batch script of a rerun exits before its task
+    runs)."""
     then = (f"its rerun ended {rerun_ended} before the task ran again, and det_hub"
             if rerun_ended else "det_hub cancelled it there and")
     return ExitStatus(own.exit_code if own else None, own.signal if own else None,
@@ -436,10 +437,14 @@ class SlurmTaskHandle(TaskHandle):
         self.nice = 0
         #: Whether the job has run: seen running, or Slurm counts a requeue of it.
         self.ran = False
-        #: Whether Slurm counted a requeue of the job when a restarted master found it again
-        #: (:meth:`SlurmAgent.attach`): requeued while the master was away, its task ran in its
-        #: first run and must not run again under this allocation, whatever Slurm did since.
+        #: Whether Slurm counted a requeue of the job that was not seen waiting again: when a
+        #: restarted master found it again (:meth:`SlurmAgent.attach`), requeued while the
+        #: master was away, or once it ended, requeued and run again between two looks at the
+        #: queue. Its task ran in its first run and must not run again under this allocation,
+        #: whatever Slurm did since.
         self.requeued = False
+        #: Whether Slurm's count of the job's requeues was asked for since it ended.
+        self._requeues_asked = False
         #: When the job was first seen ended without the runner's exit status (monotonic).
         self._ended_at: float | None = None
         #: When the runner's failed exit status was first seen (monotonic).
@@ -505,6 +510,17 @@ class SlurmTaskHandle(TaskHandle):
             self._failed_at = self._failed_at or now
             if not job.ended and not job.waiting and now - self._failed_at < ENDING_SECONDS:
                 return None  # Slurm is still ending it: how, it says once it has
+        if job.ended and (own is None or not own.success) and not self._requeues_asked:
+            # Requeued and run again between two looks at the queue (a rerun's batch script
+            # exits at once), the job was never seen waiting again: only Slurm's count of its
+            # requeues tells. Asked once: an ended job's count no longer changes.
+            requeues = self._agent.requeues(self.job_id)
+            self._requeues_asked = True
+            if requeues > 0:
+                self.requeued = True
+                self._status = requeued_status(self.job_id, own, rerun_ended=job.state)
+                self._waiting = None
+                return self._status
         self.ran = self.ran or own is not None or not (job.waiting or job.ended)
         if job.waiting and self.ran:
             # What says it waits may be older than its run: a job that started and ended
@@ -771,6 +787,19 @@ class SlurmAgent(Agent):
         for job_id in ids:
             self._jobs[job_id] = found.get(job_id) or self._look_up(job_id)
 
+    def requeues(self, job_id: str) -> int:
+        """How often Slurm requeued the job (``scontrol``'s ``Restarts``); 0 where scontrol
+        no longer knows it (``MinJobAge`` after its end).
+
+        Raises:
+            AgentUnreachable: the controller does not answer.
+        """
+        done = self.run_command("scontrol", "--oneliner", "show", "job", job_id)
+        if done.returncode != 0 and self._unreachable(done):
+            raise AgentUnreachable(f"scontrol failed: {done.stderr.strip()[-300:]}")
+        job = parse_scontrol_job(done.stdout) if done.returncode == 0 else None
+        return job.restarts if job is not None else 0
+
     def _look_up(self, job_id: str) -> SlurmJob:
         """A job squeue does not list: from scontrol, else from accounting (where the site
         keeps it), else UNKNOWN."""
@@ -1012,9 +1041,7 @@ class SlurmAgent(Agent):
                                  log_offset=log_offset)
         # Slurm may have requeued the job while the master was away (and run it again since,
         # or be about to): only scontrol counts its requeues.
-        done = self.run_command("scontrol", "--oneliner", "show", "job", handle.job_id)
-        job = parse_scontrol_job(done.stdout) if done.returncode == 0 else None
-        handle.ran = handle.requeued = job is not None and job.restarts > 0
+        handle.ran = handle.requeued = self.requeues(handle.job_id) > 0
         handle.exit_status()  # what Slurm says of it now: waiting, running or ended
         return handle
 

@@ -76,6 +76,7 @@ class MetricSender:
         self._cond = threading.Condition()
         self._rows: deque[tuple[str, dict[str, Any], float]] = deque()
         self._progress: float | None = None
+        self._progress_sent_at = 0.0  # monotonic; the first update goes at once
         self._queued = 0  # rows ever queued
         self._done = 0  # rows ever sent (or given up on)
         self._urgent = False
@@ -119,11 +120,12 @@ class MetricSender:
             self._cond.notify_all()
 
     def set_progress(self, progress: float) -> None:
-        """Queue a progress update; only the latest one is sent."""
+        """Queue a progress update; only the latest one is sent, at most one per
+        ``batch_interval`` (sooner on :meth:`flush`), so that frequent updates cost the
+        training loop no request each."""
         self.raise_error()
         with self._cond:
             self._progress = progress
-            self._urgent = True
             self._cond.notify_all()
 
     def flush(self, timeout: float | None = None) -> None:
@@ -169,10 +171,11 @@ class MetricSender:
     def _next_work(self) -> tuple[str, list[dict[str, Any]]] | tuple[None, float] | None:
         """Under the lock: a batch to send, progress to send, or None to stop. Waits as needed."""
         while True:
+            due = self._urgent or self._closing
             if self._rows:
                 oldest = self._rows[0][2]
                 wait = oldest + self._batch_interval - time.monotonic()
-                if self._urgent or self._closing or len(self._rows) >= self._max_batch or wait <= 0:
+                if due or len(self._rows) >= self._max_batch or wait <= 0:
                     group = self._rows[0][0]
                     batch: list[dict[str, Any]] = []
                     for g, row, _ in self._rows:
@@ -181,14 +184,17 @@ class MetricSender:
                             break
                         batch.append(row)
                     return group, batch
-                self._cond.wait(wait)
+            elif self._progress is not None:
+                wait = self._progress_sent_at + self._batch_interval - time.monotonic()
+                if due or wait <= 0:
+                    return None, self._progress
+            else:
+                self._urgent = False
+                if self._closing:
+                    return None
+                self._cond.wait()
                 continue
-            if self._progress is not None:
-                return None, self._progress
-            self._urgent = False
-            if self._closing:
-                return None
-            self._cond.wait()
+            self._cond.wait(wait)
 
     def _run(self) -> None:
         path = f"/trials/{self._trial_id}/metrics"
@@ -245,6 +251,7 @@ class MetricSender:
         return self._session.post(path, body, retry=True)
 
     def _send_progress(self, progress: float) -> None:
+        self._progress_sent_at = time.monotonic()
         try:
             self._session.post(
                 f"/trials/{self._trial_id}/progress", {"progress": progress}, retry=True

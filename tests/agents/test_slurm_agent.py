@@ -418,15 +418,8 @@ def test_jobs_slurm_requeued_while_no_master_watched_end_resumable_when_found_ag
         done = agent.run_command("scontrol", "requeue", handle.job_id)
         assert done.returncode == 0, done.stderr
     rerun_at_once(agent, reran.job_id)
-    deadline = time.monotonic() + 60
-    while True:
-        shown = agent.run_command("scontrol", "--oneliner", "show", "job", reran.job_id).stdout
-        job = parse_scontrol_job(shown)
-        if job is not None and job.ended:
-            break
-        assert time.monotonic() < deadline, f"the rerun did not end within 60 s: {shown}"
-        time.sleep(0.5)
-    assert (job.state, job.restarts) == ("FAILED", 1), shown
+    job = wait_job_ended(agent, reran.job_id)
+    assert (job.state, job.restarts) == ("FAILED", 1), job
 
     found = make_agent()
     again = found.attach("9.b", 0, None)
@@ -447,6 +440,41 @@ def test_jobs_slurm_requeued_while_no_master_watched_end_resumable_when_found_ag
             "scontrol", "--oneliner", "show", "job", waits.job_id).stdout):
         assert time.monotonic() < deadline, shown
         time.sleep(0.5)
+
+
+def wait_job_ended(agent: SlurmAgent, job_id: str, timeout: float = 60.0) -> SlurmJob:
+    """The job as scontrol shows it once it has ended."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shown = agent.run_command("scontrol", "--oneliner", "show", "job", job_id).stdout
+        job = parse_scontrol_job(shown)
+        if job is not None and job.ended:
+            return job
+        assert time.monotonic() < deadline, f"job {job_id} did not end within {timeout} s: {shown}"
+        time.sleep(0.5)
+
+
+def test_a_job_requeued_and_run_again_between_two_looks_ends_resumable(
+        make_agent: AgentFactory) -> None:
+    """With the master watching, Slurm requeues a running job and runs it again before the
+    agent's next look at the queue, so the job is never seen waiting again: its rerun's batch
+    script exits at once and it ends FAILED. Slurm's count of its requeues tells: the task
+    ends resumable, never as a failure of its own (which would count a restart)."""
+    agent = make_agent()
+    handle = agent.launch(spec("10.a", "import time; print('run', flush=True); time.sleep(300)"))
+    wait_running(handle)
+    agent.poll_interval = 600.0  # the agent's last look at the queue saw it running
+    done = agent.run_command("scontrol", "requeue", handle.job_id)
+    assert done.returncode == 0, done.stderr
+    rerun_at_once(agent, handle.job_id)
+    job = wait_job_ended(agent, handle.job_id)
+    assert (job.state, job.restarts) == ("FAILED", 1), job
+    status = wait_end(handle)
+    assert status.resumable and status.signal == "SIGTERM", status
+    assert status.reason == (f"Slurm requeued job {handle.job_id}; its rerun ended FAILED "
+                             "before the task ran again, and det_hub starts the task again in "
+                             "a new job")
+    assert [line.message for line in handle.read_logs()] == ["run"]
 
 
 def test_a_job_that_ran_and_ended_between_two_looks_is_not_taken_for_requeued(

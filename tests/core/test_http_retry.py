@@ -34,6 +34,7 @@ class Outage:
         self.lock = threading.Lock()
         self.answers: list[tuple[str, int]] = []
         self.batches: dict[str, dict[str, Any]] = {}
+        self.progress: list[float | None] = []
         handler = self._handler()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self.server.daemon_threads = True
@@ -62,6 +63,8 @@ class Outage:
                     outage.answers.append((path, 503 if refuse else 200))
                     if not refuse and path.endswith("/metrics"):
                         outage.batches.setdefault(body["key"], body)
+                    if not refuse and path.endswith("/progress"):
+                        outage.progress.append(body.get("progress"))
                 if refuse:
                     data = json.dumps(UNAVAILABLE).encode()
                     self.send_response(503)
@@ -177,6 +180,33 @@ def test_metric_batches_wait_out_the_outage_and_are_stored_once() -> None:
         assert sorted(steps) == list(range(1, 11))  # every row, each once
         keys = list(server.batches)
         assert all(k.rsplit(":", 1)[0] == keys[0].rsplit(":", 1)[0] for k in keys)
+    finally:
+        server.close()
+
+
+def test_frequent_reports_cost_no_request_each() -> None:
+    """A training loop reporting metrics and progress every few milliseconds (a Trainer's
+    reports on fast batches) makes at most one request of each kind per batch interval: each
+    request's work on the sender's thread takes time from the loop. Flushing sends the latest
+    progress at once."""
+    server = Outage(refusals=0)
+    interval = 0.5
+    try:
+        sender = MetricSender(MasterSession(server.url, "t"), TRIAL, batch_interval=interval)
+        started = time.monotonic()
+        for step in range(1, 201):
+            sender.put("training", {"steps_completed": step, "metrics": {"loss": 1.0}})
+            sender.set_progress(step / 200)
+            time.sleep(0.003)
+        sender.flush(timeout=30)
+        elapsed = time.monotonic() - started
+        sender.close()
+        most = int(elapsed / interval) + 2  # one per interval, and the flush's
+        assert 1 <= len(server.statuses(f"/trials/{TRIAL}/progress")) <= most, elapsed
+        assert 1 <= len(server.statuses(f"/trials/{TRIAL}/metrics")) <= most, elapsed
+        assert server.progress[-1] == 1.0
+        steps = sorted(step for batch in server.batches.values() for step in batch["steps"])
+        assert steps == list(range(1, 201))
     finally:
         server.close()
 
