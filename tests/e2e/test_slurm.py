@@ -671,6 +671,73 @@ def test_a_hub_users_server_runs_as_a_slurm_job(slurm: dict[str, str], shared: P
         stop_hub(hub, slurm)
 
 
+def hub_masters(hub: Any) -> list[Any]:
+    """The hub's det_hub masters: the ``det-hub master`` processes JupyterHub runs as its
+    service (one, or none while it starts it again)."""
+    import psutil
+
+    found = []
+    for proc in psutil.Process(hub.proc.pid).children(recursive=True):
+        try:
+            if proc.cmdline()[1:4] == ["-m", "det_hub.cli.main", "master"]:
+                found.append(proc)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def test_a_hub_server_starting_while_the_master_restarts_runs(
+        slurm: dict[str, str], shared: Path, tmp_path: Path) -> None:
+    """The master dies while a hub server's job waits in Slurm's queue, and JupyterHub starts
+    its service again: the restarted master adopts the job, the start goes on to a server that
+    answers, and no second job is submitted for it."""
+    hub = slurm_hub(tmp_path, slurm, shared)
+    data = hub.data_dir
+    # Both one-CPU nodes are taken, so that the server's job waits in Slurm's queue.
+    blockers = [slurm_command(slurm, "sbatch", "--parsable", f"--partition={slurm['partition']}",
+                              "--ntasks=1", "--output=/dev/null", "--wrap=sleep 300").strip()
+                for _ in range(2)]
+    try:
+        frank = hub.token("frank")
+        auth = {"Authorization": f"token {frank}"}
+        for blocker in blockers:
+            hub.wait(lambda b=blocker: job_state(slurm, b) == "RUNNING", 60)
+        started = requests.post(f"{hub.url}/hub/api/users/frank/server", timeout=60,
+                                headers=auth)
+        assert started.status_code == 202, started.text
+
+        def server_jobs() -> list[str]:
+            return [str(json.loads(r.read_text())["job_id"])
+                    for r in (data / "slurm" / POOL).glob("*.json")]
+
+        [job] = hub.wait(server_jobs, 60)
+        hub.wait(lambda: job_state(slurm, job) == "PENDING", 30)
+        [old] = hub_masters(hub)
+        old.kill()
+        old.wait(30)
+        # JupyterHub sees its service gone and starts it again, on the same port.
+        hub.wait(lambda: [m.pid for m in hub_masters(hub)] not in ([], [old.pid])
+                 and hub._answers(f"{hub.api}/health"), 90)
+        assert job_state(slurm, job) == "PENDING"
+
+        slurm_command(slurm, "scancel", *blockers)
+        with requests.get(f"{hub.url}/hub/api/users/frank/server/progress", stream=True,
+                          timeout=150, headers=auth) as events:
+            news = [json.loads(line[len("data:"):]) for line in
+                    events.iter_lines(decode_unicode=True) if line and line.startswith("data:")]
+        assert news[-1].get("ready"), news
+        status = requests.get(f"{hub.url}/user/frank/api/status", timeout=30, headers=auth)
+        assert status.status_code == 200, status.text
+        assert server_jobs() == [job]
+        assert job_state(slurm, job) == "RUNNING"
+        [server] = hub.call("GET", "/hub_servers", hub.token("admin")).json()["hub_servers"]
+        assert (server["owner"], server["state"]) == ("frank", "RUNNING")
+    finally:
+        subprocess.run(["scancel", *blockers], check=False, capture_output=True,
+                       env={**os.environ, "SLURM_CONF": slurm["slurm_conf"]})
+        stop_hub(hub, slurm)
+
+
 #: What the job queue says of work Slurm holds back.
 HELD = re.compile(r"Slurm job (\d+) is PENDING: \w+")
 
