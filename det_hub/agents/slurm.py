@@ -34,9 +34,11 @@ submitted ``--requeue`` so that Slurm may requeue them (``scontrol requeue``, a 
 REQUEUE mode, a lost node), but never run one twice: a job seen waiting again after it ran is
 cancelled, and its task ends as resumable (:attr:`ExitStatus.resumable`), to start again from
 its latest checkpoint in a new job, without counting a restart; the batch script of a rerun
-exits at once. A restarted master takes a job Slurm counts a requeue of (``scontrol``'s
-``Restarts``) for one requeued while it was away, and ends it the same way, whether it waits
-again, runs that script or has ended since.
+exits at once, leaving its mark (:data:`RERUN_FILE`). A restarted master takes a job Slurm
+counts a requeue of (``scontrol``'s ``Restarts``), or whose rerun left that mark (after Slurm
+has forgotten the job), for one requeued while it was away, and ends it the same way, whether
+it waits again, runs that script or has ended since; so does a running master a job requeued
+and run again between two of its looks at the queue.
 
 The job ids live in the master's own directory (``state_dir``), never in a place the job's user
 can write; a restarted master finds its jobs there (:meth:`SlurmAgent.attach`), and every
@@ -107,6 +109,10 @@ DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 COMMAND_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: The file the runner writes in the job's directory when Slurm asks the job to stop soon.
 STOP_FILE = "stop.json"
+#: Written by the batch script of a job Slurm requeued and runs again (Slurm's count of its
+#: requeues), which exits without running the task: the requeue stays known after Slurm has
+#: forgotten the job (``MinJobAge``).
+RERUN_FILE = "rerun"
 #: Launchers that start a trial's workers on several nodes (``python -m NAME``): a multi-slot
 #: task whose command is one of them is one Slurm job of one task per slot.
 SPREAD_LAUNCHERS = frozenset({
@@ -254,8 +260,13 @@ def requeued_status(job_id: str, own: ExitStatus | None, *,
     it was not cancelled in its queue but ran again and ended, while the master was away or
     between two of its looks at the queue (the batch script of a rerun exits before its task
     runs)."""
-    then = (f"its rerun ended {rerun_ended} before the task ran again, and det_hub"
-            if rerun_ended else "det_hub cancelled it there and")
+    if rerun_ended == "UNKNOWN":
+        then = ("its rerun ended before the task ran again (Slurm no longer keeps the job), "
+                "and det_hub")
+    elif rerun_ended:
+        then = f"its rerun ended {rerun_ended} before the task ran again, and det_hub"
+    else:
+        then = "det_hub cancelled it there and"
     return ExitStatus(own.exit_code if own else None, own.signal if own else None,
                       reason=f"Slurm requeued job {job_id}; {then} starts the task again in a "
                              "new job", resumable=True)
@@ -387,6 +398,7 @@ def job_script(python: str, job_dir: str, scontrol: str) -> str:
             'if [ "${SLURM_RESTART_COUNT:-0}" != 0 ]; then\n'
             "  echo 'det_hub: Slurm requeued this job; det_hub starts its task again in a new"
             " job instead' >&2\n"
+            f'  echo "$SLURM_RESTART_COUNT" > {shlex.quote(f"{job_dir}/{RERUN_FILE}")}\n'
             "  exit 1\n"
             "fi\n"
             f"exec {shlex.join(runner)}\n")
@@ -514,9 +526,9 @@ class SlurmTaskHandle(TaskHandle):
             # Requeued and run again between two looks at the queue (a rerun's batch script
             # exits at once), the job was never seen waiting again: only Slurm's count of its
             # requeues tells. Asked once: an ended job's count no longer changes.
-            requeues = self._agent.requeues(self.job_id)
+            requeued = self._agent.requeues(self.job_id) > 0 or self.rerun_recorded()
             self._requeues_asked = True
-            if requeues > 0:
+            if requeued:
                 self.requeued = True
                 self._status = requeued_status(self.job_id, own, rerun_ended=job.state)
                 self._waiting = None
@@ -555,6 +567,10 @@ class SlurmTaskHandle(TaskHandle):
         if not job.waiting and job.nodes:
             self.where = f"Slurm job {self.job_id} on {job.nodes}"
         return None
+
+    def rerun_recorded(self) -> bool:
+        """Whether the batch script of a rerun of the job left its mark (:data:`RERUN_FILE`)."""
+        return (self.job_dir / RERUN_FILE).exists()
 
     def alive(self) -> bool:
         """Whether the job waits or runs (or has just ended, its exit status still on the
@@ -1040,8 +1056,10 @@ class SlurmAgent(Agent):
                                  tuple(run_as) if run_as else None,
                                  log_offset=log_offset)
         # Slurm may have requeued the job while the master was away (and run it again since,
-        # or be about to): only scontrol counts its requeues.
-        handle.ran = handle.requeued = self.requeues(handle.job_id) > 0
+        # or be about to): scontrol counts its requeues while it keeps the job, and a rerun's
+        # batch script leaves its mark for after that.
+        handle.ran = handle.requeued = \
+            self.requeues(handle.job_id) > 0 or handle.rerun_recorded()
         handle.exit_status()  # what Slurm says of it now: waiting, running or ended
         return handle
 

@@ -227,7 +227,8 @@ class TrainContext:
             self._sender.flush()
 
     def report_progress(self, progress: float) -> None:
-        """Report the trial's progress, a fraction from 0 to 1 (sent in the background).
+        """Report the trial's progress, a fraction from 0 to 1 (sent in the background, at
+        most once per metric batch interval: the latest update in that time is the one sent).
 
         Raises:
             ValueError: ``progress`` is outside [0, 1].

@@ -169,8 +169,10 @@ def test_the_batch_script_runs_the_runner() -> None:
             "--exit-file /j/1.a/exit.json --start /j/1.a/start.json --stop-file "
             "/j/1.a/stop.json --slurm-node-address /usr/bin/scontrol --pass-env 'SLURM_*' "
             "--pass-env CUDA_VISIBLE_DEVICES --pass-env GPU_DEVICE_ORDINAL\n") in script
-    # A job Slurm requeued and runs again does not run its task a second time.
+    # A job Slurm requeued and runs again does not run its task a second time, and leaves
+    # its mark for when Slurm no longer keeps the job.
     assert script.index("SLURM_RESTART_COUNT") < script.index("exec ")
+    assert '  echo "$SLURM_RESTART_COUNT" > /j/1.a/rerun\n  exit 1\n' in script
 
 
 def test_slots_of_a_partition() -> None:
@@ -475,6 +477,34 @@ def test_a_job_requeued_and_run_again_between_two_looks_ends_resumable(
                              "before the task ran again, and det_hub starts the task again in "
                              "a new job")
     assert [line.message for line in handle.read_logs()] == ["run"]
+
+
+def test_a_rerun_is_known_after_slurm_has_forgotten_the_job(
+        make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slurm requeues a running job and runs it again while no master watches, and has
+    forgotten the job (``MinJobAge``, 600 s here) by the time a master finds it again: the mark
+    the rerun's batch script left tells the requeue, and the task ends resumable."""
+    agent = make_agent()
+    handle = agent.launch(spec("11.a", "import time; print('run', flush=True); time.sleep(300)"))
+    wait_running(handle)
+    done = agent.run_command("scontrol", "requeue", handle.job_id)
+    assert done.returncode == 0, done.stderr
+    rerun_at_once(agent, handle.job_id)
+    job = wait_job_ended(agent, handle.job_id)
+    assert (job.state, job.restarts) == ("FAILED", 1), job
+    assert (agent.job_dir("11.a") / "rerun").read_text() == "1\n"
+
+    found = make_agent()
+    # What squeue, scontrol and sacct (none here) answer once Slurm has forgotten the job.
+    monkeypatch.setattr(found, "job", lambda job_id, fresh=False: SlurmJob(job_id, "UNKNOWN"))
+    monkeypatch.setattr(found, "requeues", lambda job_id: 0)
+    again = found.attach("11.a", 0, None)
+    assert again is not None
+    status = wait_end(again)
+    assert status.resumable and status.signal == "SIGTERM", status
+    assert status.reason == (f"Slurm requeued job {handle.job_id}; its rerun ended before the "
+                             "task ran again (Slurm no longer keeps the job), and det_hub starts "
+                             "the task again in a new job")
 
 
 def test_a_job_that_ran_and_ended_between_two_looks_is_not_taken_for_requeued(
