@@ -393,15 +393,29 @@ def test_a_job_slurm_requeues_ends_resumable_and_never_runs_again(
     assert [line.message for line in handle.read_logs()] == ["run"]
 
 
-def rerun_at_once(agent: SlurmAgent, job_id: str, timeout: float = 60.0) -> None:
+def requeue(agent: SlurmAgent, job_id: str) -> str:
+    """Requeue a running job; returns the node it ran on."""
+    job = parse_scontrol_job(agent.run_command("scontrol", "--oneliner", "show", "job",
+                                               job_id).stdout)
+    assert job is not None and job.nodes, job
+    done = agent.run_command("scontrol", "requeue", job_id)
+    assert done.returncode == 0, done.stderr
+    return job.nodes
+
+
+def rerun_at_once(agent: SlurmAgent, job_id: str, ran_on: str, timeout: float = 60.0) -> None:
     """Have a job Slurm requeued run again now rather than after the delay Slurm gives a
-    requeued job (``BeginTime``); once it waits again, else Slurm sets that delay after us."""
+    requeued job (``BeginTime``); once it waits again, else Slurm sets that delay after us.
+    Not on ``ran_on``, the node it ran on: that node refuses to start it again while the
+    credential of its first run is revoked ("Job credential revoked"), and the job ends
+    FAILED without its batch script running."""
     deadline = time.monotonic() + timeout
     while "JobState=PENDING" not in (shown := agent.run_command(
             "scontrol", "--oneliner", "show", "job", job_id).stdout):
         assert time.monotonic() < deadline, f"job {job_id} does not wait again: {shown}"
         time.sleep(0.2)
-    done = agent.run_command("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    done = agent.run_command("scontrol", "update", f"JobId={job_id}", "StartTime=now",
+                             f"ExcNodeList={ran_on}")
     assert done.returncode == 0, done.stderr
 
 
@@ -416,10 +430,8 @@ def test_jobs_slurm_requeued_while_no_master_watched_end_resumable_when_found_ag
     waits, reran = agent.launch(spec("9.a", sleep)), agent.launch(spec("9.b", sleep))
     wait_running(waits)
     wait_running(reran)
-    for handle in (waits, reran):
-        done = agent.run_command("scontrol", "requeue", handle.job_id)
-        assert done.returncode == 0, done.stderr
-    rerun_at_once(agent, reran.job_id)
+    requeue(agent, waits.job_id)
+    rerun_at_once(agent, reran.job_id, requeue(agent, reran.job_id))
     job = wait_job_ended(agent, reran.job_id)
     assert (job.state, job.restarts) == ("FAILED", 1), job
 
@@ -466,9 +478,7 @@ def test_a_job_requeued_and_run_again_between_two_looks_ends_resumable(
     handle = agent.launch(spec("10.a", "import time; print('run', flush=True); time.sleep(300)"))
     wait_running(handle)
     agent.poll_interval = 600.0  # the agent's last look at the queue saw it running
-    done = agent.run_command("scontrol", "requeue", handle.job_id)
-    assert done.returncode == 0, done.stderr
-    rerun_at_once(agent, handle.job_id)
+    rerun_at_once(agent, handle.job_id, requeue(agent, handle.job_id))
     job = wait_job_ended(agent, handle.job_id)
     assert (job.state, job.restarts) == ("FAILED", 1), job
     status = wait_end(handle)
@@ -487,12 +497,12 @@ def test_a_rerun_is_known_after_slurm_has_forgotten_the_job(
     agent = make_agent()
     handle = agent.launch(spec("11.a", "import time; print('run', flush=True); time.sleep(300)"))
     wait_running(handle)
-    done = agent.run_command("scontrol", "requeue", handle.job_id)
-    assert done.returncode == 0, done.stderr
-    rerun_at_once(agent, handle.job_id)
+    rerun_at_once(agent, handle.job_id, requeue(agent, handle.job_id))
     job = wait_job_ended(agent, handle.job_id)
     assert (job.state, job.restarts) == ("FAILED", 1), job
-    assert (agent.job_dir("11.a") / "rerun").read_text() == "1\n"
+    mark = agent.job_dir("11.a") / "rerun"
+    assert mark.exists(), (agent.job_dir("11.a") / "slurm.out").read_text()
+    assert mark.read_text() == "1\n"
 
     found = make_agent()
     # What squeue, scontrol and sacct (none here) answer once Slurm has forgotten the job.
