@@ -526,7 +526,7 @@ class SlurmTaskHandle(TaskHandle):
             # Requeued and run again between two looks at the queue (a rerun's batch script
             # exits at once), the job was never seen waiting again: only Slurm's count of its
             # requeues tells. Asked once: an ended job's count no longer changes.
-            requeued = self._agent.requeues(self.job_id) > 0 or self.rerun_recorded()
+            requeued = self.requeue_known()
             self._requeues_asked = True
             if requeued:
                 self.requeued = True
@@ -568,9 +568,14 @@ class SlurmTaskHandle(TaskHandle):
             self.where = f"Slurm job {self.job_id} on {job.nodes}"
         return None
 
-    def rerun_recorded(self) -> bool:
-        """Whether the batch script of a rerun of the job left its mark (:data:`RERUN_FILE`)."""
-        return (self.job_dir / RERUN_FILE).exists()
+    def requeue_known(self) -> bool:
+        """Whether Slurm counts a requeue of the job (while it keeps it), or the batch script
+        of a rerun of it left its mark (:data:`RERUN_FILE`, for after that).
+
+        Raises:
+            AgentUnreachable: the controller does not answer.
+        """
+        return self._agent.requeues(self.job_id) > 0 or (self.job_dir / RERUN_FILE).exists()
 
     def alive(self) -> bool:
         """Whether the job waits or runs (or has just ended, its exit status still on the
@@ -1058,8 +1063,7 @@ class SlurmAgent(Agent):
         # Slurm may have requeued the job while the master was away (and run it again since,
         # or be about to): scontrol counts its requeues while it keeps the job, and a rerun's
         # batch script leaves its mark for after that.
-        handle.ran = handle.requeued = \
-            self.requeues(handle.job_id) > 0 or handle.rerun_recorded()
+        handle.ran = handle.requeued = handle.requeue_known()
         handle.exit_status()  # what Slurm says of it now: waiting, running or ended
         return handle
 
