@@ -183,7 +183,12 @@ KillWait=5
 MinJobAge=600
 NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[2]} CPUs=1 RealMemory=2000 State=UNKNOWN
 NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[3]} CPUs=1 RealMemory=2000 State=UNKNOWN
-PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
+# Jobs of 'urgent' preempt those of 'debug' as a site's preempting partition would: Slurm
+# cancels the preempted job, SIGTERM to every process of it, then SIGKILL after KillWait.
+PreemptType=preempt/partition_prio
+PreemptMode=CANCEL
+PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1
+PartitionName=urgent Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
 }
 
@@ -209,7 +214,8 @@ start_slurm() {
   chmod 755 "$slurm_dir"
   start_munge
   if ! slurm_answers; then
-    [ -f "$slurm_dir/slurm.conf" ] || write_slurm_conf
+    # Written again where an older version of this script wrote it (no preempting partition).
+    grep -qs "^PartitionName=urgent" "$slurm_dir/slurm.conf" || write_slurm_conf
     slurm_ctl slurmctld -i -f "$slurm_dir/slurm.conf" ||
       { log "slurmctld did not start; see $slurm_dir/log/slurmctld.log"; return 1; }
     local node
@@ -227,7 +233,7 @@ start_slurm() {
     { log "the test Slurm's nodes are not up:"; slurm_ctl sinfo >&2 || true
       tail -5 "$slurm_dir/log/slurmctld.log" >&2; return 1; }
   slurm_python
-  log "Slurm (partition debug, nodes n1 n2) with SLURM_CONF=$slurm_dir/slurm.conf"
+  log "Slurm (partition debug, and urgent, which preempts it; nodes n1 n2) with SLURM_CONF=$slurm_dir/slurm.conf"
   echo "export DET_HUB_TEST_SLURM_CONF=$slurm_dir/slurm.conf"
   echo "export DET_HUB_TEST_SLURM_PARTITION=debug"
   echo "export DET_HUB_TEST_SLURM_PYTHON=$slurm_dir/python/bin/python"

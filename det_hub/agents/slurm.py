@@ -29,7 +29,12 @@ Slurm's own preemption, time limits and requeues are honoured. A job is asked wi
 ``--signal=B:TERM@N`` to be told, N seconds before its time limit (or when preempted, where the
 site sends that signal then), by a SIGTERM to its batch step alone; the runner records it
 (``stop.json``) and the master asks the task to checkpoint and stop as for its own preemption
-(:attr:`SlurmTaskHandle.stop_requested`); the trial then goes on in a new job. Jobs are
+(:attr:`SlurmTaskHandle.stop_requested`); the trial then goes on in a new job. Where Slurm
+ends the job itself (a preemption without ``PreemptParameters=send_user_signal``, a cancel),
+every process of it gets that SIGTERM, the trial's too, which takes it as the same request
+(:mod:`det_hub.core._preempt`); the task's exit 0 is then read by how Slurm ended the job
+(:func:`with_slurm_reason`): preempted, the trial goes on from its checkpoint in a new job;
+cancelled or timed out, it is a failure, restarted as ``max_restarts`` allows. Jobs are
 submitted ``--requeue`` so that Slurm may requeue them (``scontrol requeue``, a preemption in
 REQUEUE mode, a lost node), but never run one twice: a job seen waiting again after it ran is
 cancelled, and its task ends as resumable (:attr:`ExitStatus.resumable`), to start again from
@@ -244,7 +249,20 @@ def exit_status_from_job(job: SlurmJob, where: str) -> ExitStatus:
 
 def with_slurm_reason(status: ExitStatus, job: SlurmJob | None) -> ExitStatus:
     """The task's own exit status, with what Slurm says of its job where that says more (a
-    task killed by the signal ``scancel`` sent)."""
+    task killed by the signal ``scancel`` sent).
+
+    A task that exited 0 from a job Slurm ended otherwise than ``COMPLETED`` stopped at the
+    SIGTERM Slurm sent every process of it (see :mod:`det_hub.core._preempt`), after its
+    checkpoint, not at its end: from a preempted job it is resumable; from one cancelled, timed
+    out or failed nothing says it ran to its end, and it is no success."""
+    if job is not None and status.success and job.state in ENDED_STATES \
+            and job.state != "COMPLETED":
+        what = f"Slurm job {job.job_id} {ENDED_STATES[job.state]}"
+        if job.state == "PREEMPTED":
+            return dataclasses.replace(status, resumable=True, reason=(
+                f"{what}; its task checkpointed and stopped at Slurm's SIGTERM"))
+        return ExitStatus(None, reason=f"{what}; its task exited 0 at Slurm's SIGTERM, "
+                                       "before its end")
     if job is None or status.success or job.state not in ENDED_STATES \
             or job.state == "COMPLETED":
         return status
@@ -515,8 +533,11 @@ class SlurmTaskHandle(TaskHandle):
                                            rerun_ended=job.state if job.ended else None)
             self._waiting = None
             return self._status
-        if own is not None and not own.success and not job.ended and not job.waiting:
-            # Killed: ask Slurm now whether it did it (scancel, a time limit, a requeue).
+        if own is not None and not job.ended and not job.waiting and (
+                not own.success or (self.job_dir / STOP_FILE).exists()):
+            # Killed, or ended after a SIGTERM Slurm sent (its batch step's, or every process
+            # of the job's): ask Slurm now how the job ended (scancel, a preemption, a time
+            # limit, a requeue), which decides what the task's exit means.
             job = self._agent.job(self.job_id, fresh=True)
             now = time.monotonic()
             self._failed_at = self._failed_at or now

@@ -1,11 +1,26 @@
-"""Learning that the master wants this allocation to stop (to pause, or to free its slots)."""
+"""Learning that the master wants this allocation to stop (to pause, or to free its slots),
+or that Slurm does.
+
+Under Slurm, a job's end comes as a SIGTERM to every one of its processes, followed by a
+SIGKILL ``KillWait`` seconds later (30 by default): when Slurm preempts the job without
+``PreemptParameters=send_user_signal``, when it is cancelled, or when its time limit passes.
+A process that asks :meth:`PreemptContext.should_preempt` has said that it checkpoints and
+exits when asked; from its first question on, a SIGTERM is taken as that request (see
+:meth:`PreemptContext._listen_for_slurm`) rather than ending it where it stands, and the
+master, told by the job's runner that Slurm sent it, starts the trial again from that
+checkpoint in a new job.
+"""
 
 from __future__ import annotations
 
 import enum
 import logging
+import os
+import signal
 import threading
 from collections.abc import Callable
+from types import FrameType
+from typing import Any
 
 from det_hub.core._distributed import DistributedContext
 from det_hub.core._http import MasterSession
@@ -124,6 +139,10 @@ class PreemptContext:
         watches = self._mode is PreemptMode.WorkersAskMaster or self._dist.is_chief
         if session is not None and allocation_id and watches:
             self._watcher = _PreemptionWatcher(session, allocation_id)
+        # Slurm's SIGTERM, once this process listens for it (see _listen_for_slurm).
+        self._slurm_job = os.environ.get("SLURM_JOB_ID") if session is not None else None
+        self._terminated = False
+        self._listening = False
 
     def should_preempt(self, auto_ack: bool = True) -> bool:
         """Whether to checkpoint and exit now. Once True, it stays True.
@@ -135,6 +154,10 @@ class PreemptContext:
         In ``WorkersAskChief`` mode every rank must call it at the same point, since the
         chief's answer is broadcast.
 
+        In a Slurm job, from the first call on, the SIGTERM Slurm sends every process of a
+        job it ends (a preemption, a cancel, a time limit) makes it True too, instead of
+        ending the process there (see the module).
+
         Args:
             auto_ack: Acknowledge the request to the master the first time the answer is True,
                 telling it the trial will exit on its own (call :meth:`acknowledge_preemption_signal`
@@ -145,13 +168,43 @@ class PreemptContext:
         """
         if self._mode is PreemptMode.ChiefOnly and not self._dist.is_chief:
             raise RuntimeError("should_preempt() is only for the chief in PreemptMode.ChiefOnly")
-        answer = self._told.is_set() or (
+        if not self._listening:
+            self._listen_for_slurm()
+        answer = self._terminated or self._told.is_set() or (
             self._watcher is not None and self._watcher.preempted.is_set())
         if self._mode is PreemptMode.WorkersAskChief and self._dist.size > 1:
             answer = bool(self._dist.broadcast(answer))
         if answer and auto_ack:
             self.acknowledge_preemption_signal()
         return answer
+
+    def _listen_for_slurm(self) -> None:
+        """In a Slurm job of a det_hub cluster, take SIGTERM as the request to checkpoint and
+        stop: Slurm's end of the job (a preemption, a cancel, a time limit) reaches every
+        process of it that way, and SIGKILL follows ``KillWait`` seconds later. Only a process
+        that asks :meth:`should_preempt` listens, from its main thread, and only where nothing
+        else has claimed SIGTERM (a framework's own handler is left alone). Elsewhere SIGTERM
+        keeps its default: the process ends at once."""
+        self._listening = True
+        if not self._slurm_job or threading.current_thread() is not threading.main_thread():
+            return
+        try:
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+                return
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        except (ValueError, OSError):  # no signals here (an embedded interpreter)
+            return
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """Slurm is ending this job: stop at the next :meth:`should_preempt`. A repeat changes
+        nothing (a launcher passes Slurm's signal on to its workers, which got it too)."""
+        del signum, frame
+        if self._terminated:
+            return
+        self._terminated = True
+        logger.warning("SIGTERM: Slurm is ending job %s (a preemption, a cancel or its time "
+                       "limit); this process checkpoints and stops, and the trial goes on "
+                       "from that checkpoint in a new job", self._slurm_job)
 
     def _take_metrics_answer(self, group: str, answer: object) -> None:
         """The master's answer to a batch of this process's metrics (called by the metric
@@ -183,6 +236,10 @@ class PreemptContext:
             logger.warning("could not acknowledge preemption: %s", exc)
 
     def close(self) -> None:
-        """Stop watching."""
+        """Stop watching; SIGTERM ends the process again."""
         if self._watcher is not None:
             self._watcher.close()
+        handler: Any = signal.getsignal(signal.SIGTERM)
+        if getattr(handler, "__self__", None) is self \
+                and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)

@@ -99,12 +99,22 @@ def test_slurm_states_read_as_reasons() -> None:
     killed = ExitStatus(-15, "SIGTERM")
     assert with_slurm_reason(killed, SlurmJob("9", "CANCELLED")) == \
         ExitStatus(-15, "SIGTERM", "Slurm job 9 was cancelled (scancel)")
-    assert with_slurm_reason(ExitStatus(0), SlurmJob("9", "CANCELLED")) == ExitStatus(0)
     assert with_slurm_reason(killed, SlurmJob("9", "RUNNING")) == killed
     # Slurm's preemption, or its requeue, takes the slots back: the task resumes later.
     assert with_slurm_reason(killed, SlurmJob("9", "PREEMPTED")) == \
         ExitStatus(-15, "SIGTERM", "Slurm job 9 was preempted by Slurm", resumable=True)
     assert exit_status_from_job(SlurmJob("9", "PREEMPTED"), "/j/exit.json").resumable
+    # A task that exited 0 from a job Slurm ended stopped at Slurm's SIGTERM, not at its end:
+    # resumable from a preempted job, a failure from one cancelled or timed out.
+    assert with_slurm_reason(ExitStatus(0), SlurmJob("9", "PREEMPTED")) == ExitStatus(
+        0, None, "Slurm job 9 was preempted by Slurm; its task checkpointed and stopped at "
+        "Slurm's SIGTERM", resumable=True)
+    for state, what in (("CANCELLED", "was cancelled (scancel)"),
+                        ("TIMEOUT", "reached its time limit")):
+        assert with_slurm_reason(ExitStatus(0), SlurmJob("9", state)) == ExitStatus(
+            None, None, f"Slurm job 9 {what}; its task exited 0 at Slurm's SIGTERM, before "
+            "its end")
+    assert with_slurm_reason(ExitStatus(0), SlurmJob("9", "COMPLETED")) == ExitStatus(0)
     assert not exit_status_from_job(SlurmJob("9", "NODE_FAIL"), "/j/exit.json").resumable
     requeued = requeued_status("9", killed)
     assert (requeued.exit_code, requeued.signal, requeued.resumable) == (-15, "SIGTERM", True)

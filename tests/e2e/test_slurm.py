@@ -4,8 +4,8 @@
 Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial complete; a
 two-slot torch.distributed trial is one job of two tasks, one on each node; a job cancelled with
 ``scancel`` restarts its trial from its checkpoint; a job Slurm asks to stop (SIGTERM to its
-batch step) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice
-in Slurm's queue; a restarted master adopts a running job, and one Slurm requeued and ran
+batch step), preempts (SIGTERM to all of it: a Core API trial and a PyTorchTrial checkpoint
+there) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice in Slurm's queue; a restarted master adopts a running job, and one Slurm requeued and ran
 again while it was down resumes its trial without a restart; work Slurm holds back shows
 Slurm's reason in the job queue and shows as queued until Slurm runs it, and is cancelled at
 once when a preempting pool picks it; a notebook and a shell run as jobs and are used through
@@ -181,6 +181,11 @@ def test_a_cancelled_job_restarts_its_trial_from_its_checkpoint(
                "checkpoint" in line and "(restart 1 of 1)" in line for line in logs), logs
     resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
     assert len(resumed) == 1 and resumed[0] >= 20
+    # The trial took scancel's SIGTERM as the request to stop: it went on from a checkpoint
+    # it made there, having exited 0, which is still no success of a cancelled job's.
+    preempted = [int(line.split()[-1]) for line in logs if line.startswith("preempted at")]
+    assert preempted == resumed, logs
+    assert trial["steps_completed"] == 60
     assert logs.count("done") == 1
 
 
@@ -407,6 +412,81 @@ def test_a_job_slurm_asks_to_stop_checkpoints_and_goes_on_in_a_new_job(
     preempted = [int(line.split()[-1]) for line in logs if line.startswith("preempted at")]
     resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
     assert preempted == resumed, "it stopped at a checkpoint of its own and went on from it"
+
+
+def test_a_job_slurm_preempts_checkpoints_at_its_sigterm_and_goes_on_in_a_new_job(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    """Slurm preempts the trial's job for a job of a partition of a higher priority tier, as a
+    site without PreemptParameters=send_user_signal does: it cancels the job, SIGTERM to every
+    process of it and SIGKILL KillWait (5 s) later. The trial takes that SIGTERM as the request
+    to stop: it checkpoints where it is, and goes on from that checkpoint in a new job without
+    counting a restart."""
+    eid, trial_id, job = trial_under_way(master, shared)
+    shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
+    node = re.search(r" NodeList=(\S+)", shown).group(1)  # type: ignore[union-attr]
+    urgent = slurm_command(slurm, "sbatch", "--parsable", "--partition=urgent",
+                           f"--nodelist={node}", "--output=/dev/null", "--wrap",
+                           "sleep 2").strip()
+    logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
+    assert job_state(slurm, job) == "PREEMPTED"
+    assert job_state(slurm, urgent) == "COMPLETED"
+    preempted = [int(line.split()[-1]) for line in logs if line.startswith("preempted at")]
+    resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
+    assert preempted == resumed, "it stopped at a checkpoint of its own and went on from it"
+    assert any(f"SIGTERM: Slurm is ending job {job}" in line for line in logs), logs
+
+
+#: A PyTorchTrial slow enough for Slurm to preempt it in the middle of its training.
+SLOW_TRIAL = """import time
+
+from pytorch_trial_defs import RegressionTrial
+
+
+class SlowTrial(RegressionTrial):
+    def train_batch(self, batch, epoch_idx, batch_idx):
+        time.sleep(0.05)
+        return super().train_batch(batch, epoch_idx, batch_idx)
+"""
+
+
+def test_a_pytorch_trial_slurm_preempts_checkpoints_at_its_sigterm(
+        master: MasterProcess, shared: Path, slurm: dict[str, str], tmp_path: Path) -> None:
+    """The Trainer asks should_preempt() every batch: Slurm's SIGTERM makes it checkpoint
+    there, and the trial goes on from that checkpoint in a new job, every batch trained once."""
+    context = tmp_path / "ctx"
+    context.mkdir()
+    shutil.copy(TRIAL_DEFS, context / TRIAL_DEFS.name)
+    (context / "slow_trial.py").write_text(SLOW_TRIAL)
+    eid = master.create_ok(on_slurm({
+        "name": "preempted-on-slurm", "entrypoint": "slow_trial:SlowTrial",
+        "hyperparameters": {"hidden": 16, "lr": 0.05, "global_batch_size": 8},
+        "searcher": {"name": "single", "metric": "validation_loss",
+                     "max_length": {"batches": 200}},
+        "scheduling_unit": 10, "max_restarts": 0}, shared), context=context)
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: (master.get(f"/trials/{trial_id}")["trial"]["steps_completed"]
+                         or 0) >= 20, timeout=180)
+    [job] = slurm_jobs(master, trial_id)
+    shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
+    node = re.search(r" NodeList=(\S+)", shown).group(1)  # type: ignore[union-attr]
+    slurm_command(slurm, "sbatch", "--parsable", "--partition=urgent", f"--nodelist={node}",
+                  "--output=/dev/null", "--wrap", "sleep 2")
+    exp = master.wait_state(eid, timeout=240)
+    trial = master.get(f"/trials/{trial_id}")["trial"]
+    logs = master.logs(trial_id)
+    assert exp["state"] == "COMPLETED", "\n".join(logs[-30:])
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 200
+    assert job_state(slurm, job) == "PREEMPTED"
+    first, second = slurm_jobs(master, trial_id)
+    assert first == job and second != job
+    # A checkpoint where Slurm stopped it, past the last step seen before, and one at the end.
+    steps = sorted(c["steps_completed"] for c in
+                   master.get(f"/experiments/{eid}/checkpoints")["checkpoints"])
+    assert len(steps) == 2 and 20 <= steps[0] < 200 and steps[1] == 200, steps
+    assert any(f"SIGTERM: Slurm is ending job {job}" in line for line in logs), logs
+    trained = [m["steps_completed"] for m in
+               master.get(f"/trials/{trial_id}/metrics?group=training")["metrics"]]
+    assert trained == list(range(10, 201, 10)), "every report stored once"
 
 
 def test_a_job_slurm_requeues_goes_on_from_its_checkpoint_in_a_new_job(
