@@ -282,3 +282,24 @@ def test_workers_run_on_postgresql_only_unless_asked() -> None:
     assert MasterApp(ingest_workers=3).ingest_settings("postgresql") == 3
     with pytest.raises(ValueError, match="needs PostgreSQL"):
         MasterApp(ingest_workers=1).ingest_settings("sqlite")
+
+
+def test_workers_run_on_uvloop_and_on_asyncio_without_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+    import sys
+
+    import uvloop
+
+    from det_hub.service.ingest_worker import new_event_loop
+
+    loop = new_event_loop()
+    try:
+        assert isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # not installed: its import fails
+    loop = new_event_loop()
+    try:
+        assert isinstance(loop, asyncio.BaseEventLoop) and not isinstance(loop, uvloop.Loop)
+    finally:
+        loop.close()
