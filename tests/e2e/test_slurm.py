@@ -4,8 +4,8 @@
 Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial complete; a
 two-slot torch.distributed trial is one job of two tasks, one on each node; a job cancelled with
 ``scancel`` restarts its trial from its checkpoint; a job Slurm asks to stop (SIGTERM to its
-batch step), preempts (SIGTERM to all of it: a Core API trial and a PyTorchTrial checkpoint
-there) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice in Slurm's queue; a restarted master adopts a running job, and one Slurm requeued and ran
+batch step), preempts (SIGTERM to all of it: a Core API trial, a PyTorchTrial and both ranks
+of a two-slot trial checkpoint there) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice in Slurm's queue; a restarted master adopts a running job, and one Slurm requeued and ran
 again while it was down resumes its trial without a restart; work Slurm holds back shows
 Slurm's reason in the job queue and shows as queued until Slurm runs it, and is cancelled at
 once when a preempting pool picks it; a notebook and a shell run as jobs and are used through
@@ -40,6 +40,7 @@ pytestmark = pytest.mark.slow
 POOL = "hpc"
 TRIAL_DEFS = REPO / "tests" / "pytorch" / "pytorch_trial_defs.py"
 DIST = Path(__file__).parent / "contexts" / "multi_host"
+DIST_STEPS = Path(__file__).parent / "contexts" / "dist_steps"
 _SUBMITTED = re.compile(r"waiting: Slurm job (\d+) was submitted")
 
 
@@ -487,6 +488,46 @@ def test_a_pytorch_trial_slurm_preempts_checkpoints_at_its_sigterm(
     trained = [m["steps_completed"] for m in
                master.get(f"/trials/{trial_id}/metrics?group=training")["metrics"]]
     assert trained == list(range(10, 201, 10)), "every report stored once"
+
+
+def test_a_two_slot_trial_slurm_preempts_checkpoints_on_every_rank(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    """Slurm preempts one node of a two-task job: every process of the job gets its SIGTERM
+    (srun, the launchers, the ranks; the launchers pass it on too). Both ranks stop at the
+    same batch, each writing its shard of one checkpoint, and go on from it in a new job."""
+    config = steps_config("dist-preempted", length=80, sleep=0.1)
+    config["entrypoint"] = "python3 -m det_hub.launch.torch_distributed -- python3 train.py"
+    config["resources"] = {"slots_per_trial": 2}
+    eid = master.create_ok(on_slurm(config, shared), context=DIST_STEPS)
+    trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
+    master.wait(lambda: (master.get(f"/trials/{trial_id}")["trial"]["steps_completed"]
+                         or 0) >= 10, timeout=180)
+    [job] = slurm_jobs(master, trial_id)
+    slurm_command(slurm, "sbatch", "--parsable", "--partition=urgent", "--nodelist=n1",
+                  "--output=/dev/null", "--wrap", "sleep 2")
+    exp = master.wait_state(eid, timeout=240)
+    trial = master.get(f"/trials/{trial_id}")["trial"]
+    logs = master.logs(trial_id)
+    assert exp["state"] == "COMPLETED", "\n".join(logs[-30:])
+    assert trial["restarts"] == 0 and trial["steps_completed"] == 80
+    assert job_state(slurm, job) == "PREEMPTED"
+    first, second = slurm_jobs(master, trial_id)
+    assert first == job and second != job
+
+    def at(prefix: str) -> list[int]:
+        return [int(line.split()[-1]) for line in logs if line.startswith(prefix)]
+
+    stopped = [at(f"rank {rank} preempted at") for rank in (0, 1)]
+    resumed = [at(f"rank {rank} resumed at") for rank in (0, 1)]
+    assert stopped[0] == stopped[1] == resumed[0] == resumed[1], logs
+    [stop] = stopped[0]
+    assert 10 <= stop < 80
+    steps = sorted(c["steps_completed"] for c in
+                   master.get(f"/experiments/{eid}/checkpoints")["checkpoints"])
+    assert steps == [stop, 80]
+    trained = [m["steps_completed"] for m in
+               master.get(f"/trials/{trial_id}/metrics?group=training")["metrics"]]
+    assert trained == list(range(5, 81, 5)), "every report stored once"
 
 
 def test_a_job_slurm_requeues_goes_on_from_its_checkpoint_in_a_new_job(
