@@ -4,16 +4,17 @@
 Trials of the pool run as Slurm batch jobs: a Core API trial and a PyTorchTrial complete; a
 two-slot torch.distributed trial is one job of two tasks, one on each node; a job cancelled with
 ``scancel`` restarts its trial from its checkpoint; a job Slurm asks to stop (SIGTERM to its
-batch step), preempts (SIGTERM to all of it: a Core API trial, a PyTorchTrial and both ranks
-of a two-slot trial checkpoint there) or requeues goes on from its checkpoint in a new job; a job's priority is its Nice in Slurm's queue; a restarted master adopts a running job, and one Slurm requeued and ran
-again while it was down resumes its trial without a restart; work Slurm holds back shows
-Slurm's reason in the job queue and shows as queued until Slurm runs it, and is cancelled at
-once when a preempting pool picks it; a notebook and a shell run as jobs and are used through
-the master's proxy on their node; a hub user's server (DetSpawner) is a job of the user's
-account, reached through the hub, kept across a hub restart, and ended with its job; an ASHA
-search larger than the pool finishes while the queue shows why Slurm holds work back; and
-pause/activate goes on exactly where the trial stopped, in a new job. Without
-that Slurm the tests are skipped, except in CI, where they fail.
+batch step), preempts (SIGTERM to all of it: a Core API trial, a PyTorchTrial and both ranks of
+a two-slot trial checkpoint there) or requeues goes on from its checkpoint in a new job; a job's
+priority is its Nice in Slurm's queue; a restarted master adopts a running job, and one Slurm
+requeued and ran again while it was down resumes its trial without a restart; work Slurm holds
+back shows Slurm's reason in the job queue and shows as queued until Slurm runs it, and is
+cancelled at once when a preempting pool picks it; a notebook and a shell run as jobs and are
+used through the master's proxy on their node; a hub user's server (DetSpawner) is a job of the
+user's account, reached through the hub, kept across a hub restart, and ended with its job; an
+ASHA search larger than the pool finishes while the queue shows why Slurm holds work back; and
+pause/activate goes on exactly where the trial stopped, in a new job. Without that Slurm the
+tests are skipped, except in CI, where they fail.
 """
 
 from __future__ import annotations
