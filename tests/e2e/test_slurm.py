@@ -416,19 +416,43 @@ def test_a_job_slurm_asks_to_stop_checkpoints_and_goes_on_in_a_new_job(
     assert preempted == resumed, "it stopped at a checkpoint of its own and went on from it"
 
 
+def preempted_by_slurm(master: MasterProcess, slurm: dict[str, str], trial_id: int,
+                       steps: int) -> tuple[str, str]:
+    """Once the trial has reported ``steps``, Slurm preempts its job for one of a partition of
+    a higher priority tier on its nodes, as a site without PreemptParameters=send_user_signal
+    does: it cancels the job, SIGTERM to every process of it and SIGKILL KillWait (5 s) later.
+    The trial's job and the preempting one."""
+    master.wait(lambda: (master.get(f"/trials/{trial_id}")["trial"]["steps_completed"]
+                         or 0) >= steps, timeout=180)
+    [job] = slurm_jobs(master, trial_id)
+    shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
+    nodes = re.search(r" NodeList=(\S+)", shown).group(1)  # type: ignore[union-attr]
+    urgent = slurm_command(slurm, "sbatch", "--parsable", "--partition=urgent",
+                           f"--nodelist={nodes}", "--output=/dev/null", "--wrap", "sleep 2")
+    return job, urgent.strip()
+
+
+def went_on_in_a_new_job(master: MasterProcess, slurm: dict[str, str], eid: int,
+                         trial_id: int, job: str, length: int) -> list[str]:
+    """The trial completed its ``length`` in a second job after Slurm preempted ``job``,
+    counting no restart; its log."""
+    exp = master.wait_state(eid, timeout=240)
+    trial = master.get(f"/trials/{trial_id}")["trial"]
+    logs = master.logs(trial_id)
+    assert exp["state"] == "COMPLETED", "\n".join(logs[-30:])
+    assert trial["restarts"] == 0 and trial["steps_completed"] == length
+    assert job_state(slurm, job) == "PREEMPTED"
+    first, second = slurm_jobs(master, trial_id)
+    assert first == job and second != job
+    return logs
+
+
 def test_a_job_slurm_preempts_checkpoints_at_its_sigterm_and_goes_on_in_a_new_job(
         master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
-    """Slurm preempts the trial's job for a job of a partition of a higher priority tier, as a
-    site without PreemptParameters=send_user_signal does: it cancels the job, SIGTERM to every
-    process of it and SIGKILL KillWait (5 s) later. The trial takes that SIGTERM as the request
-    to stop: it checkpoints where it is, and goes on from that checkpoint in a new job without
-    counting a restart."""
-    eid, trial_id, job = trial_under_way(master, shared)
-    shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
-    node = re.search(r" NodeList=(\S+)", shown).group(1)  # type: ignore[union-attr]
-    urgent = slurm_command(slurm, "sbatch", "--parsable", "--partition=urgent",
-                           f"--nodelist={node}", "--output=/dev/null", "--wrap",
-                           "sleep 2").strip()
+    """The trial takes Slurm's SIGTERM as the request to stop: it checkpoints where it is, and
+    goes on from that checkpoint in a new job without counting a restart."""
+    eid, trial_id, _ = trial_under_way(master, shared)
+    job, urgent = preempted_by_slurm(master, slurm, trial_id, 10)
     logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
     assert job_state(slurm, job) == "PREEMPTED"
     assert job_state(slurm, urgent) == "COMPLETED"
@@ -466,21 +490,8 @@ def test_a_pytorch_trial_slurm_preempts_checkpoints_at_its_sigterm(
                      "max_length": {"batches": 200}},
         "scheduling_unit": 10, "max_restarts": 0}, shared), context=context)
     trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
-    master.wait(lambda: (master.get(f"/trials/{trial_id}")["trial"]["steps_completed"]
-                         or 0) >= 20, timeout=180)
-    [job] = slurm_jobs(master, trial_id)
-    shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "job", job)
-    node = re.search(r" NodeList=(\S+)", shown).group(1)  # type: ignore[union-attr]
-    slurm_command(slurm, "sbatch", "--parsable", "--partition=urgent", f"--nodelist={node}",
-                  "--output=/dev/null", "--wrap", "sleep 2")
-    exp = master.wait_state(eid, timeout=240)
-    trial = master.get(f"/trials/{trial_id}")["trial"]
-    logs = master.logs(trial_id)
-    assert exp["state"] == "COMPLETED", "\n".join(logs[-30:])
-    assert trial["restarts"] == 0 and trial["steps_completed"] == 200
-    assert job_state(slurm, job) == "PREEMPTED"
-    first, second = slurm_jobs(master, trial_id)
-    assert first == job and second != job
+    job, _ = preempted_by_slurm(master, slurm, trial_id, 20)
+    logs = went_on_in_a_new_job(master, slurm, eid, trial_id, job, 200)
     # A checkpoint where Slurm stopped it, past the last step seen before, and one at the end.
     steps = sorted(c["steps_completed"] for c in
                    master.get(f"/experiments/{eid}/checkpoints")["checkpoints"])
@@ -493,27 +504,16 @@ def test_a_pytorch_trial_slurm_preempts_checkpoints_at_its_sigterm(
 
 def test_a_two_slot_trial_slurm_preempts_checkpoints_on_every_rank(
         master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
-    """Slurm preempts one node of a two-task job: every process of the job gets its SIGTERM
-    (srun, the launchers, the ranks; the launchers pass it on too). Both ranks stop at the
-    same batch, each writing its shard of one checkpoint, and go on from it in a new job."""
+    """Slurm preempts a two-task job: every process of it gets its SIGTERM (srun, the
+    launchers, the ranks; the launchers pass it on too). Both ranks stop at the same batch,
+    each writing its shard of one checkpoint, and go on from it in a new job."""
     config = steps_config("dist-preempted", length=80, sleep=0.1)
     config["entrypoint"] = "python3 -m det_hub.launch.torch_distributed -- python3 train.py"
     config["resources"] = {"slots_per_trial": 2}
     eid = master.create_ok(on_slurm(config, shared), context=DIST_STEPS)
     trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
-    master.wait(lambda: (master.get(f"/trials/{trial_id}")["trial"]["steps_completed"]
-                         or 0) >= 10, timeout=180)
-    [job] = slurm_jobs(master, trial_id)
-    slurm_command(slurm, "sbatch", "--parsable", "--partition=urgent", "--nodelist=n1",
-                  "--output=/dev/null", "--wrap", "sleep 2")
-    exp = master.wait_state(eid, timeout=240)
-    trial = master.get(f"/trials/{trial_id}")["trial"]
-    logs = master.logs(trial_id)
-    assert exp["state"] == "COMPLETED", "\n".join(logs[-30:])
-    assert trial["restarts"] == 0 and trial["steps_completed"] == 80
-    assert job_state(slurm, job) == "PREEMPTED"
-    first, second = slurm_jobs(master, trial_id)
-    assert first == job and second != job
+    job, _ = preempted_by_slurm(master, slurm, trial_id, 10)
+    logs = went_on_in_a_new_job(master, slurm, eid, trial_id, job, 80)
 
     def at(prefix: str) -> list[int]:
         return [int(line.split()[-1]) for line in logs if line.startswith(prefix)]
