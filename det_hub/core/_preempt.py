@@ -6,9 +6,10 @@ SIGKILL ``KillWait`` seconds later (30 by default): when Slurm preempts the job 
 ``PreemptParameters=send_user_signal``, when it is cancelled, or when its time limit passes.
 A process that asks :meth:`PreemptContext.should_preempt` has said that it checkpoints and
 exits when asked; from its first question on, a SIGTERM is taken as that request (see
-:meth:`PreemptContext._listen_for_slurm`) rather than ending it where it stands, and the
-master, told by the job's runner that Slurm sent it, starts the trial again from that
-checkpoint in a new job.
+:meth:`PreemptContext._listen_for_slurm`) rather than ending it where it stands. The master
+reads the exit that follows by how Slurm ended the job
+(:func:`det_hub.agents.slurm.with_slurm_reason`): after a preemption the trial goes on from
+that checkpoint in a new job.
 """
 
 from __future__ import annotations
@@ -203,8 +204,7 @@ class PreemptContext:
             return
         self._terminated = True
         logger.warning("SIGTERM: Slurm is ending job %s (a preemption, a cancel or its time "
-                       "limit); this process checkpoints and stops, and the trial goes on "
-                       "from that checkpoint in a new job", self._slurm_job)
+                       "limit); this process checkpoints and stops", self._slurm_job)
 
     def _take_metrics_answer(self, group: str, answer: object) -> None:
         """The master's answer to a batch of this process's metrics (called by the metric
