@@ -255,20 +255,17 @@ def with_slurm_reason(status: ExitStatus, job: SlurmJob | None) -> ExitStatus:
     SIGTERM Slurm sent every process of it (see :mod:`det_hub.core._preempt`), after its
     checkpoint, not at its end: from a preempted job it is resumable; from one cancelled, timed
     out or failed nothing says it ran to its end, and it is no success."""
-    if job is not None and status.success and job.state in ENDED_STATES \
-            and job.state != "COMPLETED":
-        what = f"Slurm job {job.job_id} {ENDED_STATES[job.state]}"
-        if job.state == "PREEMPTED":
-            return dataclasses.replace(status, resumable=True, reason=(
-                f"{what}; its task checkpointed and stopped at Slurm's SIGTERM"))
-        return ExitStatus(None, reason=f"{what}; its task exited 0 at Slurm's SIGTERM, "
-                                       "before its end")
-    if job is None or status.success or job.state not in ENDED_STATES \
-            or job.state == "COMPLETED":
+    if job is None or job.state not in ENDED_STATES or job.state == "COMPLETED":
         return status
     slurm = f"Slurm job {job.job_id} {ENDED_STATES[job.state]}"
-    return dataclasses.replace(status, reason=f"{status.reason}; {slurm}" if status.reason
-                               else slurm, resumable=job.state == "PREEMPTED")
+    if not status.success:
+        return dataclasses.replace(status, reason=f"{status.reason}; {slurm}" if status.reason
+                                   else slurm, resumable=job.state == "PREEMPTED")
+    if job.state == "PREEMPTED":
+        return dataclasses.replace(status, resumable=True, reason=(
+            f"{slurm}; its task checkpointed and stopped at Slurm's SIGTERM"))
+    return ExitStatus(None, reason=f"{slurm}; its task exited 0 at Slurm's SIGTERM, before its "
+                                   "end")
 
 
 def requeued_status(job_id: str, own: ExitStatus | None, *,
