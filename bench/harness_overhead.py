@@ -19,8 +19,9 @@ preemption checks, det_hub's resumable sampler) is thus inside the figure, while
 start-up, validation and checkpointing are not; those are in the end-to-end time, which is
 the master's own ``ended_at - created_at`` of the experiment.
 
-Runs alternate raw and harness so that drift in the machine's speed hits both alike; medians
-are reported.
+Runs alternate raw and harness so that drift in the machine's speed hits both alike. Both the
+ratio of the two medians and the median of the pairs' ratios (each harness run against the raw
+run just before it) are reported; on a host whose speed drifts, the second is the steadier.
 
 Where the host has cores beyond the trial's, the master (and the agent inside it) is pinned to
 those, so that the figure is the harness's own cost rather than the master's polling competing
@@ -336,6 +337,11 @@ def main() -> None:
     print(f"raw loop:      {raw_s / n * 1000:.3f} ms/batch ({raw_s:.2f} s)")
     print(f"PyTorchTrial:  {harness_s / n * 1000:.3f} ms/batch ({harness_s:.2f} s)")
     print(f"overhead:      {(harness_s / raw_s - 1) * 100:+.2f} % (aim: under 3 %)")
+    # Each harness run against the raw run just before it: on a host whose speed drifts over
+    # tens of seconds, the drift cancels within a pair but not between the two medians.
+    pairs = sorted((h / r - 1) * 100 for r, h in zip(raw, harness, strict=True))
+    print(f"pairs:         {statistics.median(pairs):+.2f} % median of {len(pairs)} "
+          f"(each: {', '.join(f'{p:+.1f}' for p in pairs)})")
     print(f"end to end:    {e2e_s:.2f} s create -> COMPLETED "
           f"({e2e_s - harness_s:.2f} s beyond the training batches)")
 

@@ -14,7 +14,7 @@ import torch
 
 import det_hub.core as core
 from det_hub.config import ExperimentConfig, parse_experiment_config
-from det_hub.pytorch._data import to_device
+from det_hub.pytorch._data import move_to_device
 from det_hub.pytorch._lr_scheduler import LRScheduler
 from det_hub.pytorch._reducer import MetricReducer
 
@@ -380,7 +380,7 @@ class PyTorchTrialContext:
         """``obj`` with every tensor inside it (dicts, lists, tuples) moved to :attr:`device`,
         as :func:`det_hub.pytorch.to_device` does; a type that cannot be moved is logged once
         per context."""
-        return to_device(obj, self._device, self._to_device_warned)
+        return move_to_device(obj, self._device, self._to_device_warned)
 
     def backward(
         self,

@@ -288,35 +288,42 @@ def to_device(
         warned_types: The types already logged as not movable; pass the same set to every
             call to log each type once in all (default: once per call).
     """
-    if warned_types is None:
-        warned_types = set()
-    device = torch.device(device)
-    return _to_device(data, device, warned_types)
+    return move_to_device(data, torch.device(device), set() if warned_types is None else warned_types)
 
 
-def _to_device(data: Any, device: torch.device, warned: set[type]) -> Any:
+def move_to_device(data: Any, device: torch.device, warned_types: set[type]) -> Any:
+    """:func:`to_device` for a ``torch.device`` and a set of its own: what a trial context
+    calls once a batch."""
+    # Asynchronous from pinned memory; the copy is ordered before later work on the stream.
+    return _to_device(data, device, device.type == "cuda", warned_types)
+
+
+def _to_device(data: Any, device: torch.device, non_blocking: bool, warned: set[type]) -> Any:
+    # Called once a batch: plain tuples, lists and dicts are met before the checks that cost
+    # an ABC lookup (Mapping) or an attribute lookup (a named tuple's _fields).
     if isinstance(data, torch.Tensor):
-        # Asynchronous from pinned memory; the copy is ordered before later work on the stream.
-        return data.to(device, non_blocking=device.type == "cuda")
+        return data.to(device, non_blocking=non_blocking)
+    kind = type(data)
+    if kind is tuple or kind is list:
+        items = [_to_device(value, device, non_blocking, warned) for value in data]
+        return items if kind is list else tuple(items)
     if isinstance(data, Mapping):
-        moved = {key: _to_device(value, device, warned) for key, value in data.items()}
-        if type(data) is dict:
+        moved = {key: _to_device(value, device, non_blocking, warned)
+                 for key, value in data.items()}
+        if kind is dict:
             return moved
         try:
             return type(data)(moved)  # type: ignore[call-arg]
         except TypeError:
             return moved  # a mapping type that cannot be built from a dict (defaultdict)
     if isinstance(data, tuple) and hasattr(data, "_fields"):  # a named tuple
-        return type(data)(*(_to_device(value, device, warned) for value in data))
-    if isinstance(data, (list, tuple)):
-        items = [_to_device(value, device, warned) for value in data]
-        plain = list if isinstance(data, list) else tuple
-        if type(data) is plain:
-            return plain(items)
+        return type(data)(*(_to_device(value, device, non_blocking, warned) for value in data))
+    if isinstance(data, (list, tuple)):  # a subclass of either
+        items = [_to_device(value, device, non_blocking, warned) for value in data]
         try:
             return type(data)(items)
         except TypeError:
-            return plain(items)
+            return items if isinstance(data, list) else tuple(items)
     if isinstance(data, np.ndarray) and data.dtype.kind in "biufc":
         return torch.from_numpy(data).to(device)
     move = getattr(data, "to", None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import inspect
 import logging
@@ -14,6 +13,7 @@ import torch.utils.data
 
 from det_hub.config import Length, LengthUnit
 from det_hub.core import EarlyExitReason, SearcherOperation
+from det_hub.pytorch._batch_metrics import BatchMetrics, scalar
 from det_hub.pytorch._callback import PyTorchCallback
 from det_hub.pytorch._checkpoint_state import (
     DETERMINED_VERSION,
@@ -55,92 +55,6 @@ class _Asked:
     def __init__(self, batches: int | None, source: str) -> None:
         self.batches = batches
         self.source = source
-
-
-def _scalar(name: str, value: Any) -> float:
-    if isinstance(value, torch.Tensor):
-        if value.numel() != 1:
-            raise TypeError(f"metric {name!r} is a tensor of {value.numel()} values, not a scalar")
-        return float(value.detach().item())
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        item = getattr(value, "item", None)
-        if callable(item):
-            return float(item())
-        raise TypeError(f"metric {name!r} has a value of type {type(value).__name__}")
-    return float(value)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Held:
-    """A batch metric kept as the tensor the trial returned (detached), not a copy, and the
-    version it had then: :func:`_materialize` refuses it if it was changed in place since."""
-
-    tensor: torch.Tensor
-    version: int
-
-
-def _deferred_metrics(output: Any, where: str) -> dict[str, Any]:
-    """A batch's metrics (training or validation), tensors kept (detached) where they are.
-
-    Reading a CUDA tensor's value waits for every kernel queued before it, so doing that per
-    batch would stall the GPU pipeline; :func:`_materialize` reads a whole period's tensors
-    (or a whole validation pass) with one transfer per device and dtype instead.
-
-    The output of an autograd operation (a loss: it has a ``grad_fn`` and is not a view) is a
-    fresh tensor nobody else holds, so it is kept as it is, with no device work per batch (a
-    copy was one kernel launch per batch and metric, about 0.07 ms a batch on a GPU). Any
-    other tensor (an accumulator the trial updates in place, a view of a larger tensor, a
-    metric computed under ``no_grad``) is copied, so that later changes do not reach earlier
-    batches and no large storage is held for the period.
-    """
-    if isinstance(output, torch.Tensor):
-        output = {"loss": output}
-    elif not isinstance(output, Mapping):
-        raise TypeError(f"{where} must return a dict of metrics or a loss tensor, not {output!r}")
-    metrics: dict[str, Any] = {}
-    for key, value in output.items():
-        name = str(key)
-        if isinstance(value, torch.Tensor):
-            if value.numel() != 1:
-                raise TypeError(
-                    f"metric {name!r} is a tensor of {value.numel()} values, not a scalar"
-                )
-            if value.grad_fn is not None and value._base is None:
-                metrics[name] = _Held(value.detach(), value._version)
-            else:
-                metrics[name] = value.detach().clone()
-        else:
-            metrics[name] = _scalar(name, value)
-    return metrics
-
-
-def _materialize(batches: list[dict[str, Any]]) -> list[dict[str, float]]:
-    """``batches`` with every tensor replaced by its float, one device transfer per device
-    and dtype.
-
-    Raises:
-        RuntimeError: a kept metric tensor (see :func:`_deferred_metrics`) was changed in
-            place after its batch returned it, so its batch's value is gone.
-    """
-    groups: dict[tuple[torch.device, torch.dtype], list[tuple[dict[str, Any], str]]] = {}
-    tensors: dict[tuple[int, str], torch.Tensor] = {}
-    for metrics in batches:
-        for name, value in metrics.items():
-            if isinstance(value, _Held):
-                if value.tensor._version != value.version:
-                    raise RuntimeError(
-                        f"the metric {name!r} was changed in place after the batch returned "
-                        "it, so that batch's value is lost; return a tensor that is not "
-                        f"updated later (e.g. {name}.detach().clone())")
-                value = value.tensor
-            if isinstance(value, torch.Tensor):
-                groups.setdefault((value.device, value.dtype), []).append((metrics, name))
-                tensors[id(metrics), name] = value
-    for places in groups.values():
-        stacked = torch.stack([tensors[id(m), name].reshape(()) for m, name in places])
-        for (metrics, name), number in zip(places, stacked.tolist(), strict=True):
-            metrics[name] = float(number)
-    return batches
 
 
 def _format_metrics(metrics: Mapping[str, Any]) -> str:
@@ -222,8 +136,8 @@ class Trainer:
         self._last_validation: tuple[int, dict[str, Any]] | None = None
         self._last_checkpoint_step: int | None = None
         self._last_checkpoint_uuid: str | None = None
-        # Tensors until the period is reported (see _deferred_metrics).
-        self._period_metrics: list[dict[str, Any]] = []
+        # Tensors until the period is reported (see BatchMetrics).
+        self._period_metrics = BatchMetrics("train_batch()")
         self._epoch_len = 1
         self._global_batch = 0
         self._searcher_metric: str | None = None
@@ -536,14 +450,13 @@ class Trainer:
             self._records += pending
 
     def _report_training(self) -> None:
-        batch_metrics = _materialize(self._period_metrics)
-        self._period_metrics = []
-        local = _mean_weighted([(m, 1) for m in batch_metrics])
+        period, self._period_metrics = self._period_metrics, BatchMetrics("train_batch()")
+        local = period.means()
         pending, self._pending_records = self._pending_records, 0
         reducers = self._context._reducers_for(training=True)
         partials = [r.reducer.per_slot_reduce() for r in reducers]
         if self._dist.size > 1:
-            gathered = self._dist.allgather((local, len(batch_metrics), pending, partials))
+            gathered = self._dist.allgather((local, len(period), pending, partials))
             averages = _mean_weighted([(g[0], g[1]) for g in gathered])
             self._records += sum(g[2] for g in gathered)
             per_reducer = [[g[3][i] for g in gathered] for i in range(len(reducers))]
@@ -558,8 +471,10 @@ class Trainer:
         self._core.train.report_training_metrics(self._batches, averages)
         if self._dist.is_chief:
             logger.info("trained %d batches: %s", self._batches, _format_metrics(averages))
-        for cb in self._callbacks.values():
-            cb.on_training_workload_end(averages, batch_metrics)
+        if self._callbacks:
+            batch_metrics = period.rows()
+            for cb in self._callbacks.values():
+                cb.on_training_workload_end(averages, batch_metrics)
 
     def _metric_value(self, metrics: Mapping[str, Any], *, required: bool) -> float | None:
         name = self._searcher_metric
@@ -646,7 +561,7 @@ class Trainer:
             raw = self._trial.evaluate_full_dataset(loader)
             if not isinstance(raw, Mapping):
                 raise TypeError(f"evaluate_full_dataset() must return a dict, not {raw!r}")
-            metrics = {str(k): _scalar(str(k), v) for k, v in raw.items()}
+            metrics = {str(k): scalar(str(k), v) for k, v in raw.items()}
         if self._dist.size > 1:
             metrics = self._dist.broadcast(metrics)
         assert metrics is not None
@@ -660,7 +575,7 @@ class Trainer:
         reducers = self._context._reducers_for(training=False)
         for wrapped in reducers:
             wrapped.reducer.reset()
-        deferred: list[dict[str, Any]] = []
+        deferred = BatchMetrics("evaluate_batch()")
         lengths: list[float] = []
         for batch_idx, batch in enumerate(loader):
             batch = self._context.to_device(batch)
@@ -668,13 +583,12 @@ class Trainer:
                 out = self._trial.evaluate_batch(batch, batch_idx)
             else:
                 out = self._trial.evaluate_batch(batch)  # type: ignore[call-arg]
-            deferred.append(_deferred_metrics(out, "evaluate_batch()"))
+            deferred.add(out)
             lengths.append(float(self._trial.get_batch_length(batch)))
         # One device read for the whole pass rather than a sync after every batch.
-        for batch_metrics, length in zip(_materialize(deferred), lengths, strict=True):
-            for key, value in batch_metrics.items():
-                values.setdefault(key, []).append(value)
-                weights.setdefault(key, []).append(length)
+        for key, (indices, floats) in deferred.columns().items():
+            values[key] = floats
+            weights[key] = [lengths[i] for i in indices]
         partials = [r.reducer.per_slot_reduce() for r in reducers]
         if self._dist.size > 1:
             gathered = self._dist.allgather((values, weights, partials))
@@ -833,8 +747,9 @@ class _Loop:
                 ) from None
             batch = ctx.to_device(raw)
             out = t._trial.train_batch(batch, epoch_idx, batch_idx)
-            ctx._update_scalers()
-            t._period_metrics.append(_deferred_metrics(out, "train_batch()"))
+            if ctx._stepped_scalers:
+                ctx._update_scalers()
+            t._period_metrics.add(out)
             t._pending_records += t._trial.get_batch_length(batch)
             t._batches += 1
             done = t._batches

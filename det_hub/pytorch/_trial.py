@@ -76,12 +76,14 @@ class PyTorchTrial(abc.ABC):
 
     def get_batch_length(self, batch: Any) -> int:
         """The number of records in ``batch``: the length of the first tensor found in it."""
+        # Called once a batch: the common shapes (a tensor, a tuple or list of them) are tried
+        # before Mapping, whose isinstance check costs an ABC lookup.
         if isinstance(batch, torch.Tensor):
             return int(batch.shape[0]) if batch.dim() else 1
-        if isinstance(batch, Mapping):
-            return self.get_batch_length(next(iter(batch.values())))
         if isinstance(batch, (list, tuple)) and batch:
             return self.get_batch_length(batch[0])
+        if isinstance(batch, Mapping):
+            return self.get_batch_length(next(iter(batch.values())))
         try:
             return len(batch)
         except TypeError:

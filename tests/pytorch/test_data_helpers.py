@@ -57,6 +57,17 @@ class Movable:
         return self
 
 
+class Batch(list):  # type: ignore[type-arg]
+    """A list subclass that can be rebuilt from its items."""
+
+
+class Fixed(tuple):  # type: ignore[type-arg]
+    """A tuple subclass whose constructor takes two arguments: it cannot be rebuilt."""
+
+    def __new__(cls, a: Any, b: Any) -> Fixed:
+        return super().__new__(cls, (a, b))
+
+
 def test_to_device_moves_every_tensor_and_keeps_the_structure() -> None:
     movable = Movable()
     ordered = collections.OrderedDict(a=torch.ones(2))
@@ -67,6 +78,8 @@ def test_to_device_moves_every_tensor_and_keeps_the_structure() -> None:
         "array": np.arange(4, dtype=np.float32),
         "ordered": ordered,
         "own_to": movable,
+        "sub_list": Batch([torch.ones(1)]),
+        "sub_tuple": Fixed(torch.ones(1), 2),
     }
     moved = pytorch.to_device(batch, META)
     assert type(moved) is dict and list(moved) == list(batch)
@@ -81,6 +94,11 @@ def test_to_device_moves_every_tensor_and_keeps_the_structure() -> None:
     assert type(moved["ordered"]) is collections.OrderedDict
     assert moved["ordered"]["a"].device == META
     assert moved["own_to"] is movable and movable.moved_to == [META]
+    # A subclass of list or tuple is rebuilt where its constructor takes the items, else it
+    # becomes the plain type.
+    assert type(moved["sub_list"]) is Batch and moved["sub_list"][0].device == META
+    assert type(moved["sub_tuple"]) is tuple and moved["sub_tuple"][0].device == META
+    assert moved["sub_tuple"][1] == 2
     # The input is left as it was.
     assert batch["x"].device.type == "cpu" and ordered["a"].device.type == "cpu"
 

@@ -281,50 +281,72 @@ def test_local_fit_needs_a_length(tmp_path: Path) -> None:
 def test_training_metrics_are_read_once_per_period_and_copied() -> None:
     """Batch metrics stay tensors until the report (one device read per period), yet each is
     a copy: a tensor the trial updates in place later does not change earlier batches."""
-    from det_hub.pytorch._trainer import _deferred_metrics, _materialize
+    from det_hub.pytorch._batch_metrics import BatchMetrics
 
     running = torch.zeros(())
-    batches = []
+    period = BatchMetrics("train_batch()")
     for value in (1.0, 2.0, 3.0):
         running += value
-        batches.append(_deferred_metrics({"total": running, "lr": 0.5}, "train_batch()"))
-    assert isinstance(batches[0]["total"], torch.Tensor)
-    assert _materialize(batches) == [
+        period.add({"total": running, "lr": 0.5})
+    assert len(period) == 3
+    assert period.rows() == [
         {"total": 1.0, "lr": 0.5}, {"total": 3.0, "lr": 0.5}, {"total": 6.0, "lr": 0.5}]
-    assert _deferred_metrics(torch.tensor(0.25), "train_batch()")["loss"].item() == 0.25
-    with pytest.raises(TypeError, match="tensor of 2 values"):
-        _deferred_metrics({"loss": torch.ones(2)}, "train_batch()")
-    with pytest.raises(TypeError, match="must return a dict"):
-        _deferred_metrics([1.0], "train_batch()")
+    assert period.means() == {"total": 10 / 3, "lr": 0.5}
+    loss_only = BatchMetrics("train_batch()")
+    loss_only.add(torch.tensor(0.25))
+    assert loss_only.rows() == [{"loss": 0.25}]
+    with pytest.raises(TypeError, match="'loss' is a tensor of 2 values"):
+        BatchMetrics("train_batch()").add({"loss": torch.ones(2)})
+    with pytest.raises(TypeError, match=r"train_batch\(\) must return a dict"):
+        BatchMetrics("train_batch()").add([1.0])
+    with pytest.raises(TypeError, match="'name' has a value of type str"):
+        BatchMetrics("train_batch()").add({"name": "x"})
 
 
 def test_a_loss_is_kept_without_a_copy_and_read_with_the_rest_of_its_period() -> None:
     """The output of an autograd op is held as it is (no device work per batch); views, no-grad
     metrics and other dtypes are copied and read in the same pass, each group with one stack."""
-    from det_hub.pytorch._trainer import _deferred_metrics, _Held, _materialize
+    from det_hub.pytorch._batch_metrics import BatchMetrics
 
     w = torch.tensor([1.5, 2.0], requires_grad=True)
     loss = (w * w).sum()
     pair = w * 3
-    batch = _deferred_metrics({"loss": loss, "first": pair[0], "count": torch.tensor(7),
-                               "half": torch.tensor(0.5, dtype=torch.float16)}, "train_batch()")
-    assert isinstance(batch["loss"], _Held)
-    assert batch["loss"].tensor.data_ptr() == loss.data_ptr()  # the same storage: no copy
-    assert isinstance(batch["first"], torch.Tensor)  # a view: copied, its base not held
-    assert batch["first"].data_ptr() != pair.data_ptr()
-    assert _materialize([batch]) == [{"loss": 6.25, "first": 4.5, "count": 7.0, "half": 0.5}]
+    period = BatchMetrics("train_batch()")
+    period.add({"loss": loss, "first": pair[0], "count": torch.tensor(7),
+                "half": torch.tensor(0.5, dtype=torch.float16)})
+    kept = period._columns["loss"].values[0]
+    assert kept.data_ptr() == loss.data_ptr()  # the same storage: no copy
+    first = period._columns["first"].values[0]
+    assert first.data_ptr() != pair.data_ptr()  # a view: copied, its base not held
+    assert period.rows() == [{"loss": 6.25, "first": 4.5, "count": 7.0, "half": 0.5}]
+
+
+def test_batches_that_return_different_metrics_are_each_kept_where_they_were() -> None:
+    """A metric some batches leave out is averaged over the batches that gave it, and a
+    metric returned in different shapes, dtypes or as plain numbers is read all the same."""
+    from det_hub.pytorch._batch_metrics import BatchMetrics
+
+    period = BatchMetrics("train_batch()")
+    period.add({"loss": torch.tensor(1.0), "acc": torch.tensor([0.5])})
+    period.add({"loss": torch.tensor(3.0, dtype=torch.float64)})
+    period.add({"loss": 2.0, "acc": torch.tensor(1, dtype=torch.int64)})
+    assert period.rows() == [{"loss": 1.0, "acc": 0.5}, {"loss": 3.0}, {"loss": 2.0, "acc": 1.0}]
+    assert period.means() == {"loss": 2.0, "acc": 0.75}
+    assert period.columns()["acc"] == ([0, 2], [0.5, 1.0])
+    assert BatchMetrics("train_batch()").rows() == []
 
 
 def test_a_kept_loss_changed_in_place_afterwards_is_refused_by_name() -> None:
-    from det_hub.pytorch._trainer import _deferred_metrics, _materialize
+    from det_hub.pytorch._batch_metrics import BatchMetrics
 
     w = torch.tensor(2.0, requires_grad=True)
     loss = w * 2
-    batch = _deferred_metrics({"loss": loss}, "train_batch()")
+    period = BatchMetrics("train_batch()")
+    period.add({"loss": loss})
     with torch.no_grad():
         loss.add_(1)
     with pytest.raises(RuntimeError, match="'loss' was changed in place"):
-        _materialize([batch])
+        period.means()
 
 
 def test_a_checkpoint_of_another_trial_is_a_warm_start(tmp_path: Path) -> None:
