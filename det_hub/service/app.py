@@ -62,6 +62,7 @@ from det_hub.service.handlers import api_routes
 from det_hub.service.hub import HubIdentity
 from det_hub.service.ingest import IngestWorkers, default_worker_count
 from det_hub.service.master import Master
+from det_hub.service.pending import log_tasks
 from det_hub.service.proxy import proxy_routes
 from det_hub.service.unix_accounts import DEFAULT_TASK_USER, task_account
 from det_hub.service.webhooks import WebhookManager
@@ -72,6 +73,9 @@ API_PREFIX = "/api/v1"
 #: The default of ``MasterApp.request_max_body_bytes``: a base64 context of 96 MiB is 128 MiB
 #: on the wire; this leaves room for the config.
 DEFAULT_MAX_BODY_BYTES = 160 * 1024 * 1024
+
+#: Seconds after which a master still stopping logs the tasks its event loop waits in.
+SLOW_STOP_SECONDS = 15
 
 
 def make_app(master: Master, *, cookie_secret: bytes | None = None,
@@ -530,16 +534,22 @@ class MasterApp(Application):
             ready.set()
         await stop.wait()
         self.log.info("stopping; running trials keep running and are adopted at next start")
-        # Refuse new work, then drop kept-alive connections so that no request reaches a
-        # closed store; training code retries until the next master answers.
-        master.begin_shutdown()
-        server.stop()
-        if workers is not None:
-            await workers.stop()
-        await master.drain()
-        await server.close_all_connections()
-        await master.stop()
-        await store.close()
+        # A stop that hangs shows on what: no thread's stack holds a suspended coroutine.
+        slow = loop.call_later(SLOW_STOP_SECONDS, log_tasks, self.log,
+                               f"still stopping after {SLOW_STOP_SECONDS} s")
+        try:
+            # Refuse new work, then drop kept-alive connections so that no request reaches a
+            # closed store; training code retries until the next master answers.
+            master.begin_shutdown()
+            server.stop()
+            if workers is not None:
+                await workers.stop()
+            await master.drain()
+            await server.close_all_connections()
+            await master.stop()
+            await store.close()
+        finally:
+            slow.cancel()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -560,6 +560,7 @@ class Cluster:
         self.monitor = AllocationMonitor(self, self._wake, agent_timeout=agent_timeout,
                                          heartbeat_interval=heartbeat_interval)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         #: Told of every change of what the cluster shows (agents enabled or reachable, jobs,
         #: allocations queued, placed, started or ended): the live cluster streams follow it.
         self.changes = ClusterChanges()
@@ -572,11 +573,16 @@ class Cluster:
                 self.agents[agent_id].enabled = enabled
 
     def start(self) -> None:
+        self._stopping = False
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="cluster")
 
     async def stop(self) -> None:
         """Stop watching. Running tasks are left running; a new master adopts them."""
         if self._task:
+            # The flag ends the loop at its next round should the cancel be lost: Python
+            # 3.11's wait_for returns normally, dropping a cancel, when what it waits for
+            # (a wake-up) completes in the same turn of the event loop.
+            self._stopping = True
             self._task.cancel()
             try:
                 await self._task
@@ -860,7 +866,7 @@ class Cluster:
 
     # --- the loop -----------------------------------------------------------------------
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping:
             try:
                 await self.endings.retry()
                 await self.monitor.heartbeat()

@@ -170,3 +170,26 @@ async def test_an_allocation_end_the_database_refused_is_stored_and_announced_on
     finally:
         await cluster.stop()
         await store.close()
+
+
+async def test_stop_ends_the_loop_when_a_wake_up_comes_with_the_cancel(
+        sqlite_url: str, tmp_path: Path) -> None:
+    """A wake-up in the same turn as stop()'s cancel: Python 3.11's wait_for returns normally
+    and drops the cancel, which left the loop running and the master's stop hanging."""
+    store = await Store.open(sqlite_url)
+    cluster = Cluster(store, LocalAgent(work_root=tmp_path / "work", use_gpus=False),
+                      EventBus(), poll_interval=30.0)
+    cluster.start()
+    try:
+        await asyncio.sleep(0.2)  # the loop waits for a wake-up, up to 30 s
+        cluster._wake.set()
+        stopping = asyncio.ensure_future(cluster.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=5)
+        assert done == {stopping}, "the cluster's loop outlived its stop()"
+        assert cluster._task is not None and cluster._task.done()
+    except BaseException:
+        if cluster._task is not None:  # the loop must not outlive the test
+            cluster._task.cancel()
+        raise
+    finally:
+        await store.close()
