@@ -21,13 +21,13 @@ import torch
 
 
 class _Column:
-    """One metric's values: the batch each came from, the value (a tensor until read, else
+    """One metric's values: the index of the batch each came from, the value (a tensor until read, else
     a float), and for a tensor kept without a copy the version it had then."""
 
-    __slots__ = ("rows", "values", "versions")
+    __slots__ = ("indices", "values", "versions")
 
     def __init__(self) -> None:
-        self.rows: list[int] = []
+        self.indices: list[int] = []
         self.values: list[Any] = []
         self.versions: list[int | None] = []
 
@@ -68,14 +68,14 @@ class BatchMetrics:
             elif not isinstance(output, Mapping):
                 raise TypeError(
                     f"{self._where} must return a dict of metrics or a loss tensor, not {output!r}")
-        row = self.batches
+        index = self.batches
         columns = self._columns
         for key, value in output.items():
             name = key if type(key) is str else str(key)
             column = columns.get(name)
             if column is None:
                 column = columns[name] = _Column()
-            column.rows.append(row)
+            column.indices.append(index)
             if isinstance(value, torch.Tensor):
                 if value.numel() != 1:
                     raise TypeError(
@@ -100,7 +100,7 @@ class BatchMetrics:
                 returned it, so that batch's value is lost.
         """
         floats = self._floats()
-        return {name: (self._columns[name].rows, values) for name, values in floats.items()}
+        return {name: (self._columns[name].indices, values) for name, values in floats.items()}
 
     def means(self) -> dict[str, float]:
         """Each metric's mean over the batches that returned it."""
