@@ -37,7 +37,7 @@ def describe_tasks(loop: asyncio.AbstractEventLoop | None = None) -> list[str]:
         if task is current or task.done():
             continue
         chain = await_chain(task.get_coro())
-        lines.append(f"{task.get_name()}: {' -> '.join(chain) or 'not started'}")
+        lines.append(f"{task.get_name()}: {' -> '.join(chain) or '(no coroutine frame)'}")
     return sorted(lines)
 
 
