@@ -20,19 +20,31 @@ With ``warm_start`` on, a trial's task can start from an interpreter prepared ah
 that trial starts, to follow it there with the next trial of the same experiment. A task that
 follows keeps the directory it was prepared in (``next-...``); its allocation's directory name
 is a link to it.
+
+The task to follow a trial is forked from a zygote (:mod:`det_hub.exec.zygote`): an interpreter
+started, with its imports, in a sandbox of its own as the trial starts, kept on its slots while
+trials of the same experiment follow each other there, and retired when another task takes
+them or they stay free. A forked task's runner keeps its files in its ``next-...`` directory
+as any task's; what the task sees (its working directory, its files) is in the zygote's
+``tasks/`` directory, which the zygote's sandbox shows, and ``next-.../task`` links there.
+Its home and ``/tmp`` are the zygote's, shared with the trials before and after it. A context
+with a ``startup-hook.sh`` is never forked: each task runs its hook.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import secrets
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tarfile
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -58,7 +70,9 @@ from det_hub.agents.sandbox import (
 )
 from det_hub.agents.slots import SlotInfo, discover_slots
 from det_hub.env_names import NNODES_ENV, TRIAL_ID_ENV, WHEEL_CACHE_ENV
+from det_hub.exec.task_start import STARTUP_HOOK
 from det_hub.exec.warm_start import LATE_VARIABLES
+from det_hub.exec.zygote import FORK_FDS
 
 #: What a task takes of the host's environment: locale and time zone, nothing else. Everything
 #: else it gets is its own (``TaskSpec.env``, the agent's ``environment``) or set here.
@@ -73,6 +87,10 @@ NVIDIA_CONTROL_DEVICES = ("/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-
 FOLLOW_ON_IDLE_S = 15.0
 #: The name of a task directory prepared before its allocation is known.
 FOLLOW_ON_PREFIX = "next-"
+#: The name of a zygote's directory (see :mod:`det_hub.exec.zygote`).
+ZYGOTE_PREFIX = "zygote-"
+#: In a forked task's directory: the link to where its own files are, in its zygote's.
+FORKED_TASK_LINK = "task"
 
 
 def _wheel_cache() -> str | None:
@@ -205,18 +223,29 @@ class LocalAgent(Agent):
     bwrap = Unicode("bwrap", config=True, help="The bubblewrap program.")
     warm_start = Bool(
         False, config=True,
-        help="""Start trials from interpreters prepared ahead of them. Two kinds are
-        prepared, each in its own sandbox, as its trial's user, up to a Python interpreter with
-        det_hub.core (and torch, where the trial's code imports it at its top) imported, which
-        runs the trial's Python entrypoint the moment it is told to: the next queued trials'
-        own tasks, while the slots are busy; and, as a trial starts, one on its slots to follow
-        it with the next trial of the same experiment, by the same user, with the same
-        entrypoint, code and mounts (a search whose next trial is created as one ends). A
-        prepared interpreter nobody takes within 15 s of its slots freeing up is dropped. Only
-        `python3 SCRIPT` and `python3 -m MODULE` entrypoints (the harness among them) start
-        warm; anything else, or a task whose start differs from what was prepared, starts
-        from scratch. A prepared interpreter serves one task only, never another experiment's
-        or user's. Preparing costs CPU on the slot's own cores while its trial runs.""")
+        help="""Start trials from interpreters prepared ahead of them, each as its trial's
+        user, in a sandbox, with det_hub.core (and torch, where the trial's code imports it at
+        its top) imported, running the trial's Python entrypoint the moment it is told to.
+        Two kinds: the next queued trials' own tasks, each in its own sandbox, while the slots
+        are busy; and, on the slots of a trial that starts, the task to follow it with the
+        next trial of the same experiment, by the same user, with the same entrypoint, code
+        and mounts (a search whose next trial is created as one ends). Those followers are
+        forked from a zygote kept on the slots while such trials follow each other there: one
+        interpreter's start and imports for all of them, and a fork each. Its trials share
+        its sandbox, home and /tmp, each with its own working directory. A follower nobody
+        takes within 15 s of its slots freeing up is dropped, with its zygote, and so is a
+        zygote whose slots another task takes. Only `python3 SCRIPT` and `python3 -m MODULE`
+        entrypoints (the harness among them) start warm, and a context with a
+        startup-hook.sh is never forked; anything else, or a task whose start differs from
+        what was prepared, starts from scratch. A prepared interpreter serves one task
+        only, never another experiment's or user's. Preparing costs CPU on the slot's own
+        cores while its trial runs.""")
+    fork_followers = Bool(
+        True, config=True,
+        help="""With warm_start: fork the task to follow a trial from a zygote kept on its
+        slots, which the trials of one experiment that follow each other there share with
+        their sandbox, home and /tmp. False: each follower is started in a sandbox of its
+        own, as a queued trial's is (about 0.2 s more CPU per trial).""")
     read_only_paths = List(
         Unicode(), config=True,
         help="""Host paths every sandboxed task sees read-only at the same path, besides the
@@ -273,6 +302,8 @@ class LocalAgent(Agent):
         #: Tasks prepared to follow the trial on their slots (see :meth:`_follow`), by the
         #: slots' ids.
         self._follow_ons: dict[tuple[int, ...], _Spare] = {}
+        #: The zygotes that fork those, by the slots' ids.
+        self._zygotes: dict[tuple[int, ...], _Zygote] = {}
         self._spares_lock = threading.Lock()
         self._remove_unused_follow_ons()
         bad = [v for v in self.environment if "=" not in v]
@@ -361,7 +392,9 @@ class LocalAgent(Agent):
                        root: Path) -> SandboxLayout:
         """What the task's sandbox shows: the system and its Python read-only; its own
         directories, files and the experiment's storage and bind mounts; its GPUs."""
-        mounts = [Mount(str(root / d), writable=True) for d in ("run", "home")]
+        # A zygote's directory has its forked tasks' directories too.
+        mounts = [Mount(str(root / d), writable=True) for d in ("run", "home", "tasks")
+                  if d != "tasks" or (root / d).is_dir()]
         mounts += [Mount(str(root / name)) for name in ("context.tar", *spec.files)
                    if (root / name).exists()]
         for i, m in enumerate(spec.container.bind_mounts):
@@ -412,6 +445,7 @@ class LocalAgent(Agent):
             handle = self._go(spare, spec)
         if handle is None:
             handle = self._start(spec, go=None)
+        self._retire_zygotes(spec, key)
         if self.warm_start and TRIAL_ID_ENV in spec.env and NNODES_ENV not in spec.env:
             threading.Thread(target=self._follow, args=(spec, handle), daemon=True,
                              name=f"follow-{spec.allocation_id}").start()
@@ -480,11 +514,13 @@ class LocalAgent(Agent):
                 return
         nxt = dataclasses.replace(spec, allocation_id=FOLLOW_ON_PREFIX + secrets.token_hex(6))
         try:
-            spare = self._prepared(nxt, behind=spec.allocation_id)
+            zygote = self._zygote_for(key, spec)
+            spare = (self._forked(zygote, nxt, behind=spec.allocation_id) if zygote is not None
+                     else self._prepared(nxt, behind=spec.allocation_id))
         except Exception as e:  # the next trial starts from scratch
             self.log.warning("could not prepare a task to follow allocation %s: %s",
                              spec.allocation_id, e)
-            shutil.rmtree(self.task_root(nxt.allocation_id), ignore_errors=True)
+            self._remove_task_directory(self.task_root(nxt.allocation_id))
             return
         with self._spares_lock:
             taken = key in self._follow_ons
@@ -494,6 +530,108 @@ class LocalAgent(Agent):
             self._drop(spare)
         elif not started.alive():  # it ended before its follower was ready: the slots are free
             self._expire_later(key, spare)
+
+    def _zygote_for(self, key: tuple[int, ...], spec: TaskSpec) -> _Zygote | None:
+        """The zygote on slots ``key`` that forks ``spec``'s next trials: the one there, where
+        it was started for the same task and runs, else a new one (the old one retired).
+        None where the task's context has a startup hook, which each task must run."""
+        with self._spares_lock:
+            zygote = self._zygotes.get(key)
+            if zygote is not None and _same_task(zygote.spec, spec) and zygote.handle.alive():
+                return zygote
+            self._zygotes.pop(key, None)
+        if zygote is not None:
+            self._retire(zygote)
+        if not self.fork_followers or _has_startup_hook(spec.context):
+            return None
+        zygote = self._start_zygote(spec)
+        with self._spares_lock:
+            there = self._zygotes.setdefault(key, zygote)
+        if there is not zygote:  # another trial on these slots started one meanwhile
+            self._retire(zygote)
+        return there
+
+    def _start_zygote(self, spec: TaskSpec) -> _Zygote:
+        """Start a zygote for ``spec``'s task (see :mod:`det_hub.exec.zygote`)."""
+        zspec = dataclasses.replace(spec, allocation_id=ZYGOTE_PREFIX + secrets.token_hex(6),
+                                    files={})
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            handle = self._start(zspec, go=None, zygote_ctl=theirs.fileno())
+        except BaseException:
+            ours.close()
+            shutil.rmtree(self.task_root(zspec.allocation_id), ignore_errors=True)
+            raise
+        finally:
+            theirs.close()
+        layout = (self.sandbox_layout(zspec, self._slots_of(zspec), handle.root)
+                  if self.sandboxed else None)
+        return _Zygote(spec, handle, ours, layout)
+
+    def _forked(self, zygote: _Zygote, spec: TaskSpec, behind: str) -> _Spare:
+        """Have ``zygote`` fork ``spec``'s task, waiting for its go, and start its runner."""
+        root = self.task_root(spec.allocation_id)
+        root.mkdir(mode=0o700)
+        task_dir = zygote.handle.root / "tasks" / spec.allocation_id
+        os.symlink(task_dir, root / FORKED_TASK_LINK)
+        _traversable_dir(task_dir)
+        owned = [task_dir / "run"]
+        owned[0].mkdir(mode=0o700)
+        owned += [_write_private(task_dir / name, text.encode(), 0o400)
+                  for name, text in spec.files.items()]
+        if self.as_root and spec.run_as:
+            for path in owned:
+                os.chown(path, *spec.run_as)
+        pipes = {name: os.pipe() for name in FORK_FDS}
+        # The task's ends go to the zygote, in FORK_FDS' order; the runner's to the runner.
+        theirs = [pipes["stdout"][1], pipes["stderr"][1], pipes["status"][1], pipes["go"][0],
+                  pipes["exit"][1], pipes["signal"][0]]
+        runners = [pipes["stdout"][0], pipes["stderr"][0], pipes["status"][0], pipes["exit"][0],
+                   pipes["signal"][1]]
+        go = pipes["go"][1]
+        request = {"dir": str(task_dir / "run"),
+                   "context": str(zygote.handle.root / "context.tar") if spec.context else None}
+        handle = LocalTaskHandle(spec.allocation_id, root, pid=None,
+                                 slot_ids=_slot_key(spec.slot_ids))
+        try:
+            socket.send_fds(zygote.ctl, [json.dumps(request).encode()], theirs)
+            cmd = [*self._runner_argv(handle), "--forked", ",".join(map(str, runners))]
+            if self.sandboxed:
+                cmd.append("--sandboxed")
+            proc = self._spawn_runner(handle, cmd, runners)
+        except BaseException:
+            os.close(go)
+            raise
+        finally:
+            for fd in (*theirs, *runners):
+                os.close(fd)
+        handle.pid, handle.process = proc.pid, proc
+        self.log.info("forked allocation %s from %s (runner pid %d)", spec.allocation_id,
+                      zygote.handle.root.name, proc.pid)
+        return _Spare(spec, handle, go, zygote.layout, behind, zygote=zygote, task_dir=task_dir)
+
+    def _retire_zygotes(self, spec: TaskSpec, key: tuple[int, ...]) -> None:
+        """Retire the zygotes on slots a task takes that they would not fork for."""
+        with self._spares_lock:
+            stale = [k for k, z in self._zygotes.items() if set(k) & set(key) and (
+                k != key or not _same_task(z.spec, spec))]
+            zygotes = [self._zygotes.pop(k) for k in stale]
+        for zygote in zygotes:
+            self._retire(zygote)
+
+    def _retire(self, zygote: _Zygote) -> None:
+        """Close a zygote's socket: it forks no more, and ends once its children have. Its
+        directory is removed when it has ended."""
+        zygote.ctl.close()
+        self.log.info("retired %s", zygote.handle.root.name)
+
+        def remove() -> None:
+            if zygote.handle.process is not None:
+                zygote.handle.process.wait()
+            shutil.rmtree(zygote.handle.root, ignore_errors=True)
+
+        threading.Thread(target=remove, daemon=True,
+                         name=f"retire-{zygote.handle.root.name}").start()
 
     def _expire_later(self, key: tuple[int, ...], spare: _Spare) -> None:
         timer = threading.Timer(FOLLOW_ON_IDLE_S, self._expire, (key, spare))
@@ -506,26 +644,74 @@ class LocalAgent(Agent):
             if self._follow_ons.get(key) is not spare:
                 return
             del self._follow_ons[key]
+            zygote = self._zygotes.get(key)
+            if zygote is not None and zygote is spare.zygote:
+                del self._zygotes[key]
+            else:
+                zygote = None
         self.log.info("dropped %s: no trial followed on slots %s within %g s",
                       spare.handle.root.name, list(key), FOLLOW_ON_IDLE_S)
         self._drop(spare)
+        if zygote is not None:
+            self._retire(zygote)
 
     def discard_all_prepared(self) -> None:
         """Stop every prepared task (the master stops)."""
         with self._spares_lock:
             spares = [*self._spares.values(), *self._follow_ons.values()]
+            zygotes = list(self._zygotes.values())
             self._spares.clear()
             self._follow_ons.clear()
+            self._zygotes.clear()
         for spare in spares:
             self._drop(spare)
+        for zygote in zygotes:
+            self._retire(zygote)
 
     def _remove_unused_follow_ons(self) -> None:
         """Remove the directories of tasks prepared to follow a trial that no allocation
-        took before the master last stopped (their interpreters ended with it)."""
+        took before the master last stopped (their interpreters ended with it), and of the
+        zygotes and forked tasks' files no allocation's task uses."""
         linked = {os.readlink(p) for p in self.work_root.iterdir() if p.is_symlink()}
         for path in self.work_root.glob(FOLLOW_ON_PREFIX + "*"):
             if path.name not in linked and path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+                self._remove_task_directory(path)
+        used = {self._forked_task_directory(p) for p in self.work_root.iterdir()
+                if p.is_dir() and not p.is_symlink()}
+        for zygote in self.work_root.glob(ZYGOTE_PREFIX + "*"):
+            tasks = [t for t in (zygote / "tasks").glob("*") if t not in used]
+            if len(tasks) == sum(1 for _ in (zygote / "tasks").glob("*")):
+                shutil.rmtree(zygote, ignore_errors=True)
+                continue
+            for task_dir in tasks:
+                shutil.rmtree(task_dir, ignore_errors=True)
+
+    def _forked_task_directory(self, root: Path) -> Path | None:
+        """Where the files of the forked task whose runner's directory is ``root`` are (in
+        a zygote's directory), None for a task that was not forked."""
+        link = root / FORKED_TASK_LINK
+        if not link.is_symlink():
+            return None
+        target = Path(os.readlink(link))
+        zygote = target.parent.parent
+        if target.parent.name != "tasks" or zygote.parent != self.work_root or \
+                not zygote.name.startswith(ZYGOTE_PREFIX):
+            return None
+        return target
+
+    def _remove_task_directory(self, root: Path) -> None:
+        """Remove a task's directory, and a forked task's files in its zygote's; and that
+        zygote's directory too where it is none of this agent's (a master before a restart
+        started it) and this was its last task."""
+        forked = self._forked_task_directory(root)
+        if forked is not None:
+            shutil.rmtree(forked, ignore_errors=True)
+            zygote = forked.parent.parent
+            with self._spares_lock:
+                ours = any(z.handle.root == zygote for z in self._zygotes.values())
+            if not ours and not any((zygote / "tasks").glob("*")):
+                shutil.rmtree(zygote, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
 
     def discard_prepared(self, allocation_id: str) -> None:
         """Stop a prepared task that will not start here, and remove its directory."""
@@ -538,7 +724,7 @@ class LocalAgent(Agent):
         os.close(spare.go)  # its interpreter reads the end and exits without running
         spare.handle.signal(signal.SIGKILL)
         self.reap(spare.handle)
-        shutil.rmtree(spare.handle.root, ignore_errors=True)
+        self._remove_task_directory(spare.handle.root)
 
     def _go(self, spare: _Spare, spec: TaskSpec) -> LocalTaskHandle | None:
         """Start a prepared task: its files brought up to date, its whole environment and its
@@ -551,20 +737,24 @@ class LocalAgent(Agent):
         task's files names it there."""
         prepared, handle = spare.spec, spare.handle
         slots = self._slots_of(spec)
+        sandbox = spare.zygote.handle.root if spare.zygote else handle.root
         same = _same_task(prepared, spec) and handle.alive() and handle.exit_status() is None
+        if same and spare.zygote is not None:
+            same = spare.zygote.handle.alive()
         if same and spare.layout is not None:
-            same = self.sandbox_layout(spec, slots, handle.root) == spare.layout
+            same = self.sandbox_layout(spec, slots, sandbox) == spare.layout
         if not same:
             self.log.info("allocation %s: the prepared task does not match its start; it "
                           "starts afresh", spec.allocation_id)
             self._drop(spare)
             return None
+        files = spare.files
         for name, text in spec.files.items():
-            _rewrite(handle.root / name, text.encode())
-        env = self.task_environment(spec, slots, handle.root / "home", handle.root / "tmp")
+            _rewrite(files / name, text.encode())
+        env = self.task_environment(spec, slots, sandbox / "home", sandbox / "tmp")
         own = self.task_root(spec.allocation_id)
         if handle.root != own:
-            where = {self.file_path(spec.allocation_id, name): str(handle.root / name)
+            where = {self.file_path(spec.allocation_id, name): str(files / name)
                      for name in spec.files}
             env = {k: where.get(v, v) for k, v in env.items()}
             try:
@@ -586,8 +776,9 @@ class LocalAgent(Agent):
             spare.go = os.open(os.devnull, os.O_RDONLY)  # _drop closes it
             self._drop(spare)
             return None
-        self.log.info("started allocation %s (pid %s, prepared%s): %s", spec.allocation_id,
-                      handle.pid, ", sandboxed" if self.sandboxed else "",
+        self.log.info("started allocation %s (pid %s, %s%s): %s", spec.allocation_id,
+                      handle.pid, "forked" if spare.zygote else "prepared",
+                      ", sandboxed" if self.sandboxed else "",
                       " ".join(self._resolve_argv(spec.argv)))
         return handle
 
@@ -616,9 +807,11 @@ class LocalAgent(Agent):
         cpus = sorted({c for s in slots for c in s.cpus})
         return cpus if cpus and slots and slots[0].kind == "cpu" else []
 
-    def _start(self, spec: TaskSpec, *, go: int | None) -> LocalTaskHandle:
+    def _start(self, spec: TaskSpec, *, go: int | None,
+               zygote_ctl: int | None = None) -> LocalTaskHandle:
         """Lay out the task's directory and start its runner; with ``go``, a prepared task's
-        (its interpreter waits for the go on that pipe, with the early environment)."""
+        (its interpreter waits for the go on that pipe, with the early environment); with
+        ``zygote_ctl``, a zygote for the task, serving that socket (early environment too)."""
         self._check_sandbox(spec)
         allocation_id = spec.allocation_id
         root = self.task_root(allocation_id)
@@ -631,6 +824,8 @@ class LocalAgent(Agent):
                              "Unix account to run the task as")
         for name in ("run", "home", "tmp"):
             (root / name).mkdir(mode=0o700)
+        if zygote_ctl is not None:  # its tasks' own directories: the master's to make
+            _traversable_dir(root / "tasks")
         owned = [root / "run", root / "home", root / "tmp"]
         if spec.context:
             owned.append(_write_private(root / "context.tar", spec.context, 0o400))
@@ -643,8 +838,11 @@ class LocalAgent(Agent):
         slots = self._slots_of(spec)
         argv = self._resolve_argv(spec.argv)
         env = self.task_environment(spec, slots, root / "home", root / "tmp")
-        if go is not None:
+        if go is not None or zygote_ctl is not None:
             env = {k: v for k, v in env.items() if k not in LATE_VARIABLES}
+        if zygote_ctl is not None:
+            argv = [self.python, "-m", "det_hub.exec.zygote", "--ctl-fd", str(zygote_ctl),
+                    "--", *argv]
         prefix: list[str] = []
         if self.sandboxed:
             prefix = bwrap_argv(self.sandbox_layout(spec, slots, root), bwrap=self.bwrap)
@@ -660,26 +858,35 @@ class LocalAgent(Agent):
             "cwd": str(root / "run"), "sandboxed": self.sandboxed,
             "cpus": self._cpus_of(slots),
         }).encode(), 0o600)
-        cmd = [self.python, "-I", "-m", "det_hub.agents.local_runner", "--log",
-               str(handle.log_path), "--exit-file", str(handle.exit_path),
-               "--start", str(handle.spec_path)]
+        cmd = [*self._runner_argv(handle), "--start", str(handle.spec_path)]
+        passed = [fd for fd in (go, zygote_ctl) if fd is not None]
         if go is not None:
             cmd += ["--go-fd", str(go)]
-        with open(os.open(root / "runner.err", os.O_WRONLY | os.O_CREAT, 0o600),
-                  "wb") as runner_err:
-            proc = subprocess.Popen(
-                cmd, cwd=root, env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
-                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=runner_err, pass_fds=() if go is None else (go,),
-            )
+        if zygote_ctl is not None:
+            cmd += ["--keep-fd", str(zygote_ctl)]
+        proc = self._spawn_runner(handle, cmd, passed)
         handle.pid, handle.process = proc.pid, proc
-        if go is None:
-            self.log.info("started allocation %s (pid %d%s): %s", allocation_id, proc.pid,
-                          ", sandboxed" if self.sandboxed else "", " ".join(argv))
-        else:
-            self.log.info("prepared allocation %s (pid %d%s): %s", allocation_id, proc.pid,
-                          ", sandboxed" if self.sandboxed else "", " ".join(argv))
+        what = "started" if go is None and zygote_ctl is None else "prepared"
+        self.log.info("%s %s %s (pid %d%s): %s", what,
+                      "zygote" if zygote_ctl is not None else "allocation", allocation_id,
+                      proc.pid, ", sandboxed" if self.sandboxed else "", " ".join(argv))
         return handle
+
+    def _runner_argv(self, handle: LocalTaskHandle) -> list[str]:
+        return [self.python, "-I", "-m", "det_hub.agents.local_runner", "--log",
+                str(handle.log_path), "--exit-file", str(handle.exit_path)]
+
+    @staticmethod
+    def _spawn_runner(handle: LocalTaskHandle, cmd: list[str],
+                      pass_fds: Sequence[int]) -> subprocess.Popen[bytes]:
+        """Start a task's runner in a session of its own (it outlives the master)."""
+        with open(os.open(handle.root / "runner.err", os.O_WRONLY | os.O_CREAT, 0o600),
+                  "wb") as runner_err:
+            return subprocess.Popen(
+                cmd, cwd=handle.root, env={"PATH": DEFAULT_PATH, "LANG": "C.UTF-8"},
+                start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=runner_err, pass_fds=tuple(pass_fds),
+            )
 
     def attach(self, allocation_id: str, log_offset: int, pid: int | None) -> LocalTaskHandle | None:
         """Re-adopt a task started before a master restart.
@@ -749,11 +956,9 @@ class LocalAgent(Agent):
         self.discard_prepared(allocation_id)
         root = self.task_root(allocation_id)
         own = self._own_directory(allocation_id)
+        self._remove_task_directory(own)
         if own != root:  # a task that followed another: its directory and the link
-            shutil.rmtree(own, ignore_errors=True)
             root.unlink()
-            return
-        shutil.rmtree(root, ignore_errors=True)
 
     def _own_directory(self, allocation_id: str) -> Path:
         """The directory of the allocation's task: its own, or, for a task that followed
@@ -778,6 +983,47 @@ class _Spare:
     layout: SandboxLayout | None
     #: The allocation it was prepared to follow on the same slots (None: prepared queued).
     behind: str | None = None
+    #: The zygote that forked it (None: started afresh).
+    zygote: _Zygote | None = None
+    #: Where a forked task's working directory and files are, in its zygote's directory.
+    task_dir: Path | None = None
+
+    @property
+    def files(self) -> Path:
+        """The directory the task's files are in."""
+        return self.task_dir or self.handle.root
+
+
+@dataclasses.dataclass
+class _Zygote:
+    """A zygote :meth:`LocalAgent._zygote_for` started (see :mod:`det_hub.exec.zygote`)."""
+
+    #: The task it was started for; it forks only the same task's next trials.
+    spec: TaskSpec
+    #: Its runner's (its directory is ``zygote-...``).
+    handle: LocalTaskHandle
+    #: The agent's end of its socket.
+    ctl: socket.socket
+    #: Its sandbox, which a forked task's must equal (None unsandboxed).
+    layout: SandboxLayout | None
+
+
+def _traversable_dir(path: Path) -> None:
+    """Make a directory of the master's that a task's user may pass through, not list (the
+    mode set as such, whatever the umask)."""
+    path.mkdir(mode=0o711)
+    os.chmod(path, 0o711)
+
+
+def _has_startup_hook(context: bytes | None) -> bool:
+    """Whether a context archive has a startup hook at its top."""
+    if not context:
+        return False
+    try:
+        with tarfile.open(fileobj=io.BytesIO(context)) as tar:
+            return any(os.path.normpath(name) == STARTUP_HOOK for name in tar.getnames())
+    except (tarfile.TarError, OSError, EOFError):
+        return True  # unreadable here: the task's own start says why
 
 
 def _same_task(prepared: TaskSpec, spec: TaskSpec) -> bool:

@@ -26,6 +26,13 @@ interpreter waits inside the sandbox for the go the agent writes on ``N``
 (:mod:`det_hub.exec.warm_start`); the environment in the start file is then the task's early
 one, and the go brings the rest. The pipe's write end is the master's alone: a prepared task
 whose master goes away reads its end, and exits without having run.
+
+A task forked by a zygote (``--forked``, see :mod:`det_hub.exec.zygote`) is no child of the
+runner: the runner gets the read ends of its standard streams and of its status and exit pipes,
+and the write end of its signal pipe, and logs, signals and records it as it does a child.
+
+    python -I -m det_hub.agents.local_runner --log LOG --exit-file EXIT
+        --forked OUT,ERR,STATUS,EXIT,SIGNAL [--sandboxed]
 """
 
 from __future__ import annotations
@@ -137,6 +144,31 @@ def _exit_status(code: int, sandboxed: bool) -> dict[str, object]:
     return status
 
 
+class _Forked:
+    """A task a zygote forked, seen through its pipes as a child process would be."""
+
+    def __init__(self, out: int, err: int, exit_r: int, signal_w: int) -> None:
+        self.stdout: IO[bytes] = os.fdopen(out, "rb", buffering=0)
+        self.stderr: IO[bytes] = os.fdopen(err, "rb", buffering=0)
+        self._exit_r = exit_r
+        self._signal_w = signal_w
+
+    def send_signal(self, signum: int) -> None:
+        with contextlib.suppress(OSError):  # the zygote is gone: so is the task
+            os.write(self._signal_w, bytes([signum]))
+
+    def wait(self) -> tuple[int, str | None]:
+        """The task's return code as subprocess gives it, once the zygote has reaped it, and
+        why there is none (the zygote ended first)."""
+        data = b""
+        with os.fdopen(self._exit_r, "rb") as f:
+            data = f.readline()
+        try:
+            return int(json.loads(data)["returncode"]), None
+        except (ValueError, KeyError, TypeError):
+            return -signal.SIGKILL, "the task's zygote ended before it did"
+
+
 def _passed(environ: Mapping[str, str], names: list[str]) -> dict[str, str]:
     """The variables of ``environ`` that ``names`` name (``NAME``, or ``PREFIX*``)."""
     exact = {n for n in names if not n.endswith("*")}
@@ -148,7 +180,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="det_hub.agents.local_runner")
     parser.add_argument("--log", required=True)
     parser.add_argument("--exit-file", required=True)
-    parser.add_argument("--start", required=True, help="the start file (JSON) the agent wrote")
+    parser.add_argument("--start", help="the start file (JSON) the agent wrote")
+    parser.add_argument("--forked", metavar="OUT,ERR,STATUS,EXIT,SIGNAL",
+                        help="a task a zygote forked: these pipes are its")
+    parser.add_argument("--sandboxed", action="store_true",
+                        help="with --forked: its zygote runs in a sandbox")
+    parser.add_argument("--keep-fd", type=int, action="append", default=[],
+                        help="hand this descriptor on to the task as it is")
     parser.add_argument("--go-fd", type=int, help="a prepared task: the read end of the pipe "
                         "the agent sends its go on, handed through to the task's interpreter")
     parser.add_argument("--pass-env", action="append", default=[], metavar="NAME",
@@ -160,6 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                         f"{AGENT_ADDRESS_ENV}, the NodeAddr Slurm gives the node this runs on "
                         "(SLURMD_NODENAME), asked with this scontrol")
     args = parser.parse_args(argv)
+    if args.forked:
+        return _run_forked(args.forked, args.log, args.exit_file, args.sandboxed)
+    if not args.start:
+        parser.error("--start is required, but with --forked")
     start = _read_start(args.start)
     start["env"] = {**start["env"], **_passed(os.environ, args.pass_env)}
     if args.slurm_node_address:
@@ -176,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
     env_r, env_w = os.pipe()
     why_r, why_w = os.pipe()
-    passed = [env_r, why_w]
+    passed = [env_r, why_w, *args.keep_fd]
     argv_full = [*start["argv"], "--env-fd", str(env_r), "--status-fd", str(why_w)]
     if args.go_fd is not None:
         passed.append(args.go_fd)
@@ -203,30 +245,55 @@ def main(argv: list[str] | None = None) -> int:
                                   daemon=True)
         feeder.start()
 
-        def forward(signum: int, _frame: object) -> None:
-            # The master signals the whole process group; forwarding covers a direct kill of
-            # this runner too. The runner itself stays to record the exit status.
-            if args.stop_file and signum == signal.SIGTERM:
-                _write_stop(args.stop_file, signal.Signals(signum).name)
-                return
-            try:
-                child.send_signal(signum)
-            except ProcessLookupError:
-                pass
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, forward)
-
+        _forward_signals(child, args.stop_file)
         assert child.stdout is not None and child.stderr is not None
         _pump(child.stdout, child.stderr, log)
         code = child.wait()
-    status = _exit_status(code, bool(start.get("sandboxed")))
-    # Why the task could not start, when task_start said so before it gave up.
+    _record_exit(args.exit_file, _exit_status(code, bool(start.get("sandboxed"))), why_r)
+    return 0
+
+
+def _forward_signals(child: subprocess.Popen[bytes] | _Forked, stop_file: str | None) -> None:
+    def forward(signum: int, _frame: object) -> None:
+        # The master signals the whole process group; forwarding covers a direct kill of
+        # this runner too. The runner itself stays to record the exit status.
+        if stop_file and signum == signal.SIGTERM:
+            _write_stop(stop_file, signal.Signals(signum).name)
+            return
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+
+
+def _record_exit(exit_file: str, status: dict[str, object], why_r: int) -> None:
+    """Write the exit status, with why the task could not start where it said so."""
     with os.fdopen(why_r, "rb") as f:
         why = f.read().decode("utf-8", "replace").strip()
     if why:
         status["reason"] = why
-    _write_exit(args.exit_file, status)
+    _write_exit(exit_file, status)
+
+
+def _run_forked(fds: str, log_path: str, exit_file: str, sandboxed: bool) -> int:
+    """Log, signal and record a task a zygote forked (see :class:`_Forked`)."""
+    try:
+        out, err, why_r, exit_r, signal_w = (int(fd) for fd in fds.split(","))
+    except ValueError:
+        return _not_started(log_path, exit_file, f"--forked {fds!r}: not five descriptors")
+    child = _Forked(out, err, exit_r, signal_w)
+    with open(log_path, "a", encoding="utf-8") as log:
+        _forward_signals(child, None)
+        _pump(child.stdout, child.stderr, log)
+        code, lost = child.wait()
+    # Read as a sandboxed task's code is: a task that exits 128 + N itself looks killed by N.
+    status = _exit_status(code, sandboxed)
+    if lost:
+        status["reason"] = lost
+    _record_exit(exit_file, status, why_r)
     return 0
 
 

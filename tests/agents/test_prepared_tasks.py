@@ -9,6 +9,7 @@ import dataclasses
 import gzip
 import os
 import re
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -117,7 +118,9 @@ def _waits_for_go(pid: int) -> bool:
         wchan = Path(f"/proc/{pid}/wchan").read_text()
     except OSError:
         return False
-    return b"det_hub.exec.warm_start" in cmdline and "pipe" in wchan
+    # A prepared interpreter, or a child a zygote forked (the zygote itself waits in epoll).
+    return (b"det_hub.exec.warm_start" in cmdline or b"det_hub.exec.zygote" in cmdline) \
+        and "pipe" in wchan
 
 
 @pytest.fixture
@@ -186,6 +189,8 @@ libc.fopen.restype = ctypes.c_void_p
 libc.fputs(b"written by C, never closed", ctypes.c_void_p(libc.fopen(b"by-c.txt", b"w")))
 packed = gzip.open("left-open.gz", "wt")
 packed.write("compressed, never closed")
+import gc
+gc.freeze()  # the task's own freeze: the files left open are among the frozen objects
 def late():
     time.sleep(0.3)
     with open("thread.txt", "w") as f:
@@ -207,22 +212,34 @@ sys.exit(os.environ.get("MESSAGE") or int(os.environ.get("EXIT", "0")))
 """
 
 
+ENDING_CONTEXT = targz({"end.py": ENDING_SCRIPT})
+
+
+@pytest.mark.parametrize("how", ["prepared", "forked"])
 @pytest.mark.parametrize("extra", [{}, {"EXIT": "7"}, {"MESSAGE": "stopped: no data"}],
                          ids=["exit-0", "exit-7", "message"])
-def test_a_prepared_task_ends_as_a_fresh_one(agent: LocalAgent, extra: dict[str, str]) -> None:
+def test_a_prepared_task_ends_as_a_fresh_one(agent: LocalAgent, extra: dict[str, str],
+                                             how: str) -> None:
     """A warm task skips the interpreter's teardown, and nothing the task can see of an end
-    is lost with it."""
+    is lost with it: prepared in a sandbox of its own, or forked from a zygote (started
+    as a trial of the same experiment, the cold one here, begins)."""
     ends = []
+    if how == "forked":
+        extra = {**extra, "DET_HUB_TRIAL_ID": "12"}
     for name, warm in (("12.cold", False), ("12.warm", True)):
-        spec = TaskSpec(name, ["python3", "end.py"], extra, targz({"end.py": ENDING_SCRIPT}),
+        spec = TaskSpec(name, ["python3", "end.py"], extra, ENDING_CONTEXT,
                         [agent.slots[0].id], {"cluster_info.json": "{}"}, run_as=NOBODY)
-        if warm:
+        if warm and how == "prepared":
             prepared_and_ready(agent, spec)
+        elif warm:
+            follow_on_ready(agent, agent.slots[0].id)
         handle = agent.launch(spec)
         status = wait_exit(handle)
         lines = sorted((line.stdtype, line.message) for line in handle.read_logs())
         agent.reap(handle)
-        run_dir = agent.task_root(name) / "run"
+        forked = handle.root / local_agent.FORKED_TASK_LINK
+        run_dir = (Path(os.readlink(forked)) if forked.is_symlink() else handle.root) / "run"
+        assert forked.is_symlink() == (warm and how == "forked")
         with gzip.open(run_dir / "left-open.gz", "rt") as f:  # a trailer, or it raises
             packed = f.read()
         ends.append((status, lines, (run_dir / "left-open.txt").read_text(), packed,
@@ -352,8 +369,9 @@ def follow_on_ready(agent: LocalAgent, slot: int, timeout: float = 30.0) -> Loca
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         spare = agent._follow_ons.get((slot,))
-        if spare is not None and any(_waits_for_go(pid)
-                                     for pid in _descendants(spare.handle.pid or 0)):
+        # A forked task waits in its zygote's sandbox, not under its own runner.
+        under = spare and (spare.zygote.handle if spare.zygote else spare.handle)
+        if under and any(_waits_for_go(pid) for pid in _descendants(under.pid or 0)):
             return spare.handle
         time.sleep(0.05)
     raise AssertionError(f"no interpreter got ready to follow on slot {slot}")
@@ -376,7 +394,17 @@ def run_as_trial(agent: LocalAgent, spec: TaskSpec) -> tuple[ExitStatus, list[tu
     trial id) written alike for every trial."""
     handle = agent.launch(with_info(spec, agent))
     status = wait_exit(handle)
-    lines = [(line.stdtype, line.message.replace(spec.allocation_id, "ALLOC")
+    # A forked task's working directory is in its zygote's directory, its home the zygote's.
+    forked = handle.root / local_agent.FORKED_TASK_LINK
+    zygote = Path(os.readlink(forked)).parent.parent if forked.is_symlink() else None
+
+    def alike(message: str) -> str:
+        if zygote is not None:
+            message = (message.replace(f"{zygote}/tasks", str(agent.work_root))
+                       .replace(f"{zygote}/home", f"{handle.root}/home"))
+        return message
+
+    lines = [(line.stdtype, alike(line.message).replace(spec.allocation_id, "ALLOC")
               .replace(handle.root.name, "ALLOC")
               .replace(f"'DET_HUB_TRIAL_ID', '{spec.env['DET_HUB_TRIAL_ID']}'", "TRIAL"))
              for line in handle.read_logs()]
@@ -471,3 +499,204 @@ def test_only_trials_get_a_follower_and_a_new_agent_removes_the_unused_ones(
     LocalAgent(work_root=work, use_gpus=False, warm_start=True)
     assert not (work / "next-0000").exists()
     assert (work / "next-1111" / "run").is_dir() and (work / "27.a").is_symlink()
+
+
+# Zygotes: the task to follow a trial is forked from an interpreter kept on its slots.
+
+def zygote_on(agent: LocalAgent, slot: int) -> local_agent._Zygote:
+    zygote = agent._zygotes.get((slot,))
+    assert zygote is not None, f"no zygote on slot {slot}"
+    return zygote
+
+
+def _named(pid: int, name: bytes) -> bool:
+    try:
+        return name in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def test_trials_that_follow_each_other_on_a_slot_are_forked_from_one_zygote(
+        agent: LocalAgent) -> None:
+    slot = agent.slots[0].id
+    _, first_lines, _ = run_as_trial(agent, trial_task("31.a", 31, slot))
+    zygote = zygote_on(agent, slot)
+    forked = []
+    for n in (32, 33, 34):
+        ready = follow_on_ready(agent, slot)
+        assert agent._follow_ons[(slot,)].zygote is zygote
+        status, lines, handle = run_as_trial(agent, trial_task(f"{n}.a", n, slot,
+                                                               info=f'{{"trial": {n}}}'))
+        assert handle.root == ready.root and status.exit_code == 0
+        assert ("stdout", "preloaded True") in lines
+        assert ("stdout", f'info {{"trial": {n}}}') in lines
+        # Its own working directory, holding its context and nothing of the trial before.
+        assert ("stdout", "cwd " + f"{agent.work_root}/ALLOC/run ['train.py']") in lines
+        forked.append([line for line in lines if not line[1].startswith("info ")])
+        agent.cleanup(f"{n}.a")
+    # Every one from the same zygote, which is still there for the next.
+    assert zygote_on(agent, slot) is zygote and zygote.handle.alive()
+    assert forked[0] == forked[1] == forked[2]
+    assert ("stdout", "preloaded False") in first_lines
+    agent.discard_all_prepared()
+    deadline = time.monotonic() + 10
+    while zygote.handle.root.exists() or zygote.handle.alive():
+        assert time.monotonic() < deadline, "the retired zygote did not end"
+        time.sleep(0.05)
+
+
+SLEEPER = ("import os, subprocess, time\nnap = os.environ.get('NAP', '60')\n"
+           "subprocess.Popen(['sleep', nap])\nprint('up', flush=True)\ntime.sleep(float(nap))\n")
+
+
+def sleeper_trial(allocation_id: str, slot: int, nap: str | None = None) -> TaskSpec:
+    """A trial that starts a child and sleeps with it (60 s, or ``nap``: its environment
+    then differs from the zygote's, and the forked child executes it afresh)."""
+    return TaskSpec(allocation_id, ["python3", "sleep.py"],
+                    {"DET_HUB_TRIAL_ID": "41", **({"NAP": nap} if nap else {})},
+                    SLEEPER_CONTEXT, [slot], {"cluster_info.json": "{}"}, run_as=NOBODY)
+
+
+SLEEPER_CONTEXT = targz({"sleep.py": SLEEPER})
+
+
+def until_up(handle: LocalTaskHandle) -> None:
+    deadline = time.monotonic() + 30
+    while not any(line.message == "up" for line in handle.read_logs()):
+        assert time.monotonic() < deadline, "the task never said it was up"
+        time.sleep(0.02)
+
+
+def sleeps_left(root_pid: int) -> list[int]:
+    return [p for p in _descendants(root_pid) if _named(p, b"sleep\x0060")]
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["SIGTERM", "SIGKILL"])
+def test_a_forked_task_is_killed_as_a_fresh_one_with_what_it_started(
+        agent: LocalAgent, force: bool) -> None:
+    slot = agent.slots[0].id
+    statuses = []
+    for name in ("41.a", "41.b"):  # started afresh, then forked
+        handle = agent.launch(sleeper_trial(name, slot))
+        until_up(handle)
+        agent.kill(handle, force=force)
+        if force:
+            deadline = time.monotonic() + 10
+            while handle.alive():
+                assert time.monotonic() < deadline, "the runner outlived SIGKILL"
+                time.sleep(0.02)
+            statuses.append(handle.exit_status())
+        else:
+            statuses.append(wait_exit(handle))
+        agent.reap(handle)
+        if name == "41.a":
+            follow_on_ready(agent, slot)
+            zygote = zygote_on(agent, slot)
+    # The same end as a fresh start's: SIGTERM's status, or none after SIGKILL.
+    assert statuses[0] == statuses[1]
+    assert (statuses[1] is None) if force else statuses[1].signal == "SIGTERM"
+    # What the task started is gone with it, and the zygote stays for the next trial.
+    deadline = time.monotonic() + 10
+    while sleeps_left(zygote.handle.pid or 0):
+        assert time.monotonic() < deadline, "the task's child outlived it"
+        time.sleep(0.05)
+    assert zygote.handle.alive()
+    agent.discard_all_prepared()
+
+
+def test_a_forked_task_outlives_the_agent_that_started_it_and_is_adopted(
+        agent: LocalAgent) -> None:
+    slot = agent.slots[0].id
+    spec = dataclasses.replace(trial_task("51.a", 51, slot), argv=["python3", "slow.py"],
+                               context=SLOW_CONTEXT)
+    run_as_trial(agent, spec)
+    follow_on_ready(agent, slot)
+    zygote = zygote_on(agent, slot)
+    handle = agent.launch(with_info(dataclasses.replace(spec, allocation_id="52.a"), agent))
+    until_up(handle)
+    # The master stops: its zygotes are retired while one of their trials runs.
+    agent.discard_all_prepared()
+    later = LocalAgent(work_root=agent.work_root, use_gpus=False, warm_start=True)
+    adopted = later.attach("52.a", 0, handle.pid)
+    assert adopted is not None and adopted.root == handle.root
+    status = wait_exit(adopted)
+    assert status.exit_code == 0
+    assert [line.message for line in adopted.read_logs()] == ["up", "done"]
+    later.cleanup("52.a")
+    assert not handle.root.exists() and not later.task_root("52.a").is_symlink()
+    # With its last trial ended, the retired zygote ends, and its directory goes.
+    deadline = time.monotonic() + 10
+    while zygote.handle.alive() or zygote.handle.root.exists():
+        assert time.monotonic() < deadline, "the retired zygote did not end"
+        time.sleep(0.05)
+
+
+SLOW_CONTEXT = targz({"slow.py": "import time\nprint('up', flush=True)\ntime.sleep(1.5)\n"
+                                 "print('done')\n"})
+
+
+def test_a_task_whose_zygote_dies_under_it_is_never_read_as_a_success(
+        agent: LocalAgent) -> None:
+    slot = agent.slots[0].id
+    run_as_trial(agent, sleeper_trial("61.a", slot, nap="0"))
+    follow_on_ready(agent, slot)
+    zygote = zygote_on(agent, slot)
+    handle = agent.launch(sleeper_trial("61.b", slot))
+    until_up(handle)
+    zygote.handle.signal(signal.SIGKILL)  # the zygote's runner and sandbox, all at once
+    status = wait_exit(handle)
+    assert status.exit_code != 0 and status.signal == "SIGKILL"
+    assert status.reason == "the task's zygote ended before it did"
+    agent.reap(handle)
+    # The next trial there starts afresh, from a new zygote's follower or from scratch.
+    status, lines, _ = run_as_trial(agent, trial_task("62.a", 62, slot))
+    assert status.exit_code == 0
+    agent.discard_all_prepared()
+
+
+def test_another_task_on_its_slots_retires_the_zygote(agent: LocalAgent) -> None:
+    slot = agent.slots[0].id
+    run_as_trial(agent, trial_task("71.a", 71, slot))
+    ready = follow_on_ready(agent, slot)
+    zygote = zygote_on(agent, slot)
+    other = dataclasses.replace(trial_task("72.a", 72, slot),
+                                context=targz({"train.py": SCRIPT + "\n# another experiment\n"}))
+    status, lines, _ = run_as_trial(agent, other)
+    assert status.exit_code == 0 and ("stdout", "preloaded False") in lines
+    deadline = time.monotonic() + 10
+    while zygote.handle.alive() or zygote.handle.root.exists() or ready.root.exists():
+        assert time.monotonic() < deadline, "the zygote outlived its slots' new task"
+        time.sleep(0.05)
+    # The new task's experiment has a zygote of its own there now.
+    assert zygote_on(agent, slot) is not zygote
+    agent.discard_all_prepared()
+
+
+def test_a_context_with_a_startup_hook_is_never_forked(agent: LocalAgent) -> None:
+    slot = agent.slots[0].id
+    context = targz({"train.py": "import os\nprint('hooked', os.environ.get('HOOKED'))\n",
+                     "startup-hook.sh": "export HOOKED=$((${HOOKED:-0} + 1))\n"})
+    for n in (81, 82):
+        spec = dataclasses.replace(trial_task(f"{n}.a", n, slot), context=context)
+        status, lines, _ = run_as_trial(agent, spec)
+        assert status.exit_code == 0 and ("stdout", "hooked 1") in lines
+        spare = agent._follow_ons.get((slot,))
+        assert spare is None or spare.zygote is None
+        follow_on_ready(agent, slot)
+    assert not agent._zygotes
+    agent.discard_all_prepared()
+
+
+def test_a_new_agent_removes_the_zygotes_no_allocation_uses(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    for name in ("zygote-00", "zygote-11"):
+        (work / name / "tasks" / "next-a" / "run").mkdir(parents=True)
+        (work / name / "tasks" / "next-b" / "run").mkdir(parents=True)
+    # An allocation a forked task of zygote-11 ran for: its runner's directory and the link.
+    (work / "next-b").mkdir()
+    os.symlink(work / "zygote-11" / "tasks" / "next-b", work / "next-b" / "task")
+    os.symlink("next-b", work / "91.a")
+    LocalAgent(work_root=work, use_gpus=False, warm_start=True)
+    assert not (work / "zygote-00").exists()
+    assert (work / "zygote-11" / "tasks" / "next-b" / "run").is_dir()
+    assert not (work / "zygote-11" / "tasks" / "next-a").exists()

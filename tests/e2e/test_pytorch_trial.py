@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import torch
 
-from det_hub.testing import MasterProcess
+from det_hub.testing import MasterProcess, reap_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -133,3 +133,39 @@ def test_asha_stops_a_trial_class_at_its_rung_not_a_scheduling_unit_later(
     for t in trials:
         validations = master.get(f"/trials/{t['id']}/metrics?group=validation")["metrics"]
         assert validations[0]["steps_completed"] == 20
+
+
+def test_trials_forked_from_a_zygote_train_exactly_as_trials_started_afresh(
+        master: MasterProcess, trial_context: Path, tmp_path: Path, sqlite_url: str) -> None:
+    """With warm start on, a search's trials after the first on a slot are forked from a
+    zygote with torch imported: every metric they report is the one a fresh process gives."""
+    config = {**trial_config(1), "name": "forked", "scheduling_unit": 10,
+              "reproducibility": {"experiment_seed": 77},
+              "hyperparameters": {"hidden": 16, "global_batch_size": 8, "dropout": 0.2,
+                                  "lr": {"type": "log", "base": 10, "minval": -3, "maxval": -1}},
+              "searcher": {"name": "random", "metric": "validation_loss", "max_trials": 4,
+                           "max_length": {"batches": 20}, "max_concurrent_trials": 1}}
+
+    def metrics(on: MasterProcess) -> list[Any]:
+        eid = on.create_ok(config, context=trial_context)
+        exp = on.wait_state(eid, timeout=300)
+        trials = sorted(on.trials(eid), key=lambda t: t["id"])
+        assert exp["state"] == "COMPLETED", [on.logs(t["id"])[-10:] for t in trials]
+        return [(t["hparams"], [(m["group"], m["steps_completed"], m["metrics"]) for m in
+                                on.get(f"/trials/{t['id']}/metrics")["metrics"]])
+                for t in trials]
+
+    afresh = metrics(master)
+    warm = MasterProcess(tmp_path / "warm", sqlite_url.replace(".db", "-warm.db"),
+                         ["--LocalAgent.warm_start=True"])
+    warm.cli_cwd = master.cli_cwd
+    warm.start()
+    try:
+        forked = metrics(warm)
+        log = warm.log_path.read_text()
+    finally:
+        warm.stop()
+        reap_tasks(tmp_path / "warm")
+    assert forked == afresh  # exact: hyperparameters, groups, steps and float values
+    assert len(afresh) == 4 and all(len(rows) >= 3 for _, rows in afresh)
+    assert log.count("forked, sandboxed") >= 2, log[-3000:]
