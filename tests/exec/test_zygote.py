@@ -1,0 +1,142 @@
+"""The zygote on its own, outside any sandbox: it forks a child per request, each with the
+pipes the request brought, reports each child's end, passes signals on, refuses a request
+it cannot serve without stopping, and ends once the agent's socket closes and its children
+have ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from det_hub.exec.zygote import FORK_FDS
+from det_hub.testing import targz
+
+SCRIPT = """
+import os, sys, time
+print("hello", os.environ["WHO"], os.getcwd(), flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+if os.environ.get("NAP"):
+    time.sleep(float(os.environ["NAP"]))
+sys.exit(int(os.environ.get("EXIT", "0")))
+"""
+
+
+class Forked:
+    """One request's pipes, as the agent and the child's runner hold them."""
+
+    def __init__(self, ctl: socket.socket, workdir: Path, context: Path | None) -> None:
+        pipes = {name: os.pipe() for name in FORK_FDS}
+        theirs = [pipes["stdout"][1], pipes["stderr"][1], pipes["status"][1],
+                  pipes["go"][0], pipes["exit"][1], pipes["signal"][0]]
+        workdir.mkdir()
+        if context is None:  # nothing to unpack: the script is there already
+            (workdir / "train.py").write_text(SCRIPT)
+        request = {"dir": str(workdir), "context": str(context) if context else None}
+        socket.send_fds(ctl, [json.dumps(request).encode()], theirs)
+        for fd in theirs:
+            os.close(fd)
+        self.out, self.err, self.status = (pipes[n][0] for n in ("stdout", "stderr", "status"))
+        self.go, self.exit, self.signal = pipes["go"][1], pipes["exit"][0], pipes["signal"][1]
+
+    def start(self, env: dict[str, str]) -> None:
+        os.write(self.go, json.dumps({"env": env, "cpus": []}).encode())
+        os.close(self.go)
+
+    def returncode(self, timeout: float = 30) -> int:
+        ready, _, _ = select.select([self.exit], [], [], timeout)
+        assert ready, "no exit status came"
+        with os.fdopen(self.exit, "rb") as f:
+            return int(json.loads(f.readline())["returncode"])
+
+    def output(self) -> tuple[str, str]:
+        with os.fdopen(self.out, "rb") as out, os.fdopen(self.err, "rb") as err:
+            return out.read().decode(), err.read().decode()
+
+
+def start_zygote(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes],
+                                                                 socket.socket]:
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "train.py").write_text(SCRIPT)
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "det_hub.exec.zygote", "--ctl-fd", str(theirs.fileno()), "--",
+         sys.executable, "train.py"], cwd=tmp_path / "own", pass_fds=[theirs.fileno()],
+        env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    theirs.close()
+    return proc, ours
+
+
+def test_each_request_is_a_child_with_its_own_pipes_and_directory(tmp_path: Path) -> None:
+    env = {"WHO": "early"}
+    proc, ctl = start_zygote(tmp_path, env)
+    context = tmp_path / "context.tar"
+    context.write_bytes(targz({"train.py": SCRIPT}))
+    try:
+        # A request with too few pipes is refused; the zygote serves the next one.
+        null = os.open(os.devnull, os.O_RDONLY)
+        socket.send_fds(ctl, [b'{"dir": "/nowhere"}'], [null])
+        os.close(null)
+        first = Forked(ctl, tmp_path / "a", context)
+        second = Forked(ctl, tmp_path / "b", context)
+        first.start({**os.environ, **env, "EXIT": "3"})  # differs: executed afresh
+        second.start({**os.environ, **env})  # the same: run in the forked interpreter
+        assert first.returncode() == 3 and second.returncode() == 0
+        assert first.output() == (f"hello early {tmp_path / 'a'}\n", "to stderr\n")
+        assert second.output() == (f"hello early {tmp_path / 'b'}\n", "to stderr\n")
+        assert sorted(os.listdir(tmp_path / "b")) == ["train.py"]
+    finally:
+        ctl.close()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0
+    assert b"a fork request came with 1 pipes, not 6" in err
+
+
+def test_signals_reach_the_child_and_a_lost_runner_kills_it(tmp_path: Path) -> None:
+    env = {"WHO": "x", "NAP": "60"}
+    proc, ctl = start_zygote(tmp_path, env)
+    try:
+        signalled = Forked(ctl, tmp_path / "a", None)
+        orphaned = Forked(ctl, tmp_path / "b", None)
+        for child in (signalled, orphaned):
+            child.start({**os.environ, **env})
+        for child in (signalled, orphaned):  # both up
+            ready, _, _ = select.select([child.out], [], [], 30)
+            assert ready
+        os.write(signalled.signal, bytes([signal.SIGTERM]))
+        assert signalled.returncode() == -signal.SIGTERM
+        os.close(orphaned.signal)  # its runner is gone
+        assert orphaned.returncode() == -signal.SIGKILL
+        # With the agent's socket closed and no child left, the zygote ends.
+        ctl.close()
+        deadline = time.monotonic() + 30
+        while proc.poll() is None:
+            assert time.monotonic() < deadline, "the zygote did not end"
+            time.sleep(0.02)
+        assert proc.returncode == 0
+    finally:
+        ctl.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def test_a_child_waits_for_its_go_and_ends_without_one(tmp_path: Path) -> None:
+    proc, ctl = start_zygote(tmp_path, {"WHO": "x"})
+    try:
+        child = Forked(ctl, tmp_path / "a", None)
+        time.sleep(0.3)
+        ready, _, _ = select.select([child.out, child.exit], [], [], 0)
+        assert not ready  # nothing ran, nothing ended: it waits
+        os.close(child.go)  # dropped: no go
+        assert child.returncode() == 125
+    finally:
+        ctl.close()
+    proc.communicate(timeout=30)
+    assert proc.returncode == 0
