@@ -160,7 +160,6 @@ class _Forked:
     def wait(self) -> tuple[int, str | None]:
         """The task's return code as subprocess gives it, once the zygote has reaped it, and
         why there is none (the zygote ended first)."""
-        data = b""
         with os.fdopen(self._exit_r, "rb") as f:
             data = f.readline()
         try:

@@ -30,7 +30,7 @@ Slurm's own preemption, time limits and requeues are honoured. A job is asked wi
 site sends that signal then), by a SIGTERM to its batch step alone; the runner records it
 (``stop.json``) and the master asks the task to checkpoint and stop as for its own preemption
 (:attr:`SlurmTaskHandle.stop_requested`); the trial then goes on in a new job. Where Slurm
-ends the job itself (a preemption without ``PreemptParameters=send_user_signal``, a cancel),
+ends the job itself (a preemption without the user signal sent, a cancel),
 every process of it gets that SIGTERM, the trial's too, which takes it as the same request
 (:mod:`det_hub.core._preempt`); the task's exit 0 is then read by how Slurm ended the job
 (:func:`with_slurm_reason`): preempted, the trial goes on from its checkpoint in a new job;
@@ -666,8 +666,9 @@ class SlurmAgent(Agent):
     stop_signal_seconds = Integer(120, min=0, config=True, help="""Seconds before a job's time
         limit at which Slurm tells its batch step to stop (sbatch --signal=B:TERM@N; Slurm may
         send it up to a minute early): a trial then checkpoints, stops and goes on in a new
-        job. Where the site's PreemptParameters include send_user_signal, a preempted job is
-        told the same way. 0: not told; the job is killed at its time limit.""")
+        job. Where the site has Slurm send the user signal on preemption
+        (SlurmctldParameters=preempt_send_user_signal in 22.05, PreemptParameters=
+        send_user_signal from 23.02) and a grace time, a preempted job is told the same way. 0: not told; the job is killed at its time limit.""")
     nice_per_priority = Integer(1, min=0, config=True, help="""Slurm nice per step of det_hub
         priority: a job of priority P (1 most important .. 99 least) is submitted with
         --nice=(P-1)*N, and a change of its priority while it waits in Slurm's queue changes

@@ -2,8 +2,9 @@
 or that Slurm does.
 
 Under Slurm, a job's end comes as a SIGTERM to every one of its processes, followed by a
-SIGKILL ``KillWait`` seconds later (30 by default): when Slurm preempts the job without
-``PreemptParameters=send_user_signal``, when it is cancelled, or when its time limit passes.
+SIGKILL ``KillWait`` seconds later (30 by default): when Slurm preempts the job without sending
+it its user signal (``SlurmctldParameters=preempt_send_user_signal`` in 22.05), when it is
+cancelled, or when its time limit passes.
 A process that asks :meth:`PreemptContext.should_preempt` has said that it checkpoints and
 exits when asked; from its first question on, a SIGTERM is taken as that request (see
 :meth:`PreemptContext._listen_for_slurm`) rather than ending it where it stands. The master

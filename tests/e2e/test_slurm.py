@@ -19,6 +19,7 @@ tests are skipped, except in CI, where they fail.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -460,6 +461,52 @@ def test_a_job_slurm_preempts_checkpoints_at_its_sigterm_and_goes_on_in_a_new_jo
     resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
     assert preempted == resumed, "it stopped at a checkpoint of its own and went on from it"
     assert any(f"SIGTERM: Slurm is ending job {job}" in line for line in logs), logs
+
+
+@contextlib.contextmanager
+def sending_user_signals(slurm: dict[str, str], grace: int = 30) -> Iterator[None]:
+    """The test Slurm as a site that sends a preempted job its user signal:
+    ``SlurmctldParameters=preempt_send_user_signal`` (Slurm 22.05's name for 23.02's
+    ``PreemptParameters=send_user_signal``) and a ``GraceTime`` on the preempted partition;
+    as it was again afterwards."""
+    conf = Path(slurm["slurm_conf"])
+    original = conf.read_text()
+    debug = re.search(r"^PartitionName=debug .*$", original, re.MULTILINE)
+    assert debug is not None and "SlurmctldParameters" not in original, original
+    conf.write_text(original.replace(
+        "PreemptMode=CANCEL\n", "PreemptMode=CANCEL\nSlurmctldParameters=preempt_send_user_signal\n")
+                    .replace(debug.group(0), f"{debug.group(0)} GraceTime={grace}"))
+    try:
+        slurm_command(slurm, "scontrol", "reconfigure")
+        assert "preempt_send_user_signal" in slurm_command(slurm, "scontrol", "show", "config")
+        shown = slurm_command(slurm, "scontrol", "--oneliner", "show", "partition", "debug")
+        assert f" GraceTime={grace} " in shown, shown
+        yield
+    finally:
+        conf.write_text(original)
+        slurm_command(slurm, "scontrol", "reconfigure")
+
+
+def test_a_site_that_sends_the_user_signal_on_preemption_has_the_trial_checkpoint_at_once(
+        master: MasterProcess, shared: Path, slurm: dict[str, str]) -> None:
+    """Where Slurm sends a preempted job its --signal at the start of its grace time, the
+    runner takes it as the request to stop soon, the master preempts the trial, and the trial
+    checkpoints and goes on from there in a new job, counting no restart: well before the
+    grace time ends, and never through Slurm's cancel."""
+    with sending_user_signals(slurm):
+        eid, trial_id, _ = trial_under_way(master, shared)
+        began = time.monotonic()
+        job, urgent = preempted_by_slurm(master, slurm, trial_id, 10)
+        master.wait(lambda: job_state(slurm, urgent) in ("RUNNING", "COMPLETED"), timeout=60)
+        waited = time.monotonic() - began
+        logs = resumes_once_in_a_new_job(master, eid, trial_id, job)
+    assert any(line.startswith(f"Slurm asked job {job} to stop soon (SIGTERM")
+               for line in logs), logs
+    assert not any(f"SIGTERM: Slurm is ending job {job}" in line for line in logs), logs
+    preempted = [int(line.split()[-1]) for line in logs if line.startswith("preempted at")]
+    resumed = [int(line.split()[-1]) for line in logs if line.startswith("resumed at")]
+    assert preempted == resumed, "it stopped at a checkpoint of its own and went on from it"
+    assert waited < 25, f"the preempting job waited {waited:.0f} s: the grace time ran out"
 
 
 #: A PyTorchTrial slow enough for Slurm to preempt it in the middle of its training.
