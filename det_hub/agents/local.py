@@ -575,13 +575,7 @@ class LocalAgent(Agent):
         task_dir = zygote.handle.root / "tasks" / spec.allocation_id
         os.symlink(task_dir, root / FORKED_TASK_LINK)
         _traversable_dir(task_dir)
-        owned = [task_dir / "run"]
-        owned[0].mkdir(mode=0o700)
-        owned += [_write_private(task_dir / name, text.encode(), 0o400)
-                  for name, text in spec.files.items()]
-        if self.as_root and spec.run_as:
-            for path in owned:
-                os.chown(path, *spec.run_as)
+        self._lay_out(task_dir, spec, ("run",), with_context=False)
         pipes = {name: os.pipe() for name in FORK_FDS}
         # The task's ends go to the zygote, in FORK_FDS' order; the runner's to the runner.
         theirs = [pipes["stdout"][1], pipes["stderr"][1], pipes["status"][1], pipes["go"][0],
@@ -679,11 +673,12 @@ class LocalAgent(Agent):
         used = {self._forked_task_directory(p) for p in self.work_root.iterdir()
                 if p.is_dir() and not p.is_symlink()}
         for zygote in self.work_root.glob(ZYGOTE_PREFIX + "*"):
-            tasks = [t for t in (zygote / "tasks").glob("*") if t not in used]
-            if len(tasks) == sum(1 for _ in (zygote / "tasks").glob("*")):
+            tasks = list((zygote / "tasks").glob("*"))
+            unused = [t for t in tasks if t not in used]
+            if len(unused) == len(tasks):
                 shutil.rmtree(zygote, ignore_errors=True)
                 continue
-            for task_dir in tasks:
+            for task_dir in unused:
                 shutil.rmtree(task_dir, ignore_errors=True)
 
     def _forked_task_directory(self, root: Path) -> Path | None:
@@ -822,18 +817,9 @@ class LocalAgent(Agent):
         if self.as_root and uid is None:
             raise ValueError(f"allocation {allocation_id}: a master running as root needs the "
                              "Unix account to run the task as")
-        for name in ("run", "home", "tmp"):
-            (root / name).mkdir(mode=0o700)
         if zygote_ctl is not None:  # its tasks' own directories: the master's to make
             _traversable_dir(root / "tasks")
-        owned = [root / "run", root / "home", root / "tmp"]
-        if spec.context:
-            owned.append(_write_private(root / "context.tar", spec.context, 0o400))
-        for name, text in spec.files.items():
-            owned.append(_write_private(root / name, text.encode(), 0o400))
-        if uid is not None and gid is not None:
-            for path in owned:
-                os.chown(path, uid, gid)
+        self._lay_out(root, spec, ("run", "home", "tmp"), with_context=True)
 
         slots = self._slots_of(spec)
         argv = self._resolve_argv(spec.argv)
@@ -871,6 +857,23 @@ class LocalAgent(Agent):
                       "zygote" if zygote_ctl is not None else "allocation", allocation_id,
                       proc.pid, ", sandboxed" if self.sandboxed else "", " ".join(argv))
         return handle
+
+    def _lay_out(self, root: Path, spec: TaskSpec, directories: Sequence[str], *,
+                 with_context: bool) -> None:
+        """Make the task's own ``directories`` under ``root`` (mode 0700) and write its files
+        there (0400; the context archive too, ``with_context``), all its user's where the
+        master runs as root."""
+        owned = []
+        for name in directories:
+            (root / name).mkdir(mode=0o700)
+            owned.append(root / name)
+        if with_context and spec.context:
+            owned.append(_write_private(root / "context.tar", spec.context, 0o400))
+        for name, text in spec.files.items():
+            owned.append(_write_private(root / name, text.encode(), 0o400))
+        if self.as_root and spec.run_as:
+            for path in owned:
+                os.chown(path, *spec.run_as)
 
     def _runner_argv(self, handle: LocalTaskHandle) -> list[str]:
         return [self.python, "-I", "-m", "det_hub.agents.local_runner", "--log",
