@@ -24,7 +24,8 @@ is a link to it.
 The task to follow a trial is forked from a zygote (:mod:`det_hub.exec.zygote`): an interpreter
 started, with its imports, in a sandbox of its own as the trial starts, kept on its slots while
 trials of the same experiment follow each other there, and retired when another task takes
-them or they stay free. A forked task's runner keeps its files in its ``next-...`` directory
+them or they stay free. The trial that starts it, with nothing prepared for it, is forked from
+it too (in its allocation's own directory). A forked task's runner keeps its files in its ``next-...`` directory
 as any task's; what the task sees (its working directory, its files) is in the zygote's
 ``tasks/`` directory, which the zygote's sandbox shows, and ``next-.../task`` links there.
 Its home and ``/tmp`` are the zygote's, shared with the trials before and after it. A context
@@ -69,7 +70,7 @@ from det_hub.agents.sandbox import (
     probe,
 )
 from det_hub.agents.slots import SlotInfo, discover_slots
-from det_hub.env_names import NNODES_ENV, TRIAL_ID_ENV, WHEEL_CACHE_ENV
+from det_hub.env_names import EXPERIMENT_ID_ENV, NNODES_ENV, TRIAL_ID_ENV, WHEEL_CACHE_ENV
 from det_hub.exec.task_start import STARTUP_HOOK
 from det_hub.exec.warm_start import LATE_VARIABLES
 from det_hub.exec.zygote import FORK_FDS
@@ -231,7 +232,8 @@ class LocalAgent(Agent):
         next trial of the same experiment, by the same user, with the same entrypoint, code
         and mounts (a search whose next trial is created as one ends). Those followers are
         forked from a zygote kept on the slots while such trials follow each other there: one
-        interpreter's start and imports for all of them, and a fork each. Its trials share
+        interpreter's start and imports for all of them (the first trial, which starts the
+        zygote, included), and a fork each. Its trials share
         its sandbox, home and /tmp, each with its own working directory. A follower nobody
         takes within 15 s of its slots freeing up is dropped, with its zygote, and so is a
         zygote whose slots another task takes. Only `python3 SCRIPT` and `python3 -m MODULE`
@@ -297,6 +299,10 @@ class LocalAgent(Agent):
             self.log.warning("local agent %s runs tasks WITHOUT a sandbox (isolation = 'none'): "
                              "a task can read whatever the master's account can", self.agent_id)
         self._python_paths: list[str] | None = None
+        self._python_paths_lock = threading.Lock()
+        if self.sandboxed:  # asked now, not by the first task to start
+            threading.Thread(target=self._probe_python_paths, daemon=True,
+                             name="python-paths").start()
         #: Tasks prepared ahead of their start (see :meth:`prepare`), by allocation id.
         self._spares: dict[str, _Spare] = {}
         #: Tasks prepared to follow the trial on their slots (see :meth:`_follow`), by the
@@ -305,6 +311,8 @@ class LocalAgent(Agent):
         #: The zygotes that fork those, by the slots' ids.
         self._zygotes: dict[tuple[int, ...], _Zygote] = {}
         self._spares_lock = threading.Lock()
+        #: Set once the master stops: nothing is prepared from then on.
+        self._closed = False
         self._remove_unused_follow_ons()
         bad = [v for v in self.environment if "=" not in v]
         if bad:
@@ -339,28 +347,42 @@ class LocalAgent(Agent):
         development mode, only the package, not the whole checkout.
 
         Asked of that Python once (``-I``: without this process's working directory or
-        PYTHONPATH), and kept.
+        PYTHONPATH), as the agent starts, and kept.
+
+        Raises:
+            RuntimeError: that Python cannot import det_hub.
         """
-        if self._python_paths is None:
-            probe_code = ("import json, sys, det_hub; print(json.dumps({'prefixes': [sys.prefix, "
-                          "sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], "
-                          "'path': sys.path, 'det_hub': list(det_hub.__path__)}))")
-            done = subprocess.run([self.python, "-I", "-c", probe_code], capture_output=True,
-                                  text=True, timeout=60, check=False)
-            if done.returncode != 0:
-                raise RuntimeError(f"LocalAgent.python {self.python} cannot import det_hub: "
-                                   f"{done.stderr.strip()[-500:]}")
-            found = json.loads(done.stdout)
-            real = [os.path.realpath(p) for p in found["prefixes"]]
-            real.append(os.path.dirname(os.path.realpath(self.python)))
-            package = [os.path.realpath(p) for p in found["det_hub"]]
-            for entry in map(os.path.realpath, filter(None, found["path"])):
-                if any(Path(p).is_relative_to(entry) and p != entry for p in package) and \
-                        not any(Path(entry).is_relative_to(r) for r in real):
-                    continue  # a checkout: its det_hub package is enough
-                real.append(entry)
-            self._python_paths = minimal_paths(p for p in [*real, *package] if os.path.exists(p))
-        return self._python_paths
+        with self._python_paths_lock:
+            if self._python_paths is None:
+                self._python_paths = self._ask_python_paths()
+            return self._python_paths
+
+    def _probe_python_paths(self) -> None:
+        try:
+            self.python_paths()
+        except Exception as e:  # each task's start asks again, and fails saying why
+            self.log.error("local agent %s: %s", self.agent_id, e)
+
+    def _ask_python_paths(self) -> list[str]:
+        """Ask :attr:`python` where its files are (see :meth:`python_paths`)."""
+        probe_code = ("import json, sys, det_hub; print(json.dumps({'prefixes': [sys.prefix, "
+                      "sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix], "
+                      "'path': sys.path, 'det_hub': list(det_hub.__path__)}))")
+        done = subprocess.run([self.python, "-I", "-c", probe_code], capture_output=True,
+                              text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"LocalAgent.python {self.python} cannot import det_hub: "
+                               f"{done.stderr.strip()[-500:]}")
+        found = json.loads(done.stdout)
+        real = [os.path.realpath(p) for p in found["prefixes"]]
+        real.append(os.path.dirname(os.path.realpath(self.python)))
+        package = [os.path.realpath(p) for p in found["det_hub"]]
+        for entry in map(os.path.realpath, filter(None, found["path"])):
+            if any(Path(p).is_relative_to(entry) and p != entry for p in package) and \
+                    not any(Path(entry).is_relative_to(r) for r in real):
+                continue  # a checkout: its det_hub package is enough
+            real.append(entry)
+        return minimal_paths(p for p in [*real, *package] if os.path.exists(p))
 
     def task_environment(self, spec: TaskSpec, slots: Sequence[SlotInfo],
                          home: Path, tmp: Path) -> dict[str, str]:
@@ -443,10 +465,13 @@ class LocalAgent(Agent):
         handle = self._go(follow_on, spec) if follow_on is not None else None
         if handle is None and spare is not None:
             handle = self._go(spare, spec)
+        follows = self.warm_start and TRIAL_ID_ENV in spec.env and NNODES_ENV not in spec.env
+        if handle is None and follows:
+            handle = self._fork_first(spec, key)
         if handle is None:
             handle = self._start(spec, go=None)
         self._retire_zygotes(spec, key)
-        if self.warm_start and TRIAL_ID_ENV in spec.env and NNODES_ENV not in spec.env:
+        if follows:
             threading.Thread(target=self._follow, args=(spec, handle), daemon=True,
                              name=f"follow-{spec.allocation_id}").start()
         return handle
@@ -466,7 +491,8 @@ class LocalAgent(Agent):
         if not self._preparable(spec):
             return False
         with self._spares_lock:
-            if spec.allocation_id in self._spares or self.task_root(spec.allocation_id).exists():
+            if self._closed or spec.allocation_id in self._spares or \
+                    self.task_root(spec.allocation_id).exists():
                 return False
             if any(_same_task(f.spec, spec) for f in self._follow_ons.values()):
                 return False  # a trial of the same experiment's, ready where it will start
@@ -510,7 +536,7 @@ class LocalAgent(Agent):
         or once they have been free for :data:`FOLLOW_ON_IDLE_S`."""
         key = _slot_key(spec.slot_ids)
         with self._spares_lock:
-            if key in self._follow_ons or not self._preparable(spec):
+            if self._closed or key in self._follow_ons or not self._preparable(spec):
                 return
         nxt = dataclasses.replace(spec, allocation_id=FOLLOW_ON_PREFIX + secrets.token_hex(6))
         try:
@@ -523,7 +549,7 @@ class LocalAgent(Agent):
             self._remove_task_directory(self.task_root(nxt.allocation_id))
             return
         with self._spares_lock:
-            taken = key in self._follow_ons
+            taken = key in self._follow_ons or self._closed  # the master stopped meanwhile
             if not taken:
                 self._follow_ons[key] = spare
         if taken:
@@ -531,11 +557,31 @@ class LocalAgent(Agent):
         elif not started.alive():  # it ended before its follower was ready: the slots are free
             self._expire_later(key, spare)
 
+    def _fork_first(self, spec: TaskSpec, key: tuple[int, ...]) -> LocalTaskHandle | None:
+        """Start a trial that nothing was prepared for by forking it from a new zygote on its
+        slots, the one its experiment's next trials there are forked from: one interpreter's
+        start and imports for them all, the first trial's included, rather than its own
+        beside the zygote's. None where it is not forked (see :meth:`_zygote_for`), or the
+        fork failed; the trial then starts afresh."""
+        if not self._preparable(spec) or self.task_root(spec.allocation_id).exists():
+            return None
+        try:
+            zygote = self._zygote_for(key, spec)
+            spare = self._forked(zygote, spec) if zygote is not None else None
+        except Exception as e:
+            self.log.warning("allocation %s could not be forked from a zygote (%s); it starts "
+                             "afresh", spec.allocation_id, e)
+            self._remove_task_directory(self.task_root(spec.allocation_id))
+            return None
+        return self._go(spare, spec) if spare is not None else None
+
     def _zygote_for(self, key: tuple[int, ...], spec: TaskSpec) -> _Zygote | None:
         """The zygote on slots ``key`` that forks ``spec``'s next trials: the one there, where
         it was started for the same task and runs, else a new one (the old one retired).
         None where the task's context has a startup hook, which each task must run."""
         with self._spares_lock:
+            if self._closed:
+                return None
             zygote = self._zygotes.get(key)
             if zygote is not None and _same_task(zygote.spec, spec) and zygote.handle.alive():
                 return zygote
@@ -546,7 +592,7 @@ class LocalAgent(Agent):
             return None
         zygote = self._start_zygote(spec)
         with self._spares_lock:
-            there = self._zygotes.setdefault(key, zygote)
+            there = None if self._closed else self._zygotes.setdefault(key, zygote)
         if there is not zygote:  # another trial on these slots started one meanwhile
             self._retire(zygote)
         return there
@@ -568,8 +614,9 @@ class LocalAgent(Agent):
                   if self.sandboxed else None)
         return _Zygote(spec, handle, ours, layout)
 
-    def _forked(self, zygote: _Zygote, spec: TaskSpec, behind: str) -> _Spare:
-        """Have ``zygote`` fork ``spec``'s task, waiting for its go, and start its runner."""
+    def _forked(self, zygote: _Zygote, spec: TaskSpec, behind: str | None = None) -> _Spare:
+        """Have ``zygote`` fork ``spec``'s task, waiting for its go, and start its runner;
+        ``behind``: the allocation it is to follow on the same slots."""
         root = self.task_root(spec.allocation_id)
         root.mkdir(mode=0o700)
         task_dir = zygote.handle.root / "tasks" / spec.allocation_id
@@ -650,8 +697,9 @@ class LocalAgent(Agent):
             self._retire(zygote)
 
     def discard_all_prepared(self) -> None:
-        """Stop every prepared task (the master stops)."""
+        """Stop every prepared task, and prepare none from now on (the master stops)."""
         with self._spares_lock:
+            self._closed = True
             spares = [*self._spares.values(), *self._follow_ons.values()]
             zygotes = list(self._zygotes.values())
             self._spares.clear()
@@ -748,10 +796,11 @@ class LocalAgent(Agent):
             _rewrite(files / name, text.encode())
         env = self.task_environment(spec, slots, sandbox / "home", sandbox / "tmp")
         own = self.task_root(spec.allocation_id)
-        if handle.root != own:
+        if files != own:
             where = {self.file_path(spec.allocation_id, name): str(files / name)
                      for name in spec.files}
             env = {k: where.get(v, v) for k, v in env.items()}
+        if handle.root != own:
             try:
                 os.symlink(handle.root.name, own)
             except OSError as e:
@@ -1030,9 +1079,11 @@ def _has_startup_hook(context: bytes | None) -> bool:
 
 
 def _same_task(prepared: TaskSpec, spec: TaskSpec) -> bool:
-    """Whether a task prepared as ``prepared`` can run ``spec``: the same command, code,
-    user, container settings and files, on as many slots (the sandbox is compared apart)."""
+    """Whether a task prepared as ``prepared`` can run ``spec``: the same experiment's, with
+    the same command, code, user, container settings and files, on as many slots (the
+    sandbox is compared apart)."""
     return (spec.argv == prepared.argv and spec.context == prepared.context
+            and spec.env.get(EXPERIMENT_ID_ENV) == prepared.env.get(EXPERIMENT_ID_ENV)
             and spec.run_as == prepared.run_as and spec.container == prepared.container
             and set(spec.files) == set(prepared.files)
             and len(spec.slot_ids) == len(prepared.slot_ids))

@@ -128,6 +128,13 @@ def agent(tmp_path: Path) -> LocalAgent:
     return LocalAgent(work_root=tmp_path / "work", use_gpus=False, warm_start=True)
 
 
+@pytest.fixture
+def cold_agent(agent: LocalAgent) -> LocalAgent:
+    """An agent without warm start on the same work root: every task it runs starts afresh,
+    the reference a warm task's lines must equal."""
+    return LocalAgent(work_root=agent.work_root, use_gpus=False)
+
+
 @pytest.mark.parametrize("extra", [{}, {"EXIT": "3"}, {"RAISE": "1"}],
                          ids=["exit-0", "exit-3", "uncaught"])
 def test_a_prepared_task_runs_as_a_fresh_one(agent: LocalAgent, extra: dict[str, str]) -> None:
@@ -215,39 +222,45 @@ sys.exit(os.environ.get("MESSAGE") or int(os.environ.get("EXIT", "0")))
 ENDING_CONTEXT = targz({"end.py": ENDING_SCRIPT})
 
 
-@pytest.mark.parametrize("how", ["prepared", "forked"])
+@pytest.mark.parametrize("how", ["prepared", "forked", "followed"])
 @pytest.mark.parametrize("extra", [{}, {"EXIT": "7"}, {"MESSAGE": "stopped: no data"}],
                          ids=["exit-0", "exit-7", "message"])
-def test_a_prepared_task_ends_as_a_fresh_one(agent: LocalAgent, extra: dict[str, str],
-                                             how: str) -> None:
+def test_a_prepared_task_ends_as_a_fresh_one(agent: LocalAgent, cold_agent: LocalAgent,
+                                             extra: dict[str, str], how: str) -> None:
     """A warm task skips the interpreter's teardown, and nothing the task can see of an end
-    is lost with it: prepared in a sandbox of its own, or forked from a zygote (started
-    as a trial of the same experiment, the cold one here, begins)."""
+    is lost with it: prepared in a sandbox of its own, forked from a zygote as the first
+    trial on its slots, or forked to follow that one."""
     ends = []
-    if how == "forked":
+    if how != "prepared":
         extra = {**extra, "DET_HUB_TRIAL_ID": "12"}
-    for name, warm in (("12.cold", False), ("12.warm", True)):
+    runs = [("12.cold", cold_agent), ("12.warm", agent)]
+    if how == "followed":
+        runs.append(("13.warm", agent))
+    for name, runner in runs:
         spec = TaskSpec(name, ["python3", "end.py"], extra, ENDING_CONTEXT,
                         [agent.slots[0].id], {"cluster_info.json": "{}"}, run_as=NOBODY)
+        warm = runner is agent
         if warm and how == "prepared":
             prepared_and_ready(agent, spec)
-        elif warm:
+        elif name == "13.warm":
             follow_on_ready(agent, agent.slots[0].id)
-        handle = agent.launch(spec)
+        handle = runner.launch(spec)
         status = wait_exit(handle)
         lines = sorted((line.stdtype, line.message) for line in handle.read_logs())
-        agent.reap(handle)
+        runner.reap(handle)
         forked = handle.root / local_agent.FORKED_TASK_LINK
         run_dir = (Path(os.readlink(forked)) if forked.is_symlink() else handle.root) / "run"
-        assert forked.is_symlink() == (warm and how == "forked")
+        assert forked.is_symlink() == (warm and how != "prepared")
+        # The first trial forked runs in its allocation's directory; a follower in its own.
+        assert handle.root.name.startswith("next-") == (name == "13.warm")
         with gzip.open(run_dir / "left-open.gz", "rt") as f:  # a trailer, or it raises
             packed = f.read()
         ends.append((status, lines, (run_dir / "left-open.txt").read_text(), packed,
                      (run_dir / "by-c.txt").read_text()))
-    # The same status and output. The files too, but for the warm task only: a fresh
+    # The same status and output. The files too, but for the warm tasks only: a fresh
     # interpreter whose daemon thread still runs may end without flushing them (here it did).
-    assert ends[0][:2] == ends[1][:2]
-    status, lines, notes, packed, by_c = ends[1]
+    assert all(end[:2] == ends[0][:2] for end in ends[1:])
+    status, lines, notes, packed, by_c = ends[-1]
     assert status.exit_code == (1 if "MESSAGE" in extra else int(extra.get("EXIT", "0")))
     assert notes == "written, never closed" and packed == "compressed, never closed"
     assert by_c == "written by C, never closed"
@@ -413,11 +426,15 @@ def run_as_trial(agent: LocalAgent, spec: TaskSpec) -> tuple[ExitStatus, list[tu
 
 
 def test_the_next_trial_on_a_slot_starts_from_the_interpreter_prepared_as_the_last_began(
-        agent: LocalAgent) -> None:
+        agent: LocalAgent, cold_agent: LocalAgent) -> None:
     slot = agent.slots[0].id
-    first_status, first_lines, first = run_as_trial(agent, trial_task("21.a", 21, slot))
+    first_status, first_lines, _ = run_as_trial(cold_agent, trial_task("21.a", 21, slot))
+    # The first trial on the slot: forked from the zygote it starts there, in its own name.
+    forked_status, forked_lines, forked = run_as_trial(agent, trial_task("20.a", 20, slot))
+    assert forked.root == agent.task_root("20.a") and forked_status == first_status
     ready = follow_on_ready(agent, slot)
     assert ready.root.name.startswith("next-") and ("stdout", "preloaded False") in first_lines
+    assert ("stdout", "preloaded True") in forked_lines
     status, lines, second = run_as_trial(agent, trial_task("22.a", 22, slot,
                                                            info='{"trial": 22}'))
     # The prepared interpreter ran it, in the directory it was prepared in; the allocation's
@@ -433,7 +450,7 @@ def test_the_next_trial_on_a_slot_starts_from_the_interpreter_prepared_as_the_la
                       if not line[1].startswith(("preloaded ", "info ")))
 
     # argv, sys.path[0], __file__, cwd, environment, user and streams as a fresh start's.
-    assert same(lines) == same(first_lines)
+    assert same(lines) == same(first_lines) == same(forked_lines)
     # A restarted master finds the trial through its allocation's name; its end removes the
     # directory and the link.
     adopted = agent.attach("22.a", 0, second.pid)
@@ -447,7 +464,7 @@ def test_the_next_trial_on_a_slot_starts_from_the_interpreter_prepared_as_the_la
     assert not agent._follow_ons
 
 
-@pytest.mark.parametrize("change", ["user", "code", "slots"])
+@pytest.mark.parametrize("change", ["user", "code", "slots", "experiment"])
 def test_a_prepared_follower_serves_only_the_same_experiments_next_trial(
         agent: LocalAgent, change: str) -> None:
     slot = agent.slots[0].id
@@ -458,11 +475,21 @@ def test_a_prepared_follower_serves_only_the_same_experiments_next_trial(
         other = dataclasses.replace(other, context=targz({"train.py": SCRIPT + "\n# v2\n"}))
     elif change == "slots":
         other = dataclasses.replace(other, slot_ids=[s.id for s in agent.slots])
+    elif change == "experiment":  # the same user's same code, in another experiment
+        other = dataclasses.replace(other, env={**other.env, "DET_HUB_EXPERIMENT_ID": "9"})
+    zygote = zygote_on(agent, slot)
     status, lines, handle = run_as_trial(agent, other)
-    assert status.exit_code == 0 and ("stdout", "preloaded False") in lines
+    assert status.exit_code == 0
+    # Not the follower, nor its zygote's: a zygote of its own, retired where it would not
+    # fit the slots the trial's experiment then has there.
     assert handle.root == agent.task_root("24.a") and not handle.root.is_symlink()
-    # The follower is gone with its directory.
-    assert not ready.root.exists() and not ready.alive()
+    assert not str(os.readlink(handle.root / local_agent.FORKED_TASK_LINK)).startswith(
+        str(zygote.handle.root))
+    # The follower is gone with its directory, and so is the zygote that forked it.
+    deadline = time.monotonic() + 10
+    while ready.root.exists() or ready.alive() or zygote.handle.root.exists():
+        assert time.monotonic() < deadline, "the follower or its zygote outlived their use"
+        time.sleep(0.05)
     agent.discard_all_prepared()
     assert not any(p.name.startswith("next-") for p in agent.work_root.iterdir())
 
@@ -519,8 +546,12 @@ def _named(pid: int, name: bytes) -> bool:
 def test_trials_that_follow_each_other_on_a_slot_are_forked_from_one_zygote(
         agent: LocalAgent) -> None:
     slot = agent.slots[0].id
-    _, first_lines, _ = run_as_trial(agent, trial_task("31.a", 31, slot))
+    _, first_lines, first = run_as_trial(agent, trial_task("31.a", 31, slot))
     zygote = zygote_on(agent, slot)
+    # The first trial was forked from it too, in its allocation's own directory.
+    assert first.root == agent.task_root("31.a")
+    assert Path(os.readlink(first.root / local_agent.FORKED_TASK_LINK)).parent.parent == \
+        zygote.handle.root
     forked = []
     for n in (32, 33, 34):
         ready = follow_on_ready(agent, slot)
@@ -536,8 +567,9 @@ def test_trials_that_follow_each_other_on_a_slot_are_forked_from_one_zygote(
         agent.cleanup(f"{n}.a")
     # Every one from the same zygote, which is still there for the next.
     assert zygote_on(agent, slot) is zygote and zygote.handle.alive()
-    assert forked[0] == forked[1] == forked[2]
-    assert ("stdout", "preloaded False") in first_lines
+    # (sorted: a task's standard output and error are two pipes, read in either order)
+    first_forked = sorted(line for line in first_lines if not line[1].startswith("info "))
+    assert sorted(forked[0]) == sorted(forked[1]) == sorted(forked[2]) == first_forked
     agent.discard_all_prepared()
     deadline = time.monotonic() + 10
     while zygote.handle.root.exists() or zygote.handle.alive():
@@ -662,7 +694,7 @@ def test_another_task_on_its_slots_retires_the_zygote(agent: LocalAgent) -> None
     other = dataclasses.replace(trial_task("72.a", 72, slot),
                                 context=targz({"train.py": SCRIPT + "\n# another experiment\n"}))
     status, lines, _ = run_as_trial(agent, other)
-    assert status.exit_code == 0 and ("stdout", "preloaded False") in lines
+    assert status.exit_code == 0
     deadline = time.monotonic() + 10
     while zygote.handle.alive() or zygote.handle.root.exists() or ready.root.exists():
         assert time.monotonic() < deadline, "the zygote outlived its slots' new task"
