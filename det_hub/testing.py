@@ -57,20 +57,37 @@ def reap_tasks(under: Path) -> None:
 
 
 def kill_trial_processes(trial_id: int) -> int:
-    """SIGKILL every process of a trial (found by ``DET_HUB_TRIAL_ID`` in its environment),
-    as the kernel's OOM killer would; answers how many there were."""
+    """SIGKILL every process of a trial, as the kernel's OOM killer would; answers how many
+    there were. A trial's process is found by ``DET_HUB_TRIAL_ID`` in its environment, or,
+    forked from a zygote (whose environment it started with), by the trial named in the
+    ``cluster_info.json`` beside its working directory."""
     marker = f"{TRIAL_ID_ENV}={trial_id}".encode()
     killed = 0
     for pid_dir in Path("/proc").iterdir():
         if not pid_dir.name.isdigit():
             continue
         try:
-            if marker in (pid_dir / "environ").read_bytes().split(b"\0"):
+            if marker in (pid_dir / "environ").read_bytes().split(b"\0") or \
+                    _forked_trial(pid_dir) == trial_id:
                 os.kill(int(pid_dir.name), signal.SIGKILL)
                 killed += 1
         except OSError:
             continue
     return killed
+
+
+def _forked_trial(pid_dir: Path) -> int | None:
+    """The trial a process forked from a zygote runs: its working directory is ``run/`` in
+    the task's own directory, with the task's ``cluster_info.json`` beside it."""
+    cwd = Path(os.readlink(pid_dir / "cwd"))
+    if cwd.name != "run" or cwd.parent.parent.name != "tasks":
+        return None
+    try:
+        raw = json.loads((cwd.parent / "cluster_info.json").read_text())
+    except (OSError, ValueError):
+        return None
+    trial = raw.get("trial") if isinstance(raw, dict) else None
+    return trial.get("trial_id") if isinstance(trial, dict) else None
 
 
 class MasterProcess:

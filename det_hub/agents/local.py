@@ -15,9 +15,9 @@ the system, its Python and its own paths; where the master runs as root the task
 owner's Unix identity first. In the sandbox, :mod:`det_hub.exec.task_start` takes the
 environment, unpacks the context as the task's user, and becomes the task's command.
 
-With ``warm_start`` on, a trial's task can start from an interpreter prepared ahead of it
-(:mod:`det_hub.exec.warm_start`): a queued trial's own, or one prepared on a trial's slots as
-that trial starts, to follow it there with the next trial of the same experiment. A task that
+With ``warm_start`` on (the default), a trial's task can start from an interpreter prepared
+ahead of it (:mod:`det_hub.exec.warm_start`): a queued trial's own, or one prepared on a trial's
+slots as that trial starts, to follow it there with the next trial of the same experiment. A task that
 follows keeps the directory it was prepared in (``next-...``); its allocation's directory name
 is a link to it.
 
@@ -223,7 +223,7 @@ class LocalAgent(Agent):
         tasks would run as root.""")
     bwrap = Unicode("bwrap", config=True, help="The bubblewrap program.")
     warm_start = Bool(
-        False, config=True,
+        True, config=True,
         help="""Start trials from interpreters prepared ahead of them, each as its trial's
         user, in a sandbox, with det_hub.core (and torch, where the trial's code imports it at
         its top) imported, running the trial's Python entrypoint the moment it is told to.
@@ -241,7 +241,8 @@ class LocalAgent(Agent):
         startup-hook.sh is never forked; anything else, or a task whose start differs from
         what was prepared, starts from scratch. A prepared interpreter serves one task
         only, never another experiment's or user's. Preparing costs CPU on the slot's own
-        cores while its trial runs.""")
+        cores while its trial runs, and a zygote holds its memory until it is retired.
+        False: every task starts from scratch, in a sandbox of its own.""")
     fork_followers = Bool(
         True, config=True,
         help="""With warm_start: fork the task to follow a trial from a zygote kept on its

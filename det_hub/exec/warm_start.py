@@ -256,8 +256,10 @@ def _close_open_files() -> None:
             layer = getattr(layer, "buffer", None) or getattr(layer, "raw", None)
     if gc.get_freeze_count() > _frozen:
         gc.unfreeze()  # the task froze objects of its own: its files may be among them
+    # By type(), which never looks into an object: isinstance() asks a weak proxy whose
+    # object is gone for its class, and raises.
     files = [f for f in gc.get_objects()
-             if isinstance(f, _io._IOBase) and id(f) not in standard]
+             if issubclass(type(f), _io._IOBase) and id(f) not in standard]
     for f in sorted(files, key=_text_first):
         try:
             if not f.closed and f.writable():
@@ -286,7 +288,11 @@ def _end(code: int) -> NoReturn:
         for t in others:
             t.join()
     atexit._run_exitfuncs()
-    _close_open_files()
+    try:
+        _close_open_files()
+    except Exception as e:  # noqa: BLE001 - the task's own end stands; the log says what failed
+        print(f"det_hub: closing the files the task left open failed: {e!r}", file=sys.stderr,
+              flush=True)
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:

@@ -132,7 +132,7 @@ def agent(tmp_path: Path) -> LocalAgent:
 def cold_agent(agent: LocalAgent) -> LocalAgent:
     """An agent without warm start on the same work root: every task it runs starts afresh,
     the reference a warm task's lines must equal."""
-    return LocalAgent(work_root=agent.work_root, use_gpus=False)
+    return LocalAgent(work_root=agent.work_root, use_gpus=False, warm_start=False)
 
 
 @pytest.mark.parametrize("extra", [{}, {"EXIT": "3"}, {"RAISE": "1"}],
@@ -213,6 +213,10 @@ def long_poll():
     asking.getresponse()
 threading.Thread(target=long_poll, daemon=True).start()
 held = silent.accept()
+# A proxy whose object is gone (boto3 keeps such): touching it raises ReferenceError.
+import weakref
+class Gone: pass
+dead = weakref.proxy(Gone())
 atexit.register(lambda: print("atexit ran after", open("thread.txt").read()))
 sys.stdout.write("no newline")
 sys.exit(os.environ.get("MESSAGE") or int(os.environ.get("EXIT", "0")))
@@ -314,7 +318,7 @@ def test_the_early_environment_holds_no_token_and_a_dropped_task_leaves_nothing(
 
 
 def test_nothing_is_prepared_unless_warm_start_is_on(tmp_path: Path) -> None:
-    cold = LocalAgent(work_root=tmp_path / "work", use_gpus=False)
+    cold = LocalAgent(work_root=tmp_path / "work", use_gpus=False, warm_start=False)
     assert not cold.prepare(task("11.a", {}, 0, argv=(sys.executable, "t.py")))
     assert not cold._spares and not cold.task_root("11.a").exists()
 

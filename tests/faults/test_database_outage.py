@@ -98,15 +98,28 @@ def _refused(master: MasterProcess, method: str, path: str, **kwargs: Any) -> st
 
 
 def _trial_processes(under: Path) -> int:
-    """How many local tasks run with their files under ``under``."""
+    """How many allocations' local tasks run with their files under ``under``: not the
+    zygotes warm start keeps, nor a follower prepared that no allocation has taken yet."""
     marker = str(under).encode()
     found = 0
     for pid_dir in Path("/proc").iterdir():
         if pid_dir.name.isdigit():
             with contextlib.suppress(OSError):
-                cmdline = (pid_dir / "cmdline").read_bytes()
-                found += b"local_runner" in cmdline and marker in cmdline
+                argv = (pid_dir / "cmdline").read_bytes().split(b"\0")
+                if b"det_hub.agents.local_runner" in argv and marker in b" ".join(argv):
+                    found += _an_allocations(Path(os.fsdecode(argv[argv.index(b"--log") + 1])))
     return found
+
+
+def _an_allocations(log: Path) -> bool:
+    """Whether the runner that writes ``log`` runs an allocation's task."""
+    task_dir = log.parent
+    if task_dir.name.startswith("zygote-"):
+        return False
+    if task_dir.name.startswith("next-"):  # a follower: an allocation's once one links to it
+        return any(p.is_symlink() and os.readlink(p) == task_dir.name
+                   for p in task_dir.parent.iterdir())
+    return True
 
 
 def _stored_rows(chunks: Any) -> list[tuple[str, int, int]]:

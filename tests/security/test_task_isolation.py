@@ -181,14 +181,23 @@ def local_listing_ok(data: Path) -> Callable[[str, list[str]], bool]:
     return ok
 
 
-def local_targets(data: Path, alice_dir: str) -> tuple[dict[str, str], dict[str, str]]:
+def local_targets(data: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """What bob's trial tries to reach of the master's and of alice's running trial: her
+    runner's directory (her log), and where her files are: the same directory, or (forked
+    from a zygote) her own in the zygote's, whose home and /tmp she uses."""
+    alice_dir, alice_files = alice_task_dirs(data)
     files = {**master_files(data), "master_log": str(data / "master.log"),
-             "alice_cluster_info": f"{alice_dir}/cluster_info.json",
-             "alice_train_py": f"{alice_dir}/run/train.py",
+             "alice_cluster_info": f"{alice_files}/cluster_info.json",
+             "alice_train_py": f"{alice_files}/run/train.py",
              "alice_log": f"{alice_dir}/task.log"}
     listings = {"data": str(data), "work": str(data / "work"),
                 "checkpoints": str(data / "checkpoints"), "caches": str(data / "caches"),
-                "alice_dir": alice_dir, "alice_checkpoints": str(data / "checkpoints" / "alice")}
+                "alice_dir": alice_dir, "alice_files": alice_files,
+                "alice_checkpoints": str(data / "checkpoints" / "alice")}
+    if alice_files != alice_dir:
+        zygote = Path(alice_files).parent.parent
+        listings.update(alice_zygote=str(zygote), alice_home=str(zygote / "home"),
+                        alice_tmp=str(zygote / "tmp"))
     return files, listings
 
 
@@ -205,10 +214,18 @@ def master_api(master: MasterProcess) -> Api:
     return lambda method, path, token, **kw: master.api(method, path, token=token, **kw)
 
 
-def alice_task_dir(data: Path) -> str:
-    """Alice's task directory: the only one under work/ before bob's starts."""
-    [found] = wait(lambda: list((data / "work").iterdir()), 30, "alice's task directory")
-    return str(found)
+def alice_task_dirs(data: Path) -> tuple[str, str]:
+    """Alice's task's directories, the only allocation's under work/ before bob's starts:
+    its runner's, and where its files are (its ``task`` link's target where a zygote forked
+    it; the zygote and a follower are beside them)."""
+    def allocations() -> list[Path]:
+        return [p for p in (data / "work").iterdir()
+                if not p.name.startswith(("zygote-", "next-"))
+                and ((p / "task").is_symlink() or (p / "run").is_dir())]
+
+    [found] = wait(allocations, 30, "alice's task directory")
+    link = found / "task"
+    return str(found), str(link.resolve() if link.is_symlink() else found)
 
 
 def run_local_attack(master: MasterProcess, *, link_bob: bool) -> dict[str, Any]:
@@ -221,7 +238,7 @@ def run_local_attack(master: MasterProcess, *, link_bob: bool) -> dict[str, Any]
     api = master_api(master)
     data = master.data_dir
     def targets() -> tuple[dict[str, str], dict[str, str]]:
-        files, listings = local_targets(data, alice_task_dir(data))
+        files, listings = local_targets(data)
         files["master_log"] = str(master.log_path)
         return files, listings
 
@@ -342,7 +359,7 @@ def test_det_hub_up(tmp_path: Path, canary: None) -> None:
             return hub.call(method, path, token, **kw)
 
         def targets() -> tuple[dict[str, str], dict[str, str]]:
-            files, listings = local_targets(data, alice_task_dir(data))
+            files, listings = local_targets(data)
             del files["master_log"]  # det-hub up logs to up.log
             files.update(hub_password=str(data / "hub-password"),
                          hub_database=str(data / "jupyterhub.sqlite"),
