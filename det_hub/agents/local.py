@@ -17,19 +17,19 @@ environment, unpacks the context as the task's user, and becomes the task's comm
 
 With ``warm_start`` on (the default), a trial's task can start from an interpreter prepared
 ahead of it (:mod:`det_hub.exec.warm_start`): a queued trial's own, or one prepared on a trial's
-slots as that trial starts, to follow it there with the next trial of the same experiment. A task that
-follows keeps the directory it was prepared in (``next-...``); its allocation's directory name
-is a link to it.
+slots as that trial starts, to follow it there with the next trial of the same experiment. A
+task that follows keeps the directory it was prepared in (``next-...``); its allocation's
+directory name is a link to it.
 
 The task to follow a trial is forked from a zygote (:mod:`det_hub.exec.zygote`): an interpreter
 started, with its imports, in a sandbox of its own as the trial starts, kept on its slots while
-trials of the same experiment follow each other there, and retired when another task takes
-them or they stay free. The trial that starts it, with nothing prepared for it, is forked from
-it too (in its allocation's own directory). A forked task's runner keeps its files in its ``next-...`` directory
-as any task's; what the task sees (its working directory, its files) is in the zygote's
-``tasks/`` directory, which the zygote's sandbox shows, and ``next-.../task`` links there.
-Its home and ``/tmp`` are the zygote's, shared with the trials before and after it. A context
-with a ``startup-hook.sh`` is never forked: each task runs its hook.
+trials of the same experiment follow each other there, and retired when another task takes them
+or they stay free. The trial that starts it, with nothing prepared for it, is forked from it too
+(in its allocation's own directory). A forked task's runner keeps its files in its ``next-...``
+directory as any task's; what the task sees (its working directory, its files) is in the
+zygote's ``tasks/`` directory, which the zygote's sandbox shows, and ``next-.../task`` links
+there. Its home and ``/tmp`` are the zygote's, shared with the trials before and after it. A
+context with a ``startup-hook.sh`` is never forked: each task runs its hook.
 """
 
 from __future__ import annotations
