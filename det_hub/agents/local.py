@@ -559,11 +559,12 @@ class LocalAgent(Agent):
             self._expire_later(key, spare)
 
     def _fork_first(self, spec: TaskSpec, key: tuple[int, ...]) -> LocalTaskHandle | None:
-        """Start a trial that nothing was prepared for by forking it from a new zygote on its
-        slots, the one its experiment's next trials there are forked from: one interpreter's
-        start and imports for them all, the first trial's included, rather than its own
-        beside the zygote's. None where it is not forked (see :meth:`_zygote_for`), or the
-        fork failed; the trial then starts afresh."""
+        """Start a trial that nothing was prepared for by forking it from its experiment's
+        zygote on its slots, started for it where there is none: the one its experiment's
+        next trials there are forked from. One interpreter's start and imports serve them
+        all, the first trial's included, rather than its own beside the zygote's. None where
+        it is not forked (see :meth:`_zygote_for`), or the fork failed; the trial then starts
+        afresh."""
         if not self._preparable(spec) or self.task_root(spec.allocation_id).exists():
             return None
         try:
