@@ -25,6 +25,7 @@ import psycopg
 import pytest
 import requests
 
+from det_hub.agents.local import FOLLOW_ON_PREFIX, ZYGOTE_PREFIX
 from det_hub.store.packing import Pack
 from det_hub.testing import TERMINAL, MasterProcess
 
@@ -114,9 +115,9 @@ def _trial_processes(under: Path) -> int:
 def _an_allocations(log: Path) -> bool:
     """Whether the runner that writes ``log`` runs an allocation's task."""
     task_dir = log.parent
-    if task_dir.name.startswith("zygote-"):
+    if task_dir.name.startswith(ZYGOTE_PREFIX):
         return False
-    if task_dir.name.startswith("next-"):  # a follower: an allocation's once one links to it
+    if task_dir.name.startswith(FOLLOW_ON_PREFIX):  # an allocation's once one links to it
         return any(p.is_symlink() and os.readlink(p) == task_dir.name
                    for p in task_dir.parent.iterdir())
     return True

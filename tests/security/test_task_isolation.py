@@ -28,6 +28,7 @@ import pytest
 import requests
 import yaml
 
+from det_hub.agents.local import FOLLOW_ON_PREFIX, FORKED_TASK_LINK, ZYGOTE_PREFIX
 from det_hub.testing import (
     HubProcess,
     MasterProcess,
@@ -220,11 +221,11 @@ def alice_task_dirs(data: Path) -> tuple[str, str]:
     it; the zygote and a follower are beside them)."""
     def allocations() -> list[Path]:
         return [p for p in (data / "work").iterdir()
-                if not p.name.startswith(("zygote-", "next-"))
-                and ((p / "task").is_symlink() or (p / "run").is_dir())]
+                if not p.name.startswith((ZYGOTE_PREFIX, FOLLOW_ON_PREFIX))
+                and ((p / FORKED_TASK_LINK).is_symlink() or (p / "run").is_dir())]
 
     [found] = wait(allocations, 30, "alice's task directory")
-    link = found / "task"
+    link = found / FORKED_TASK_LINK
     return str(found), str(link.resolve() if link.is_symlink() else found)
 
 
