@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncSession
+    from sqlalchemy.orm import Session
 
 ModelT = TypeVar("ModelT", bound=Base)
 T = TypeVar("T")
@@ -39,7 +40,8 @@ class Queries:
     """The base of the store's query mixins (see :class:`Store`); it adds nothing at run time.
 
     Each mixin holds the queries of a few tables and reaches the database only through
-    :meth:`Store._reading` and :meth:`Store._writing` (and, for metric batches,
+    :meth:`Store._reading` and :meth:`Store._write` (:meth:`Store._writing` where a write's
+    statements come from async helpers it shares with reads; for metric batches
     :meth:`Store._write_in_thread` and :meth:`Store._write_direct`), one transaction per call.
     """
 
@@ -49,6 +51,8 @@ class Queries:
         def _reading(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
 
         def _writing(self) -> contextlib.AbstractAsyncContextManager[AsyncSession]: ...
+
+        async def _write(self, work: Callable[[Session], T]) -> T: ...
 
         async def _write_in_thread(self, work: Callable[[Connection], T]) -> T: ...
 

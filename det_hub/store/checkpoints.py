@@ -53,8 +53,7 @@ class CheckpointQueries(Queries):
             size=sum(int(v) for v in resources.values()),
             storage=storage,
         )
-        async with self._writing() as session:
-            session.add(checkpoint)
+        await self._write(lambda session: session.add(checkpoint))
         return checkpoint
 
     async def get_checkpoint(self, uuid: str) -> Checkpoint | None:

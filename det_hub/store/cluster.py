@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ._common import Queries, plain
 from .columns import utcnow
@@ -29,12 +30,14 @@ class ClusterQueries(Queries):
 
     async def set_agent_enabled(self, agent_id: str, enabled: bool) -> None:
         """Remember that an admin enabled or disabled an agent."""
-        async with self._writing() as session:
-            row = await session.get(AgentSetting, agent_id)
+        def remember(session: Session) -> None:
+            row = session.get(AgentSetting, agent_id)
             if row is None:
                 session.add(AgentSetting(id=agent_id, enabled=enabled, updated_at=utcnow()))
             else:
                 row.enabled, row.updated_at = enabled, utcnow()
+
+        await self._write(remember)
 
     # -- usage ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import ColumnElement, delete, func, insert, or_, select
+from sqlalchemy.orm import Session
 
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
 
@@ -74,11 +75,13 @@ class ExperimentQueries(Queries):
             notes="",
             parent_id=parent_id,
         )
-        async with self._writing() as session:
+        def add(session: Session) -> None:
             session.add(experiment)
-            await session.flush()
+            session.flush()
             if context is not None:
                 session.add(ExperimentContext(experiment_id=experiment.id, archive=context))
+
+        await self._write(add)
         self._experiment_changed(experiment.id)
         return experiment
 
@@ -164,8 +167,7 @@ class ExperimentQueries(Queries):
             return
         rows = [{"experiment_id": experiment_id, "seq": first_seq + i, "event": dict(event)}
                 for i, event in enumerate(events)]
-        async with self._writing() as session:
-            await session.execute(insert(SearcherEvent), rows)
+        await self._write(lambda session: session.execute(insert(SearcherEvent), rows))
 
     async def compact_searcher(self, experiment_id: int, state: Mapping[str, Any],
                                through_seq: int) -> Experiment:
@@ -175,13 +177,16 @@ class ExperimentQueries(Queries):
         Raises:
             NotFound: no such experiment.
         """
-        async with self._writing() as session:
-            experiment = await session.get(Experiment, experiment_id)
+        def compact(session: Session) -> Experiment:
+            experiment = session.get(Experiment, experiment_id)
             if experiment is None:
                 raise NotFound(f"experiment {experiment_id} does not exist")
             experiment.searcher_state = dict(state)
-            await session.execute(delete(SearcherEvent).where(
+            session.execute(delete(SearcherEvent).where(
                 SearcherEvent.experiment_id == experiment_id, SearcherEvent.seq <= through_seq))
+            return experiment
+
+        experiment = await self._write(compact)
         self._experiment_changed(experiment_id)
         return experiment
 

@@ -42,9 +42,9 @@ class LogQueries(Queries):
             }
             for row in rows
         ]
-        async with self._writing() as session:
-            result = await session.execute(insert(TaskLog).returning(TaskLog.id), params)
-            return len(result.all())
+        return await self._write(
+            lambda session: len(session.execute(insert(TaskLog).returning(TaskLog.id),
+                                                params).all()))
 
     async def get_logs(
         self, trial_id: int, *, after_id: int = 0, limit: int = 1000

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import ColumnElement, cast, delete, exists, func, select, update
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Session
 
 from det_hub.states import CheckpointState
 
@@ -67,8 +68,7 @@ class RegistryQueries(Queries):
         model = Model(name=name, description=description, labels=list(labels or []),
                       notes=notes, meta=dict(metadata or {}), owner_id=owner_id,
                       creation_time=now, last_updated_time=now, archived=False)
-        async with self._writing() as session:
-            session.add(model)
+        await self._write(lambda session: session.add(model))
         return model
 
     async def get_model(self, name: str) -> Model | None:
@@ -146,10 +146,12 @@ class RegistryQueries(Queries):
         Raises:
             NotFound: no such model.
         """
-        async with self._writing() as session:
-            result = await session.execute(delete(Model).where(Model.id == model_id))
+        def remove(session: Session) -> None:
+            result = session.execute(delete(Model).where(Model.id == model_id))
             if not getattr(result, "rowcount", 0):
                 raise NotFound(f"model {model_id} does not exist")
+
+        await self._write(remove)
 
     async def count_model_versions(self, model_ids: list[int]) -> dict[int, int]:
         """How many versions each of these models has (models with none are left out)."""
@@ -186,19 +188,19 @@ class RegistryQueries(Queries):
             NotFound: no such model or checkpoint.
             StoreConflict: the checkpoint is not COMPLETED (it is being written, or deleted).
         """
-        async with self._writing() as session:
-            model = await session.scalar(
+        def register(session: Session) -> ModelVersion:
+            model = session.scalar(
                 select(Model).where(Model.id == model_id).with_for_update())
             if model is None:
                 raise NotFound(f"model {model_id} does not exist")
-            ckpt = await session.scalar(
+            ckpt = session.scalar(
                 select(Checkpoint).where(Checkpoint.uuid == checkpoint_uuid).with_for_update())
             if ckpt is None:
                 raise NotFound(f"checkpoint {checkpoint_uuid} does not exist")
             if ckpt.state != CheckpointState.COMPLETED.value:
                 raise StoreConflict(f"checkpoint {checkpoint_uuid} is {ckpt.state}; only a "
                                     "COMPLETED checkpoint can be registered")
-            highest = await session.scalar(
+            highest = session.scalar(
                 select(func.max(ModelVersion.version)).where(ModelVersion.model_id == model_id))
             now = utcnow()
             version = ModelVersion(
@@ -208,7 +210,9 @@ class RegistryQueries(Queries):
                 creation_time=now, last_updated_time=now)
             session.add(version)
             model.last_updated_time = now
-        return version
+            return version
+
+        return await self._write(register)
 
     async def get_model_version(self, model_id: int,
                                 version: int | None = None) -> ModelVersion | None:
@@ -258,8 +262,8 @@ class RegistryQueries(Queries):
     ) -> RowT:
         """:meth:`update_model` and :meth:`update_model_version`, once checked: set the
         columns and change the metadata of one row, under a row lock."""
-        async with self._writing() as session:
-            row = await session.scalar(
+        def change(session: Session) -> RowT:
+            row = session.scalar(
                 select(table).where(table.id == row_id).with_for_update())
             if row is None:
                 raise NotFound(f"{what} {row_id} does not exist")
@@ -268,7 +272,9 @@ class RegistryQueries(Queries):
             if add_metadata or remove_metadata:
                 row.meta = _merged(row.meta, add_metadata, remove_metadata)
             row.last_updated_time = utcnow()
-        return row
+            return row
+
+        return await self._write(change)
 
     async def delete_model_version(self, version_id: int) -> None:
         """Remove one version; its checkpoint may then be deleted again, unless another
@@ -277,11 +283,12 @@ class RegistryQueries(Queries):
         Raises:
             NotFound: no such version.
         """
-        async with self._writing() as session:
-            result = await session.execute(
-                delete(ModelVersion).where(ModelVersion.id == version_id))
+        def remove(session: Session) -> None:
+            result = session.execute(delete(ModelVersion).where(ModelVersion.id == version_id))
             if not getattr(result, "rowcount", 0):
                 raise NotFound(f"model version {version_id} does not exist")
+
+        await self._write(remove)
 
     # -- checkpoints the registry protects --------------------------------------------------
 
@@ -313,24 +320,27 @@ class RegistryQueries(Queries):
         wanted = sorted(set(uuids))
         if not wanted:
             return []
-        async with self._writing() as session:
-            rows = await session.scalars(
+
+        def claim(session: Session) -> list[str]:
+            rows = session.scalars(
                 select(Checkpoint.uuid)
                 .where(Checkpoint.uuid.in_(wanted),
                        Checkpoint.state == CheckpointState.COMPLETED.value)
                 .order_by(Checkpoint.uuid)
                 .with_for_update())
             candidates = list(rows)
-            registered = set(await session.scalars(
+            registered = set(session.scalars(
                 select(ModelVersion.checkpoint_uuid)
                 .where(ModelVersion.checkpoint_uuid.in_(candidates))))
             claimed = [u for u in candidates if u not in registered]
             if claimed:
-                await session.execute(
+                session.execute(
                     update(Checkpoint)
                     .where(Checkpoint.uuid.in_(claimed))
                     .values(state=CheckpointState.DELETED.value))
-        return claimed
+            return claimed
+
+        return await self._write(claim)
 
 
 __all__ = ["MODEL_FIELDS", "VERSION_FIELDS", "RegistryQueries"]

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from ._common import Queries
 from .columns import utcnow
@@ -47,16 +48,16 @@ class TrialSourceQueries(Queries):
             NotFound: no such trial, checkpoint or model version.
             StoreConflict: the model version names another checkpoint.
         """
-        async with self._writing() as session:
-            trial = await session.scalar(
+        def add(session: Session) -> TrialSourceInfo:
+            trial = session.scalar(
                 select(Trial.id).where(Trial.id == trial_id).with_for_update())
             if trial is None:
                 raise NotFound(f"trial {trial_id} does not exist")
-            if await session.get(Checkpoint, checkpoint_uuid) is None:
+            if session.get(Checkpoint, checkpoint_uuid) is None:
                 raise NotFound(f"checkpoint {checkpoint_uuid} does not exist")
             wanted: list[int | None] = [None]
             if model_version_id is not None:
-                version = await session.get(ModelVersion, model_version_id)
+                version = session.get(ModelVersion, model_version_id)
                 if version is None:
                     raise NotFound(f"model version {model_version_id} does not exist")
                 if version.checkpoint_uuid != checkpoint_uuid:
@@ -68,7 +69,7 @@ class TrialSourceQueries(Queries):
             for version_id in wanted:
                 same = (TrialSourceInfo.model_version_id.is_(None) if version_id is None
                         else TrialSourceInfo.model_version_id == version_id)
-                link = await session.scalar(select(TrialSourceInfo).where(
+                link = session.scalar(select(TrialSourceInfo).where(
                     TrialSourceInfo.trial_id == trial_id,
                     TrialSourceInfo.checkpoint_uuid == checkpoint_uuid, same))
                 if link is None:
@@ -76,7 +77,9 @@ class TrialSourceQueries(Queries):
                                            model_version_id=version_id, created_at=utcnow())
                     session.add(link)
             assert link is not None
-        return link
+            return link
+
+        return await self._write(add)
 
     async def list_trial_sources(self, trial_id: int) -> list[TrialSourceInfo]:
         """The links of one trial, oldest first."""

@@ -18,7 +18,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from sqlalchemy import URL, Connection, create_engine, text
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import Session
 from sqlalchemy.pool import SingletonThreadPool
+
+from det_hub import nonfinite
 
 from ._common import ModelT, check_fields, plain, translate, unavailable
 from .checkpoints import CheckpointQueries
@@ -225,6 +228,31 @@ class Store(
                 raise
             raise error from exc
 
+    async def _write(self, work: Callable[[Session], T]) -> T:
+        """One write transaction: ``work`` with a synchronous ORM session, committed when it
+        returns; errors as :meth:`_writing` makes them. What it returns comes back detached,
+        with the columns it loaded.
+
+        On SQLite this runs on the writer thread (:meth:`_write_in_thread`): one hop to a
+        thread for the whole transaction, where an async session pays one for every
+        statement, each hop waiting for a turn of this process's event loop (a read and an
+        update took 1.6 ms that way, 0.55 ms this way, on an idle loop). On PostgreSQL it
+        runs in an async session (:meth:`AsyncSession.run_sync`).
+        """
+        if self._write_lock is None:
+            async with self._writing() as session:
+                return await session.run_sync(work)
+
+        def in_thread(conn: Connection) -> T:
+            # The session joins the connection's transaction, which the writer commits.
+            with Session(bind=conn, expire_on_commit=False) as session:
+                result = work(session)
+                session.flush()
+                session.expunge_all()
+                return result
+
+        return await self._write_in_thread(in_thread)
+
     async def _write_in_thread(self, work: Callable[[Connection], T]) -> T:
         """SQLite: run ``work`` in one transaction (``BEGIN IMMEDIATE``) on this store's own
         writer thread and its own connection, with errors as :meth:`_writing` gives them.
@@ -292,13 +320,16 @@ class Store(
 
     async def _update(self, model: type[ModelT], key: Any, fields: Mapping[str, Any]) -> ModelT:
         check_fields(model, fields)
-        async with self._writing() as session:
-            obj = await session.get(model, key)
+
+        def update(session: Session) -> ModelT:
+            obj = session.get(model, key)
             if obj is None:
                 raise NotFound(f"{model.__name__} {key!r} does not exist")
             for name, value in fields.items():
                 setattr(obj, name, plain(value))
-        return obj
+            return obj
+
+        return await self._write(update)
 
 
 class _SQLiteWriter:
@@ -309,7 +340,7 @@ class _SQLiteWriter:
         self.thread = concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="det-hub-sqlite-writer")
         self._engine = create_engine(
-            sync_url, poolclass=SingletonThreadPool,
+            sync_url, poolclass=SingletonThreadPool, json_serializer=nonfinite.dumps,
             connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
         configure_sqlite(self._engine, always_immediate=True)
 

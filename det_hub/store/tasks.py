@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import ColumnElement, select
+from sqlalchemy.orm import Session
 
 from det_hub.defaults import DEFAULT_PRIORITY, DEFAULT_RESOURCE_POOL
 
@@ -63,8 +64,7 @@ class TaskQueries(Queries):
             exit_code=None,
             exit_reason=None,
         )
-        async with self._writing() as session:
-            session.add(allocation)
+        await self._write(lambda session: session.add(allocation))
         return allocation
 
     async def get_allocation(self, allocation_id: str) -> Allocation | None:
@@ -135,11 +135,13 @@ class TaskQueries(Queries):
             secret=secret,
             proxy_address=None,
         )
-        async with self._writing() as session:
+        def add(session: Session) -> None:
             session.add(task)
-            await session.flush()
+            session.flush()
             if context is not None:
                 session.add(TaskContext(task_id=task.id, archive=context))
+
+        await self._write(add)
         return task
 
     async def get_task(self, task_id: int) -> Task | None:

@@ -58,8 +58,7 @@ class TrialQueries(Queries):
             searcher_metric_value=None,
             runner_state=None,
         )
-        async with self._writing() as session:
-            session.add(trial)
+        await self._write(lambda session: session.add(trial))
         self._experiment_changed(experiment_id)
         return trial
 

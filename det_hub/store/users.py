@@ -32,8 +32,7 @@ class UserQueries(Queries):
             StoreConflict: the username is taken.
         """
         user = User(username=username, admin=admin, active=True, created_at=utcnow())
-        async with self._writing() as session:
-            session.add(user)
+        await self._write(lambda session: session.add(user))
         return user
 
     async def get_user(self, username: str) -> User | None:
@@ -104,8 +103,7 @@ class UserQueries(Queries):
             created_at=utcnow(),
             expires_at=plain(expires_at),
         )
-        async with self._writing() as session:
-            session.add(token)
+        await self._write(lambda session: session.add(token))
         return token
 
     async def user_for_token(self, token_hash: str) -> User | None:

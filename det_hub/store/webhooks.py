@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
 
 from ._common import Queries
 from .columns import utcnow
@@ -38,8 +39,7 @@ class WebhookQueries(Queries):
                        created_at=utcnow(),
                        triggers=[WebhookTrigger(trigger_type=kind, condition=dict(condition))
                                  for kind, condition in triggers])
-        async with self._writing() as session:
-            session.add(hook)
+        await self._write(lambda session: session.add(hook))
         return hook
 
     async def get_webhook(self, webhook_id: int) -> Webhook | None:
@@ -61,14 +61,16 @@ class WebhookQueries(Queries):
         Raises:
             NotFound: no such webhook.
         """
-        async with self._writing() as session:
-            await session.execute(
+        def remove(session: Session) -> None:
+            session.execute(
                 delete(WebhookTrigger).where(WebhookTrigger.webhook_id == webhook_id))
-            await session.execute(
+            session.execute(
                 delete(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id))
-            result = await session.execute(delete(Webhook).where(Webhook.id == webhook_id))
+            result = session.execute(delete(Webhook).where(Webhook.id == webhook_id))
             if not getattr(result, "rowcount", 0):
                 raise NotFound(f"webhook {webhook_id} does not exist")
+
+        await self._write(remove)
 
     async def add_webhook_delivery(self, webhook_id: int, event_type: str,
                                    body: Mapping[str, Any]) -> WebhookDelivery:
@@ -76,15 +78,13 @@ class WebhookQueries(Queries):
         :meth:`remove_webhook_delivery`."""
         row = WebhookDelivery(webhook_id=webhook_id, event_type=event_type, body=dict(body),
                               created_at=utcnow())
-        async with self._writing() as session:
-            session.add(row)
+        await self._write(lambda session: session.add(row))
         return row
 
     async def remove_webhook_delivery(self, delivery_id: int) -> None:
         """Forget a delivery (made, or given up); forgetting one that is gone is no error."""
-        async with self._writing() as session:
-            await session.execute(
-                delete(WebhookDelivery).where(WebhookDelivery.id == delivery_id))
+        await self._write(lambda session: session.execute(
+            delete(WebhookDelivery).where(WebhookDelivery.id == delivery_id)))
 
     async def list_webhook_deliveries(self) -> list[tuple[WebhookDelivery, Webhook]]:
         """The deliveries not yet made, oldest first, each with its webhook."""

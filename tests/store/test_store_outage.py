@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import errors as pg_errors
-from sqlalchemy import event
+from sqlalchemy import Engine, event
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from det_hub.states import ExperimentState, TrialState
@@ -45,25 +45,23 @@ async def _a_trial(store: Store) -> int:
 async def test_a_sqlite_file_that_cannot_grow_is_a_full_disk_until_it_can(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     url = f"sqlite:///{tmp_path / 'full.db'}"
-    await (await Store.open(url)).close()  # migrated
-    async_url, _ = normalize_url(url)
-    engine = create_store_engine(async_url)
     limit: dict[str, int | None] = {"pages": None}
 
-    @event.listens_for(engine.sync_engine, "connect")
+    # Every connection the store makes (its async pool's and its writer thread's), while a
+    # limit is set: SQLite keeps the file at its size at most (it cannot be set below), a
+    # real SQLITE_FULL once a write needs one more page.
     def _cap(dbapi_connection: Any, _record: Any) -> None:
-        # SQLite keeps the file at its size at most (it cannot be set below): a real
-        # SQLITE_FULL once a write needs one more page.
         if limit["pages"] is not None:
             cursor = dbapi_connection.cursor()
             cursor.execute(f"PRAGMA max_page_count = {limit['pages']}")
             cursor.close()
 
-    store = Store(async_url.render_as_string(hide_password=False), "sqlite", engine)
+    event.listen(Engine, "connect", _cap)
+    store = await Store.open(url)
     try:
         trial_id = await _a_trial(store)
         limit["pages"] = 1
-        await engine.dispose()  # every connection from here on has the cap
+        await store.close()  # every connection from here on has the cap
 
         acknowledged = 0
         caplog.set_level(logging.WARNING, logger="det_hub.store")
@@ -87,7 +85,7 @@ async def test_a_sqlite_file_that_cannot_grow_is_a_full_disk_until_it_can(
                             "calls that need it fail until it is back"]
 
         limit["pages"] = None
-        await engine.dispose()  # room again: no restart, only new connections
+        await store.close()  # room again: no restart, only new connections
         await store.add_logs(_log_rows(trial_id, acknowledged, 50))
         assert store.outage is None
         messages = [line.message[:6] for line in await store.get_logs(trial_id, limit=100_000)]
@@ -95,6 +93,7 @@ async def test_a_sqlite_file_that_cannot_grow_is_a_full_disk_until_it_can(
         assert caplog.records[-1].getMessage().startswith("the database answers again after ")
     finally:
         await store.close()
+        event.remove(Engine, "connect", _cap)
 
 
 async def test_postgresql_on_a_closed_port_is_unavailable_and_named() -> None:
