@@ -241,12 +241,16 @@ class UserManager:
             self._agent_users.setdefault(user_id, found)
         return self._agent_users[user_id]
 
-    async def task_identity(self, owner_id: int) -> tuple[tuple[int, int] | None, bool]:
-        """Who a user's tasks run as, where an agent can choose: the ``(uid, gid)`` of their
-        linked Unix account, else the master's task account; and whether they are an admin."""
+    async def run_as(self, user_id: int) -> tuple[int, int]:
+        """The ``(uid, gid)`` a user's tasks run as, where an agent can choose: their linked
+        Unix account's, else the master's task account (from memory, as :meth:`agent_user`)."""
+        return await self.agent_user(user_id) or self.task_account
+
+    async def task_identity(self, owner_id: int) -> tuple[tuple[int, int], bool]:
+        """Who a user's tasks run as (:meth:`run_as`), and whether they are an admin (read
+        afresh: an admin may have been made or unmade since)."""
         user = await self.store.get_user_by_id(owner_id)
-        linked = await self.agent_user(owner_id)
-        return (linked or self.task_account), bool(user is not None and user.admin)
+        return await self.run_as(owner_id), bool(user is not None and user.admin)
 
 
 def new_api_token() -> str:

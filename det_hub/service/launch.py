@@ -9,6 +9,7 @@ cluster info is a :class:`~det_hub.contract.ClusterInfoDocument`, the document
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import json
@@ -57,6 +58,10 @@ from det_hub.states import CheckpointState, TaskType
 from det_hub.storage import remote_tensorboard, tensorboard_dir
 from det_hub.store import Store
 
+#: How many bytes of context archives :meth:`Launcher.experiment_context` keeps at most (the
+#: latest experiment's, whatever its size).
+CONTEXT_CACHE_BYTES = 64 << 20
+
 if TYPE_CHECKING:
     from det_hub.config import ExperimentConfig
     from det_hub.service.auth import UserManager
@@ -89,6 +94,10 @@ class Launcher:
         self.cluster_id = ""
         #: Where trials send their training metrics (the ingest workers), None: the master.
         self.ingest_url: str | None = None
+        #: The context archives of the experiments whose trials were launched last, by
+        #: experiment (id and creation time), most recent last (see :meth:`experiment_context`).
+        self._contexts: collections.OrderedDict[tuple[int, Any], bytes | None] = \
+            collections.OrderedDict()
 
     async def trial_spec(self, exp: Experiment, config: ExperimentConfig,
                          trial: Trial) -> LaunchSpec:
@@ -150,9 +159,25 @@ class Launcher:
             data_cache=str(await self.owner_dir(CACHES, exp.owner_id)),
             trial_id=trial.id, experiment_id=exp.id, owner=owner,
             slots=slots, argv=argv, env=env, cluster_info=info,
-            context=await self.store.get_experiment_context(exp.id),
+            context=await self.experiment_context(exp),
             job_id=experiment_job_id(exp.id),
             container=container_spec(config), slurm=slurm_options(config))
+
+    async def experiment_context(self, exp: Experiment) -> bytes | None:
+        """An experiment's context archive, which never changes: read once for a run of its
+        trials' launches rather than at each, keeping at most :data:`CONTEXT_CACHE_BYTES` of
+        the latest experiments' archives. Kept by id and creation time: an id is never
+        another experiment's, even where a database could give it again."""
+        key = (exp.id, exp.created_at)
+        if key in self._contexts:
+            self._contexts.move_to_end(key)
+            return self._contexts[key]
+        context = await self.store.get_experiment_context(exp.id)
+        self._contexts[key] = context
+        while len(self._contexts) > 1 and sum(
+                len(c or b"") for c in self._contexts.values()) > CONTEXT_CACHE_BYTES:
+            self._contexts.popitem(last=False)
+        return context
 
     async def task_spec(self, task: Task) -> LaunchSpec:
         """A command's, notebook's, shell's or TensorBoard's launch spec."""
@@ -216,8 +241,8 @@ class Launcher:
         path = owner_dir(self.data_dir, kind, await self.users.username(user_id))
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         path.mkdir(mode=0o700, exist_ok=True)
-        run_as, _ = await self.users.task_identity(user_id)
-        if run_as is not None and os.geteuid() == 0:
+        run_as = await self.users.run_as(user_id)
+        if os.geteuid() == 0:
             stat = path.stat()
             if (stat.st_uid, stat.st_gid) != run_as:
                 # A user linked since: new checkpoints are written by the new account.

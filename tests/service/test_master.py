@@ -14,6 +14,7 @@ import tarfile
 import pytest
 import yaml
 
+from det_hub.service import launch
 from det_hub.service.errors import BadRequest, Conflict, Forbidden
 from det_hub.service.master import Master, Principal
 
@@ -291,3 +292,41 @@ async def test_a_command_killed_as_its_slots_are_assigned_is_stopped(
 
     assert await asyncio.wait_for(ended(), 20) == "killed by its owner or an admin"
     assert not master.cluster.allocations.of_task(task.id)
+
+
+async def test_each_trial_runs_its_own_experiments_code_read_once_per_experiment(
+        master: Master, admin: Principal, monkeypatch: pytest.MonkeyPatch) -> None:
+    reads: list[int] = []
+    read = master.store.get_experiment_context
+
+    async def counted(experiment_id: int) -> bytes | None:
+        reads.append(experiment_id)
+        return await read(experiment_id)
+
+    monkeypatch.setattr(master.store, "get_experiment_context", counted)
+    search = {"name": "random", "metric": "loss", "max_trials": 3,
+              "max_length": {"batches": 1}}
+    rows = [await master.experiments.create(
+        admin, config(searcher=search, hyperparameters={"x": {"type": "int", "minval": 1,
+                                                               "maxval": 9}}),
+        context(f"print('code of {name}')\n")) for name in ("first", "second")]
+    for row, name in zip(rows, ("first", "second"), strict=True):
+        assert await finished(master, row.id) == "COMPLETED"
+        trials = await master.store.list_trials(row.id)
+        assert len(trials) == 3
+        for trial in trials:
+            said = [line.message for line in await master.store.get_logs(trial.id)]
+            assert f"code of {name}" in said
+    # Three trials each, and each experiment's archive read once.
+    assert sorted(reads) == [rows[0].id, rows[1].id]
+
+    # Past its byte budget a launcher keeps the latest experiment's archive only.
+    monkeypatch.setattr(launch, "CONTEXT_CACHE_BYTES", 1)
+    launcher = launch.Launcher(master.store, master.cluster, master.users,
+                               master_url="http://127.0.0.1:9", base_url="/",
+                               data_dir=master.data_dir)
+    reads.clear()
+    for row in (rows[0], rows[1], rows[1], rows[0]):
+        archive = await launcher.experiment_context(row)
+        assert archive is not None and archive == await read(row.id)
+    assert reads == [rows[0].id, rows[1].id, rows[0].id]
