@@ -24,6 +24,9 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	  { apt-get update && apt-get install -y python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c constraints.txt -e '.[pytorch,notebook,tensorboard,hub,widgets,s3]'
+	# det_hub's bytecode, which an editable install leaves unwritten: its tasks import it
+	# from this tree inside a sandbox that cannot write it (20 ms of compiling per start).
+	$(PY) -m compileall -q det_hub
 	touch $@
 
 # JupyterHub's proxy, from npm, inside the virtual environment (det-hub up finds it there).

@@ -42,7 +42,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Protocol
 
-__all__ = ["ContextError", "ContextLimits", "check_archive", "extract_archive"]
+__all__ = ["ContextError", "ContextLimits", "check_archive", "extract_archive", "read_file"]
 
 _MiB = 1024 * 1024
 
@@ -373,6 +373,25 @@ def _source(source: bytes | os.PathLike[str] | str) -> Iterator[IO[bytes]]:
     else:
         with open(source, "rb") as f:
             yield f
+
+
+def read_file(source: bytes | os.PathLike[str] | str, path: str, limit: int,
+              limits: ContextLimits = ContextLimits()) -> bytes | None:
+    """The first ``limit`` bytes of the regular file at ``path`` (``/``-separated, from the
+    context's top) in a context archive, read without unpacking it; None where there is no
+    such file (a link to one is not followed).
+
+    Raises:
+        ContextError: The archive breaks a rule (as :func:`check_archive` says) before that
+            file.
+    """
+    wanted = tuple(part for part in path.split("/") if part not in ("", "."))
+    with _source(source) as raw:
+        for tar, info, entry in _scan(raw, limits):
+            if entry.kind == _FILE and entry.parts == wanted:
+                member = tar.extractfile(info)
+                return member.read(limit) if member is not None else None
+    return None
 
 
 def check_archive(data: bytes, limits: ContextLimits = ContextLimits()) -> int:

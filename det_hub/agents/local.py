@@ -70,9 +70,10 @@ from det_hub.agents.sandbox import (
     probe,
 )
 from det_hub.agents.slots import SlotInfo, discover_slots
+from det_hub.archive import ContextError, read_file
 from det_hub.env_names import EXPERIMENT_ID_ENV, NNODES_ENV, TRIAL_ID_ENV, WHEEL_CACHE_ENV
 from det_hub.exec.task_start import STARTUP_HOOK
-from det_hub.exec.warm_start import LATE_VARIABLES
+from det_hub.exec.warm_start import ENTRY_HEAD_BYTES, LATE_VARIABLES, entry_file, uses_torch
 from det_hub.exec.zygote import FORK_FDS
 
 #: What a task takes of the host's environment: locale and time zone, nothing else. Everything
@@ -879,6 +880,7 @@ class LocalAgent(Agent):
             env = {k: v for k, v in env.items() if k not in LATE_VARIABLES}
         if zygote_ctl is not None:
             argv = [self.python, "-m", "det_hub.exec.zygote", "--ctl-fd", str(zygote_ctl),
+                    *(["--preload-torch"] if _entry_uses_torch(argv, spec.context) else []),
                     "--", *argv]
         prefix: list[str] = []
         if self.sandboxed:
@@ -886,7 +888,7 @@ class LocalAgent(Agent):
             if uid is not None and gid is not None:
                 prefix += drop_privileges_argv(uid, gid)
         entry = [self.python, "-I", "-m", "det_hub.exec.task_start"]
-        if spec.context:
+        if spec.context and zygote_ctl is None:  # a zygote's children unpack their own
             entry += ["--context", str(root / "context.tar"), "--into", str(root / "run")]
         handle = LocalTaskHandle(allocation_id, root, pid=None,
                                  slot_ids=_slot_key(spec.slot_ids))
@@ -1078,6 +1080,22 @@ def _has_startup_hook(context: bytes | None) -> bool:
             return any(os.path.normpath(name) == STARTUP_HOOK for name in tar.getnames())
     except (tarfile.TarError, OSError, EOFError):
         return True  # unreadable here: the task's own start says why
+
+
+def _entry_uses_torch(argv: Sequence[str], context: bytes | None) -> bool:
+    """Whether a Python entrypoint (``PYTHON SCRIPT...`` or ``PYTHON -m MODULE...``) imports
+    torch as it starts, as :func:`~det_hub.exec.warm_start.uses_torch` tells from its file in
+    the task's context."""
+    if argv[1:2] == ["-m"] and len(argv) < 3:
+        return False  # no module to run: the zygote says so
+    kind, target = ("module", argv[2]) if argv[1] == "-m" else ("script", argv[1])
+    head = None
+    if context and not os.path.isabs(target):
+        try:
+            head = read_file(context, entry_file(kind, target), ENTRY_HEAD_BYTES)
+        except ContextError:
+            pass  # checked as the experiment was made; its trials say what is wrong with it
+    return uses_torch(kind, target, head)
 
 
 def _same_task(prepared: TaskSpec, spec: TaskSpec) -> bool:

@@ -73,12 +73,17 @@ EXIT_NO_GO = 125
 EXIT_NOT_FOUND = 127
 EXIT_NOT_STARTED = 126
 
-#: What a warm interpreter imports ahead of every task, each where it is installed.
-PRELOAD = ("det_hub.core",)
+#: What a warm interpreter imports ahead of every task, each where it is installed:
+#: ``det_hub.core``, and what a trial's first calls import that ``import det_hub.core``
+#: leaves out for code that never makes them: the HTTP client of its first call to the
+#: master (about 17 ms) and the TensorBoard event writer of its first report (about 3 ms).
+PRELOAD = ("det_hub.core", "http.client", "det_hub.core._tensorboard")
 #: Entrypoints that always use torch: det_hub's PyTorchTrial harness and its launchers.
 TORCH_MODULES = ("det_hub.exec.harness", "det_hub.launch.")
 #: A top-level line of Python that imports torch.
 _IMPORTS_TORCH = re.compile(rb"^(?:import|from)[ \t]+torch\b", re.MULTILINE)
+#: How much of an entry's file :func:`uses_torch` looks at.
+ENTRY_HEAD_BYTES = 1 << 20
 
 
 def python_entry(command: Sequence[str]) -> tuple[str, str, list[str]] | None:
@@ -103,22 +108,32 @@ def same_start(started: Mapping[str, str], env: Mapping[str, str]) -> bool:
     return early(started) == early(env)
 
 
-def uses_torch(kind: str, target: str, workdir: str) -> bool:
+def entry_file(kind: str, target: str) -> str:
+    """The file a ``("script", path)`` or ``("module", name)`` entry runs, from the working
+    directory (for a module, where the working directory holds it)."""
+    return target if kind == "script" else os.path.join(*target.split(".")) + ".py"
+
+
+def uses_torch(kind: str, target: str, head: bytes | None) -> bool:
     """Whether the task imports torch as it starts: det_hub's harness does, and so does an
     entry script or a module of the working directory that imports it at its top level (an
-    import inside a function may never run). torch is preloaded only then: it takes more than
-    a second of CPU to import and a good part of a second more to exit, which a task that
-    never imports it must not pay."""
+    import inside a function may never run); ``head``: the first :data:`ENTRY_HEAD_BYTES` of
+    the entry's file (:func:`entry_file`), None where there is none. torch is preloaded only
+    then: it takes more than a second of CPU to import and a good part of a second more to
+    exit, which a task that never imports it must not pay."""
     if kind == "module" and any(target == m or (m.endswith(".") and target.startswith(m))
                                 for m in TORCH_MODULES):
         return True
-    path = os.path.join(workdir, target) if kind == "script" else os.path.join(
-        workdir, *target.split(".")) + ".py"
+    return head is not None and _IMPORTS_TORCH.search(head) is not None
+
+
+def _head(path: str) -> bytes | None:
+    """The first :data:`ENTRY_HEAD_BYTES` of a file, None where it cannot be read."""
     try:
         with open(path, "rb") as f:
-            return _IMPORTS_TORCH.search(f.read(1 << 20)) is not None
+            return f.read(ENTRY_HEAD_BYTES)
     except OSError:
-        return False
+        return None
 
 
 #: How many objects :func:`preload` froze (see :func:`_close_open_files`).
@@ -343,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.set_inheritable(args.go_fd, False)
     entry = python_entry(command)
     if entry is not None:
-        preload(uses_torch(entry[0], entry[1], os.getcwd()))
+        preload(uses_torch(entry[0], entry[1], _head(entry_file(entry[0], entry[1]))))
     go = read_go(args.go_fd)
     if go is None:
         return EXIT_NO_GO

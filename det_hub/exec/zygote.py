@@ -4,9 +4,10 @@
 
 The local agent starts one, with ``warm_start`` on, as a trial begins on its slots: inside a
 sandbox of its own, as the trial's user, through :mod:`det_hub.exec.task_start` like any task,
-with the trial's early environment (:data:`det_hub.exec.warm_start.LATE_VARIABLES` left out).
-It imports what the entrypoint will (``det_hub.core``, and torch where the entrypoint uses it),
-then serves the agent on ``N``, a Unix datagram socket: each message asks it to fork a child
+with the trial's early environment (:data:`det_hub.exec.warm_start.LATE_VARIABLES` left out),
+its context left packed (each child unpacks its own). It imports what the entrypoint will
+(``det_hub.core``, and torch with ``--preload-torch``: the agent found that the entrypoint
+imports it), then serves the agent on ``N``, a Unix datagram socket: each message asks it to fork a child
 for the next trial of the same experiment, by the same user, with the same entrypoint, code
 and mounts (the agent checks that), and brings the child's pipes with it:
 
@@ -54,7 +55,6 @@ from det_hub.exec.warm_start import (
     python_entry,
     read_go,
     start,
-    uses_torch,
 )
 
 #: The pipes a fork request brings, in this order.
@@ -228,6 +228,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="det_hub.exec.zygote")
     parser.add_argument("--ctl-fd", type=int, required=True,
                         help="the agent's socket (AF_UNIX, SOCK_SEQPACKET) the requests come on")
+    parser.add_argument("--preload-torch", action="store_true",
+                        help="import torch too: the entrypoint does (the agent looked)")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -238,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ctl.set_inheritable(False)
     # No collection while the imports run: it would leave holes in pages the children share.
     gc.disable()
-    preload(uses_torch(entry[0], entry[1], os.getcwd()))
+    preload(args.preload_torch)
     return Zygote(ctl, command, entry).serve()
 
 

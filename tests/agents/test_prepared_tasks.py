@@ -581,6 +581,36 @@ def test_trials_that_follow_each_other_on_a_slot_are_forked_from_one_zygote(
         time.sleep(0.05)
 
 
+#: An entry that says whether torch was imported before it ran, then imports it itself.
+TORCH_ENTRY = ("import sys\nprint('torch ahead', 'torch' in sys.modules)\n"
+               "import torch\nprint('torch', torch.tensor([2.0]).sum().item())\n")
+TORCHLESS_ENTRY = "import sys\nprint('torch ahead', 'torch' in sys.modules)\n"
+
+
+@pytest.mark.parametrize(("argv", "files", "ahead"), [
+    (("python3", "train.py"), {"train.py": TORCH_ENTRY}, True),
+    (("python3", "-m", "pkg.train"), {"pkg/__init__.py": "", "pkg/train.py": TORCH_ENTRY},
+     True),
+    (("python3", "train.py"), {"train.py": TORCHLESS_ENTRY}, False),
+], ids=["script", "module", "no-torch"])
+def test_a_zygote_imports_torch_ahead_of_an_entrypoint_that_imports_it(
+        agent: LocalAgent, argv: tuple[str, ...], files: dict[str, str], ahead: bool) -> None:
+    pytest.importorskip("torch")
+    slot = agent.slots[0].id
+    # The zygote's context stays packed: the agent reads the entry's file from the archive.
+    spec = dataclasses.replace(trial_task("61.a", 61, slot, argv=argv), context=targz(files))
+    status, lines, handle = run_as_trial(agent, spec)
+    assert status.exit_code == 0, lines
+    assert ("stdout", f"torch ahead {ahead}") in lines
+    if ahead:
+        assert ("stdout", "torch 2.0") in lines
+    zygote = zygote_on(agent, slot)
+    assert any(_named(p, b"--preload-torch")
+               for p in _descendants(zygote.handle.pid or 0)) == ahead
+    assert list((zygote.handle.root / "run").iterdir()) == []
+    agent.discard_all_prepared()
+
+
 SLEEPER = ("import os, subprocess, time\nnap = os.environ.get('NAP', '60')\n"
            "subprocess.Popen(['sleep', nap])\nprint('up', flush=True)\ntime.sleep(float(nap))\n")
 

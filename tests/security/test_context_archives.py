@@ -30,7 +30,13 @@ from tornado.httpserver import HTTPServer
 from tornado.testing import bind_unused_port
 
 from det_hub.agents.local import LocalAgent
-from det_hub.archive import ContextError, ContextLimits, check_archive, extract_archive
+from det_hub.archive import (
+    ContextError,
+    ContextLimits,
+    check_archive,
+    extract_archive,
+    read_file,
+)
 from det_hub.service.app import make_app
 from det_hub.service.master import Master
 from det_hub.store import Store
@@ -419,6 +425,28 @@ def test_extraction_refuses_crafted_archives_and_writes_nothing(tmp_path: Path,
         extract_archive(crafted.build(), tmp_path / "dest", crafted.limits)
     assert err.value.member == crafted.member
     assert snapshot(tmp_path) == before  # not even dest was made
+
+
+# --- reading one file without unpacking -----------------------------------------------------
+def test_one_file_is_read_from_an_archive_without_unpacking_it(tmp_path: Path) -> None:
+    data = archive(folder("pkg"), file("train.py", b"import torch\n"),
+                   file("pkg/model.py", b"x" * 100), link("alias.py", "train.py"),
+                   link("copy.py", "train.py", tarfile.LNKTYPE))
+    assert read_file(data, "train.py", 1 << 20) == b"import torch\n"
+    assert read_file(data, "./pkg//model.py", 10) == b"x" * 10
+    (tmp_path / "ctx.tar.gz").write_bytes(data)
+    assert read_file(tmp_path / "ctx.tar.gz", "pkg/model.py", 1000) == b"x" * 100
+    # Only a regular file: not a directory, a link to one, or what is not there.
+    for path in ("pkg", "alias.py", "copy.py", "missing.py", "pkg/missing.py"):
+        assert read_file(data, path, 100) is None, path
+
+
+@pytest.mark.parametrize("case", ["dotdot", "absolute"])
+def test_reading_a_file_refuses_a_crafted_archive_as_the_check_does(case: str) -> None:
+    crafted = CRAFTED[case]
+    with pytest.raises(ContextError) as err:
+        read_file(crafted.build(), "anything.py", 100, crafted.limits)
+    assert err.value.member == crafted.member
 
 
 # --- random archives ------------------------------------------------------------------------
