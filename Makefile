@@ -119,7 +119,8 @@ horovod: $(VENV)/.installed
 # Debian packages the suite needs: PostgreSQL, a Docker engine, OpenSSH's client (shells),
 # debootstrap for the test image (scripts/build-test-image.sh), Chromium for the browser
 # test, bubblewrap for the local agent's sandbox, and Slurm with munge for the Slurm pool's
-# tests; installed when missing.
+# tests, with slurmdbd and MariaDB for the test cluster that keeps accounting; installed when
+# missing.
 system-deps:
 	@missing=""; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -130,13 +131,15 @@ system-deps:
 	command -v bwrap >/dev/null || missing="$$missing bubblewrap"; \
 	command -v slurmctld >/dev/null || missing="$$missing slurm-wlm"; \
 	command -v munged >/dev/null || missing="$$missing munge"; \
+	command -v slurmdbd >/dev/null || missing="$$missing slurmdbd"; \
+	command -v mariadbd >/dev/null || missing="$$missing mariadb-server"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
 
-# Installs what the tests need, starts PostgreSQL, the Docker engines and Slurm, runs the whole
-# suite.
+# Installs what the tests need, starts PostgreSQL, the Docker engines and the Slurm clusters,
+# runs the whole suite.
 test: system-deps install-test labextension-check
 	scripts/test-services.sh start > .test-services.env
 	. ./.test-services.env && \

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # Starts the real services the test suite talks to: a PostgreSQL cluster, two Docker engines
 # (two agent hosts, each with its own socket, data root, exec root and pid file) holding the
-# offline-built test image (scripts/build-test-image.sh), and a Slurm cluster (munged, slurmctld
-# and two slurmd, each node one CPU), all private to this checkout (under .test-services/),
-# listening on loopback or a unix socket only. A service already running is reused. Prints the environment the tests read, as `export` lines:
+# offline-built test image (scripts/build-test-image.sh), a Slurm cluster (munged, slurmctld
+# and two slurmd, each node one CPU) without accounting, and a second one that keeps accounting
+# as most sites' do (MariaDB, slurmdbd, slurmctld and one slurmd; associations and QOS
+# enforced), all private to this checkout (under .test-services/), listening on loopback or a
+# unix socket only. A service already running is reused. Prints the environment the tests
+# read, as `export` lines:
 #   scripts/test-services.sh start > .test-services.env && . .test-services.env
 #   scripts/test-services.sh stop
-#   scripts/test-services.sh start slurm   (only the services named: pg, docker, slurm;
-#   stop takes them too)
+#   scripts/test-services.sh start slurm   (only the services named: pg, docker, slurm,
+#   slurm-acct; stop takes them too)
 # Exits non-zero, with the reason on stderr, when a service cannot be started.
 set -euo pipefail
 
@@ -19,6 +22,7 @@ docker_root="$state/docker"
 docker2_root="$state/docker2"
 test_image=${DET_HUB_TEST_IMAGE:-det-hub-test:bookworm-2}
 slurm_dir="$state/slurm"
+acct_dir="$state/slurm-acct"
 
 log() { echo "test-services: $*" >&2; }
 
@@ -239,6 +243,175 @@ start_slurm() {
   echo "export DET_HUB_TEST_SLURM_PYTHON=$slurm_dir/python/bin/python"
 }
 
+# The cluster with accounting: its own controller, node (a1, one CPU) and ports, the munged of
+# the first, and MariaDB and slurmdbd for its accounting. Root and nobody (whom the tests' jobs
+# run as) may submit under account dethub with QOS normal, high, low and one (one running job
+# per user); QOS elsewhere exists but is no association's, so a job asking for it is refused.
+acct_ctl() { SLURM_CONF="$acct_dir/slurm.conf" "$@"; }
+
+acct_answers() {
+  [ -f "$acct_dir/slurm.conf" ] && acct_ctl scontrol ping 2>/dev/null | grep -q "is UP"
+}
+
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+
+write_acct_conf() {
+  local host ports
+  host=$(hostname -s)
+  read -r -a ports <<< "$(free_ports 5 46830)"
+  echo "${ports[0]}" > "$acct_dir/mariadb.port"
+  cat > "$acct_dir/slurmdbd.conf" <<EOF
+# Written by scripts/test-services.sh: the accounting of the second test cluster.
+AuthType=auth/munge
+AuthInfo=socket=$slurm_dir/munge/munge.socket
+DbdHost=localhost
+DbdAddr=127.0.0.1
+DbdPort=${ports[1]}
+SlurmUser=root
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=${ports[0]}
+StorageUser=slurm
+StoragePass=dethub
+StorageLoc=slurm_acct_db
+PidFile=$acct_dir/run/slurmdbd.pid
+LogFile=$acct_dir/log/slurmdbd.log
+EOF
+  chmod 600 "$acct_dir/slurmdbd.conf"
+  cat > "$acct_dir/slurm.conf" <<EOF
+# Written by scripts/test-services.sh: a private test cluster with accounting on 127.0.0.1.
+ClusterName=dethubacct
+SlurmctldHost=$host(127.0.0.1)
+SlurmctldPort=${ports[2]}
+SlurmdPort=${ports[3]}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+AuthInfo=socket=$slurm_dir/munge/munge.socket
+CredType=cred/munge
+StateSaveLocation=$acct_dir/state
+SlurmdSpoolDir=$acct_dir/spool/%n
+SlurmctldPidFile=$acct_dir/run/slurmctld.pid
+SlurmdPidFile=$acct_dir/run/slurmd-%n.pid
+SlurmctldLogFile=$acct_dir/log/slurmctld.log
+SlurmdLogFile=$acct_dir/log/slurmd-%n.log
+SlurmdParameters=config_overrides
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=127.0.0.1
+AccountingStoragePort=${ports[1]}
+# The munge socket the controller and the client commands reach slurmdbd through.
+AccountingStoragePass=$slurm_dir/munge/munge.socket
+AccountingStorageEnforce=associations,limits,qos
+JobCompType=jobcomp/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+ReturnToService=2
+KillWait=5
+MinJobAge=600
+NodeName=a1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[4]} CPUs=1 RealMemory=2000 State=UNKNOWN
+PartitionName=acct Nodes=a1 Default=YES MaxTime=INFINITE State=UP
+EOF
+}
+
+start_mariadb() {
+  local db="$acct_dir/mysql" sock="$acct_dir/run/mariadb.sock" i
+  alive "$acct_dir/run/mariadb.pid" && return 0
+  if [ ! -d "$db/mysql" ]; then
+    mariadb-install-db --user=root --datadir="$db" --skip-test-db \
+      --auth-root-authentication-method=normal >"$acct_dir/log/mariadb-install.log" 2>&1 ||
+      { log "MariaDB's data directory could not be made; see $acct_dir/log/mariadb-install.log"
+        return 1; }
+  fi
+  setsid -f mariadbd --user=root --datadir="$db" --socket="$sock" --bind-address=127.0.0.1 \
+    --port="$(cat "$acct_dir/mariadb.port")" --pid-file="$acct_dir/run/mariadb.pid" \
+    --log-error="$acct_dir/log/mariadb.log" --skip-name-resolve </dev/null >/dev/null 2>&1
+  for i in $(seq 1 100); do
+    mariadb --socket="$sock" -uroot -e "SELECT 1" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  mariadb --socket="$sock" -uroot -e "CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1'
+    IDENTIFIED BY 'dethub'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';" ||
+    { log "MariaDB did not start; see $acct_dir/log/mariadb.log"; return 1; }
+}
+
+start_slurm_acct() {
+  command -v slurmdbd >/dev/null && command -v mariadbd >/dev/null ||
+    { log "Slurm's accounting is not installed (apt-get install slurmdbd mariadb-server)"
+      return 1; }
+  start_slurm >/dev/null  # its munged
+  mkdir -p "$acct_dir"/{state,spool,run,log}
+  chmod 755 "$acct_dir"
+  [ -f "$acct_dir/slurm.conf" ] || write_acct_conf
+  start_mariadb
+  if ! alive "$acct_dir/run/slurmdbd.pid"; then
+    # slurmdbd reads the slurmdbd.conf beside the slurm.conf SLURM_CONF names.
+    acct_ctl slurmdbd || { log "slurmdbd did not start; see $acct_dir/log/slurmdbd.log"; return 1; }
+  fi
+  local i qos
+  for i in $(seq 1 60); do
+    acct_ctl sacctmgr -n list cluster >/dev/null 2>&1 && break
+    sleep 0.25
+  done
+  acct_ctl sacctmgr -n list cluster format=cluster -p 2>/dev/null | grep -q "^dethubacct|" ||
+    acct_ctl sacctmgr -i add cluster dethubacct >/dev/null ||
+    { log "slurmdbd does not answer; see $acct_dir/log/slurmdbd.log"; return 1; }
+  if ! acct_answers; then
+    acct_ctl slurmctld -i -f "$acct_dir/slurm.conf" ||
+      { log "slurmctld (accounting) did not start; see $acct_dir/log/slurmctld.log"; return 1; }
+    acct_ctl slurmd -f "$acct_dir/slurm.conf" -N a1 ||
+      { log "slurmd a1 did not start; see $acct_dir/log/slurmd-a1.log"; return 1; }
+  fi
+  # What the tests submit under, added where missing (sacctmgr refuses what exists).
+  for qos in high low elsewhere "one MaxJobsPerUser=1"; do
+    acct_ctl sacctmgr -n list qos format=name -p | grep -q "^${qos%% *}|" ||
+      acct_ctl sacctmgr -i add qos $qos >/dev/null
+  done
+  acct_ctl sacctmgr -n list account format=account -p | grep -q "^dethub|" ||
+    acct_ctl sacctmgr -i add account dethub >/dev/null
+  acct_ctl sacctmgr -n list assoc format=account,user -p | grep -q "^dethub|nobody|" ||
+    acct_ctl sacctmgr -i add user root,nobody account=dethub defaultaccount=dethub \
+      qos=normal,high,low,one >/dev/null
+  for i in $(seq 1 60); do
+    [ "$(acct_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 1 ] && break
+    sleep 0.5
+  done
+  [ "$(acct_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 1 ] ||
+    { log "the accounting test Slurm's node is not up:"; acct_ctl sinfo >&2 || true
+      tail -5 "$acct_dir/log/slurmctld.log" >&2; return 1; }
+  log "Slurm with accounting (partition acct, node a1; QOS enforced) with SLURM_CONF=$acct_dir/slurm.conf"
+  echo "export DET_HUB_TEST_SLURM_ACCT_CONF=$acct_dir/slurm.conf"
+  echo "export DET_HUB_TEST_SLURM_ACCT_PARTITION=acct"
+}
+
+stop_slurm_acct() {
+  local f
+  if acct_answers; then
+    acct_ctl scancel --full --signal=KILL --state=running 2>/dev/null || true
+    acct_ctl scancel --state=pending 2>/dev/null || true
+    acct_ctl scontrol shutdown >/dev/null 2>&1 || true
+  fi
+  for f in "$acct_dir"/run/slurmctld.pid "$acct_dir"/run/slurmd-*.pid \
+      "$acct_dir/run/slurmdbd.pid" "$acct_dir/run/mariadb.pid"; do
+    stop_pid_file "$f"
+  done
+}
+
+stop_pid_file() {
+  local pid i
+  [ -f "$1" ] || return 0
+  pid=$(cat "$1")
+  kill "$pid" 2>/dev/null || true
+  for i in $(seq 1 40); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.25
+  done
+  rm -f "$1"
+}
+
 slurm_python() {
   # Jobs run as their users, straight on the node: they need a Python every account can run.
   # The checkout's environment may be built on a Python in root's home (pyenv); this one is
@@ -253,7 +426,8 @@ slurm_python() {
 }
 
 stop_slurm() {
-  local pid i f
+  local f
+  stop_slurm_acct  # it uses this cluster's munged
   if slurm_answers; then
     # Jobs first: their processes would outlive the daemons.
     slurm_ctl scancel --full --signal=KILL --state=running 2>/dev/null || true
@@ -261,14 +435,7 @@ stop_slurm() {
     slurm_ctl scontrol shutdown >/dev/null 2>&1 || true
   fi
   for f in "$slurm_dir"/run/*.pid "$slurm_dir/munge/munged.pid"; do
-    [ -f "$f" ] || continue
-    pid=$(cat "$f")
-    kill "$pid" 2>/dev/null || true
-    for i in $(seq 1 20); do
-      kill -0 "$pid" 2>/dev/null || break
-      sleep 0.25
-    done
-    rm -f "$f"
+    stop_pid_file "$f"
   done
 }
 
@@ -291,11 +458,12 @@ stop_all() {
 case "${1:-start}" in
   start)
     shift || true
-    for service in "${@:-pg docker slurm}"; do
+    for service in "${@:-pg docker slurm slurm-acct}"; do
       for s in $service; do
         case "$s" in
           pg) start_pg ;; docker) start_docker ;; slurm) start_slurm ;;
-          *) echo "unknown service $s (pg, docker, slurm)" >&2; exit 2 ;;
+          slurm-acct) start_slurm_acct ;;
+          *) echo "unknown service $s (pg, docker, slurm, slurm-acct)" >&2; exit 2 ;;
         esac
       done
     done ;;
@@ -306,8 +474,9 @@ case "${1:-start}" in
       case "$s" in
         pg) stop_pg ;; docker) stop_engine "$docker_root"; stop_engine "$docker2_root" ;;
         slurm) stop_slurm ;;
-        *) echo "unknown service $s (pg, docker, slurm)" >&2; exit 2 ;;
+        slurm-acct) stop_slurm_acct ;;
+        *) echo "unknown service $s (pg, docker, slurm, slurm-acct)" >&2; exit 2 ;;
       esac
     done ;;
-  *) echo "usage: $0 start|stop [pg|docker|slurm ...]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop [pg|docker|slurm|slurm-acct ...]" >&2; exit 2 ;;
 esac

@@ -2,10 +2,13 @@
 checked, which QOS a job of each priority gets, that an experiment's own ``--qos`` wins, and
 that a job submitted on the private test Slurm carries its QOS.
 
-The test Slurm keeps no accounting (``AccountingStorageType=accounting_storage/none``): it
-accepts any ``--qos`` and records none (``scontrol show job`` says ``QOS=(null)``, and
-``sacctmgr`` refuses to run), so what Slurm makes of the QOS cannot be seen there; the test on
-it checks the submitted command and that Slurm took the job.
+The first test Slurm keeps no accounting (``AccountingStorageType=accounting_storage/none``):
+it accepts any ``--qos`` and records none (``scontrol show job`` says ``QOS=(null)``), so the
+test on it checks the submitted command and that Slurm took the job. The second keeps
+accounting and enforces associations and QOS, as most sites' do: there each job gets the QOS
+its priority maps to, a QOS or account the site does not allow stops the job at submission
+with Slurm's reason, and a job its QOS holds back waits, showing Slurm's reason, until it may
+run.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,7 @@ from det_hub.agents.slurm import (
 )
 from det_hub.contract import CLUSTER_INFO_FILE
 from det_hub.env_names import TENSORBOARD_LOGDIRS_ENV
+from det_hub.testing import required_env
 
 NOBODY = (65534, 65534)
 TABLE = {"10": "high", "50": "normal", "99": "low"}
@@ -154,3 +158,92 @@ def test_a_job_is_submitted_with_the_qos_of_its_priority(
     assert " --qos=low " in submitted("q.2", 60, [])
     own = submitted("q.3", 5, ["--qos=normal"])
     assert " --qos=normal " in own and "--qos=high" not in own
+
+
+# ------------------------------------------------- on the test Slurm cluster with accounting
+# The second test cluster keeps accounting and enforces associations and QOS
+# (``AccountingStorageEnforce=associations,limits,qos``), as most sites' do: root and nobody
+# submit under account ``dethub`` with QOS normal, high, low and ``one`` (one running job per
+# user); QOS ``elsewhere`` exists but is no association's.
+
+
+@pytest.fixture
+def accounted(slurm: dict[str, str], slurm_shared: Path, tmp_path: Path
+              ) -> Iterator[Callable[..., SlurmAgent]]:
+    """Slurm agents on the cluster with accounting, each with its settings; their jobs are
+    cancelled afterwards."""
+    conf, partition = required_env("DET_HUB_TEST_SLURM_ACCT_CONF",
+                                   "DET_HUB_TEST_SLURM_ACCT_PARTITION")
+    made: list[SlurmAgent] = []
+
+    def agent(**settings: Any) -> SlurmAgent:
+        state = tmp_path / f"state{len(made)}"
+        one = SlurmAgent(state, private_paths=[tmp_path / "private"],
+                         **{"python": slurm["python"], "slurm_conf": conf,
+                            "partition": partition, "account": "dethub", "agent_id": "acct",
+                            "job_root": str(slurm_shared), "poll_interval": 0.3,
+                            "exit_file_grace": 1.0, **settings})
+        made.append(one)
+        return one
+
+    yield agent
+    for one in made:
+        for record in one.state_dir.glob("*.json"):
+            one.run_command("scancel", str(json.loads(record.read_text())["job_id"]))
+
+
+def task(allocation_id: str, code: str = "pass", priority: int = 42, **slurm: Any) -> TaskSpec:
+    return TaskSpec(allocation_id, ["python3", "-c", code], {}, None, [0],
+                    {CLUSTER_INFO_FILE: "{}"}, run_as=NOBODY, priority=priority, slurm=slurm)
+
+
+def qos_of(agent: SlurmAgent, job_id: str) -> str:
+    """The QOS Slurm gave the job, as its accounting keeps it."""
+    return agent.run_command("squeue", "-h", "-j", job_id, "-o", "%q").stdout.strip()
+
+
+def test_slurm_gives_each_job_the_qos_of_its_priority(
+        accounted: Callable[..., SlurmAgent]) -> None:
+    agent = accounted(qos_by_priority=TABLE)
+    # Held back an hour: the QOS is Slurm's as soon as it takes the job.
+    held = {"sbatch_args": ["--begin=now+3600"]}
+    urgent = agent.launch(task("acct.1", priority=5, **held))
+    idle = agent.launch(task("acct.2", priority=60, **held))
+    assert (qos_of(agent, urgent.job_id), qos_of(agent, idle.job_id)) == ("high", "low")
+    for handle in (urgent, idle):
+        agent.kill(handle)
+
+
+@pytest.mark.parametrize(("settings", "slurm_says"), [
+    ({"qos_by_priority": {"99": "elsewhere"}}, "Invalid qos specification"),
+    ({"qos": "nonexistent"}, "Invalid qos specification"),
+    ({"account": "nonexistent"}, "Invalid account"),
+], ids=["qos-of-no-association", "unknown-qos", "unknown-account"])
+def test_a_job_slurms_associations_refuse_fails_to_start_naming_why(
+        accounted: Callable[..., SlurmAgent], settings: dict[str, Any], slurm_says: str) -> None:
+    agent = accounted(**settings)
+    with pytest.raises(RuntimeError, match=rf"sbatch refused the job of allocation acct\.3: "
+                                           rf".*{slurm_says}"):
+        agent.launch(task("acct.3"))
+    assert not agent.job_dir("acct.3").exists(), "nothing is left of a refused job"
+    assert list(agent.state_dir.glob("*.json")) == []
+
+
+def test_a_job_its_qos_holds_back_waits_with_slurms_reason_until_it_may_run(
+        accounted: Callable[..., SlurmAgent]) -> None:
+    agent = accounted(qos="one")  # one running job per user
+    first = agent.launch(task("acct.4", "import time; time.sleep(3)"))
+    second = agent.launch(task("acct.5"))
+    deadline = time.monotonic() + 30
+    # (asking for its exit status is what has the agent look at the queue)
+    while second.waiting is None or "QOSMaxJobsPerUserLimit" not in second.waiting:
+        assert second.exit_status() is None and time.monotonic() < deadline, second.waiting
+        time.sleep(0.2)
+    assert second.waiting == f"Slurm job {second.job_id} is PENDING: QOSMaxJobsPerUserLimit"
+    assert qos_of(agent, second.job_id) == "one"
+    # Once the first has ended, the second runs and ends as it should.
+    for handle in (first, second):
+        while (status := handle.exit_status()) is None:
+            assert time.monotonic() < deadline + 60, handle.waiting
+            time.sleep(0.2)
+        assert status.success, status
