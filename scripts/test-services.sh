@@ -311,7 +311,9 @@ SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 KillWait=5
-MinJobAge=600
+# Ended jobs leave the controller 2 s after their end (sites keep them minutes), so that the
+# tests see what only accounting still knows of a job.
+MinJobAge=2
 NodeName=a1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[4]} CPUs=1 RealMemory=2000 State=UNKNOWN
 PartitionName=acct Nodes=a1 Default=YES MaxTime=INFINITE State=UP
 EOF

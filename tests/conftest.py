@@ -189,6 +189,17 @@ def slurm() -> dict[str, str]:
 
 
 @pytest.fixture
+def slurm_acct(slurm: dict[str, str]) -> dict[str, str]:
+    """The test Slurm cluster that keeps accounting (scripts/test-services.sh): associations
+    and QOS enforced, account ``dethub`` for root and nobody, and jobs forgotten by the
+    controller 2 s after their end (``MinJobAge``), to be found in accounting only; settings
+    of a Slurm agent there, as :func:`slurm`'s."""
+    conf, partition = required_env("DET_HUB_TEST_SLURM_ACCT_CONF",
+                                   "DET_HUB_TEST_SLURM_ACCT_PARTITION")
+    return {**slurm, "slurm_conf": conf, "partition": partition, "account": "dethub"}
+
+
+@pytest.fixture
 def slurm_shared() -> Iterator[Path]:
     """A directory Slurm jobs' users can reach, as the filesystem the master and the nodes
     share (pytest's own directories are root's alone); removed afterwards."""

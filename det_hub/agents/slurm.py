@@ -40,8 +40,9 @@ REQUEUE mode, a lost node), but never run one twice: a job seen waiting again af
 cancelled, and its task ends as resumable (:attr:`ExitStatus.resumable`), to start again from
 its latest checkpoint in a new job, without counting a restart; the batch script of a rerun
 exits at once, leaving its mark (:data:`RERUN_FILE`). A restarted master takes a job Slurm
-counts a requeue of (``scontrol``'s ``Restarts``), or whose rerun left that mark (after Slurm
-has forgotten the job), for one requeued while it was away, and ends it the same way, whether
+counts a requeue of (``scontrol``'s ``Restarts``; after the controller has forgotten the job,
+its runs accounting keeps as ``REQUEUED``, where the site keeps accounting), or whose rerun left
+that mark, for one requeued while it was away, and ends it the same way, whether
 it waits again, runs that script or has ended since; so does a running master a job requeued
 and run again between two of its looks at the queue.
 
@@ -192,6 +193,14 @@ def parse_sacct(text: str, job_id: str) -> SlurmJob | None:
         if len(fields) >= 4 and fields[0] == job_id:
             return SlurmJob(job_id, _base_state(fields[1]), "", fields[3], fields[2])
     return None
+
+
+def count_requeued(text: str, job_id: str) -> int:
+    """How many runs of job ``job_id`` Slurm requeued, in ``sacct --noheader --parsable2
+    --allocations --duplicates --format=JobID,State`` output: accounting keeps every run of a
+    job (``--duplicates`` lists them all), each one Slurm requeued as ``REQUEUED``."""
+    return sum(1 for line in text.splitlines()
+               if line.strip().split("|")[:2] == [job_id, "REQUEUED"])
 
 
 def parse_job_id(text: str) -> str:
@@ -828,8 +837,9 @@ class SlurmAgent(Agent):
             self._jobs[job_id] = found.get(job_id) or self._look_up(job_id)
 
     def requeues(self, job_id: str) -> int:
-        """How often Slurm requeued the job (``scontrol``'s ``Restarts``); 0 where scontrol
-        no longer knows it (``MinJobAge`` after its end).
+        """How often Slurm requeued the job: ``scontrol``'s ``Restarts`` while the controller
+        keeps it; once it has forgotten it (``MinJobAge`` after its end), the runs accounting
+        keeps as requeued, where the site keeps accounting (:func:`count_requeued`); else 0.
 
         Raises:
             AgentUnreachable: the controller does not answer.
@@ -838,7 +848,11 @@ class SlurmAgent(Agent):
         if done.returncode != 0 and self._unreachable(done):
             raise AgentUnreachable(f"scontrol failed: {done.stderr.strip()[-300:]}")
         job = parse_scontrol_job(done.stdout) if done.returncode == 0 else None
-        return job.restarts if job is not None else 0
+        if job is not None:
+            return job.restarts
+        done = self.run_command("sacct", "--noheader", "--parsable2", "--allocations",
+                                "--duplicates", f"--jobs={job_id}", "--format=JobID,State")
+        return count_requeued(done.stdout, job_id) if done.returncode == 0 else 0
 
     def _look_up(self, job_id: str) -> SlurmJob:
         """A job squeue does not list: from scontrol, else from accounting (where the site
@@ -1186,6 +1200,7 @@ __all__ = [
     "SlurmAgent",
     "SlurmJob",
     "SlurmTaskHandle",
+    "count_requeued",
     "exit_status_from_job",
     "job_script",
     "names_option",

@@ -527,6 +527,49 @@ def test_a_rerun_is_known_after_slurm_has_forgotten_the_job(
                              "the task again in a new job")
 
 
+def test_a_requeue_whose_rerun_never_ran_is_known_from_accounting_once_slurm_forgot_the_job(
+        slurm_acct: dict[str, str], slurm_shared: Path, tmp_path: Path) -> None:
+    """While no master watches, Slurm requeues a running job, and the requeued job is
+    cancelled in its queue before it runs again: its batch script never ran a second time to
+    leave its mark, and the controller has forgotten the job by the time a master finds it
+    again. Accounting, where the site keeps it, still lists the requeued run: the task ends
+    resumable, to go on in a new job, never as a cancel of its own (which would count a
+    restart)."""
+    def agent() -> SlurmAgent:
+        return SlurmAgent(tmp_path / "state", private_paths=[tmp_path / "private"],
+                          **{**slurm_acct, "agent_id": "t", "job_root": str(slurm_shared),
+                             "poll_interval": 0.3, "exit_file_grace": 1.0})
+
+    first = agent()
+    handle = first.launch(spec("12.a", "import time; print('run', flush=True); time.sleep(300)"))
+    try:
+        wait_running(handle)
+        requeue(first, handle.job_id)
+        deadline = time.monotonic() + 60
+        while "JobState=PENDING" not in (shown := first.run_command(
+                "scontrol", "--oneliner", "show", "job", handle.job_id).stdout):
+            assert time.monotonic() < deadline, shown
+            time.sleep(0.2)
+        assert first.run_command("scancel", handle.job_id).returncode == 0
+        while first.run_command("scontrol", "show", "job", handle.job_id).returncode == 0:
+            assert time.monotonic() < deadline, "the controller still keeps the job"
+            time.sleep(0.5)
+        assert not (first.job_dir("12.a") / "rerun").exists(), "the rerun never ran"
+
+        found = agent()
+        assert found.requeues(handle.job_id) == 1  # from accounting alone
+        again = found.attach("12.a", 0, None)
+        assert again is not None
+        status = wait_end(again)
+        assert status.resumable, status
+        assert status.reason == (f"Slurm requeued job {handle.job_id}; its rerun ended "
+                                 "CANCELLED before the task ran again, and det_hub starts the "
+                                 "task again in a new job")
+        assert [line.message for line in again.read_logs()] == ["run"]
+    finally:
+        first.run_command("scancel", handle.job_id)
+
+
 def test_a_job_that_ran_and_ended_between_two_looks_is_not_taken_for_requeued(
         make_agent: AgentFactory) -> None:
     """The agent last saw the job waiting; it ran and ended before the agent's next look at

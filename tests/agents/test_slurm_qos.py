@@ -32,7 +32,6 @@ from det_hub.agents.slurm import (
 )
 from det_hub.contract import CLUSTER_INFO_FILE
 from det_hub.env_names import TENSORBOARD_LOGDIRS_ENV
-from det_hub.testing import required_env
 
 NOBODY = (65534, 65534)
 TABLE = {"10": "high", "50": "normal", "99": "low"}
@@ -168,21 +167,16 @@ def test_a_job_is_submitted_with_the_qos_of_its_priority(
 
 
 @pytest.fixture
-def accounted(slurm: dict[str, str], slurm_shared: Path, tmp_path: Path
+def accounted(slurm_acct: dict[str, str], slurm_shared: Path, tmp_path: Path
               ) -> Iterator[Callable[..., SlurmAgent]]:
     """Slurm agents on the cluster with accounting, each with its settings; their jobs are
     cancelled afterwards."""
-    conf, partition = required_env("DET_HUB_TEST_SLURM_ACCT_CONF",
-                                   "DET_HUB_TEST_SLURM_ACCT_PARTITION")
     made: list[SlurmAgent] = []
 
     def agent(**settings: Any) -> SlurmAgent:
-        state = tmp_path / f"state{len(made)}"
-        one = SlurmAgent(state, private_paths=[tmp_path / "private"],
-                         **{"python": slurm["python"], "slurm_conf": conf,
-                            "partition": partition, "account": "dethub", "agent_id": "acct",
-                            "job_root": str(slurm_shared), "poll_interval": 0.3,
-                            "exit_file_grace": 1.0, **settings})
+        one = SlurmAgent(tmp_path / f"state{len(made)}", private_paths=[tmp_path / "private"],
+                         **{**slurm_acct, "agent_id": "acct", "job_root": str(slurm_shared),
+                            "poll_interval": 0.3, "exit_file_grace": 1.0, **settings})
         made.append(one)
         return one
 
