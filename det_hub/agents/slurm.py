@@ -12,7 +12,8 @@ where the master reads them as it reads a local task's.
 A task of N slots is one task on one node, except a trial whose command is one of det_hub's
 multi-node launchers (:func:`spreads_over_tasks`): that is one job of N tasks of one slot each,
 wherever Slurm puts them, and the runner's command is ``srun`` starting the launcher once per
-task (:mod:`det_hub.launch.slurm`), each task one node of a torch.distributed job.
+task (:mod:`det_hub.launch.slurm`), each task one node of a torch.distributed, DeepSpeed or
+Horovod job.
 
 The agent's slots are what det_hub may have handed to Slurm at once; Slurm decides when each job
 runs. A job Slurm holds back is ``PENDING`` with Slurm's reason: its allocation stays
@@ -122,8 +123,9 @@ RERUN_FILE = "rerun"
 #: Launchers that start a trial's workers on several nodes (``python -m NAME``): a multi-slot
 #: task whose command is one of them is one Slurm job of one task per slot.
 SPREAD_LAUNCHERS = frozenset({
-    "det_hub.launch.torch_distributed", "det_hub.launch.deepspeed",
-    "determined.launch.torch_distributed", "determined.launch.deepspeed"})
+    "det_hub.launch.torch_distributed", "det_hub.launch.deepspeed", "det_hub.launch.horovod",
+    "determined.launch.torch_distributed", "determined.launch.deepspeed",
+    "determined.launch.horovod"})
 #: Seconds a task's failed exit status waits for Slurm to say how its job ended (a job being
 #: requeued shows as such only once its processes are gone, after Slurm's KillWait).
 ENDING_SECONDS = 90.0

@@ -327,6 +327,29 @@ def run_workers(
         worker_env(base, rank=rank, size=nproc, port=port, omp_threads=omp_threads, node=node)
         for rank in range(nproc)
     ]
+    return supervise(command, envs, first_rank=node.rank * nproc, stdout=stdout, stderr=stderr,
+                     kill_grace=kill_grace)
+
+
+def supervise(
+    command: Sequence[str],
+    envs: Sequence[Mapping[str, str]],
+    *,
+    first_rank: int = 0,
+    stdout: IO[bytes] | None = None,
+    stderr: IO[bytes] | None = None,
+    kill_grace: float = KILL_GRACE_SECONDS,
+) -> int:
+    """Run one copy of ``command`` per environment of ``envs`` (this node's workers, of global
+    ranks ``first_rank`` up), each line they write marked with its rank, and watch over them
+    as :func:`run_workers` says.
+
+    Returns:
+        0 when every worker exited 0; else the exit code of the first worker that failed.
+
+    Raises:
+        LaunchError: The command cannot be started.
+    """
     workers = _Workers(kill_grace)
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -342,7 +365,7 @@ def run_workers(
         workers.copy_output(
             stdout if stdout is not None else _binary(sys.stdout),
             stderr if stderr is not None else _binary(sys.stderr),
-            first_rank=node.rank * nproc,
+            first_rank=first_rank,
         )
         workers.wait_all()
     finally:

@@ -8,7 +8,9 @@ in CI, where they fail.
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -165,7 +167,8 @@ def test_a_distributed_trial_is_one_task_per_slot() -> None:
     # Which commands are spread: det_hub's (and Determined's) multi-node launchers only.
     assert spreads_over_tasks(["python3", "-m", "det_hub.launch.torch_distributed", "--", "x"])
     assert spreads_over_tasks(["python", "-m", "determined.launch.deepspeed", "train.py"])
-    assert not spreads_over_tasks(["python3", "-m", "det_hub.launch.horovod", "train.py"])
+    assert spreads_over_tasks(["python3", "-m", "det_hub.launch.horovod", "train.py"])
+    assert not spreads_over_tasks(["python3", "-m", "det_hub.exec.harness", "model_def:T"])
     assert not spreads_over_tasks(["python3", "train.py", "-m",
                                    "det_hub.launch.torch_distributed"])
     assert not spreads_over_tasks(["python3", "-m"])
@@ -356,6 +359,40 @@ def test_a_distributed_task_is_one_job_of_one_task_per_slot(make_agent: AgentFac
     for rank in (0, 1):
         own = json.loads((handle.job_dir / "tmp" / f"cluster-info.{rank}.json").read_text())
         assert (own["slot_ids"], own["container_rank"]) == ([rank], rank)
+
+
+#: A Horovod worker: where it runs, and the sum of all ranks over Gloo.
+HOROVOD_SUM = ("import os, torch, horovod.torch as hvd; hvd.init(); "
+               "t = hvd.allreduce(torch.tensor([float(hvd.rank())]), op=hvd.Sum); "
+               "print(hvd.rank(), hvd.size(), hvd.local_rank(), hvd.cross_rank(), "
+               "os.environ['SLURMD_NODENAME'], t.item(), flush=True)")
+
+
+def test_a_horovod_task_is_one_job_of_one_task_per_slot_over_both_nodes(
+        make_agent: AgentFactory) -> None:
+    if importlib.util.find_spec("horovod") is None:
+        message = "Horovod is not installed: run `make horovod`"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)  # CI installs it: the test must run there
+        pytest.skip(message)
+    agent = make_agent()
+    info = {"master_url": "http://127.0.0.1:9", "allocation_id": "13.a", "task_id": "trial-1",
+            "slot_ids": [0, 1]}
+    handle = agent.launch(TaskSpec(
+        "13.a", ["python3", "-m", "det_hub.launch.horovod", "--", "python3", "-c",
+                 HOROVOD_SUM],
+        {"DET_HUB_CLUSTER_INFO": agent.file_path("13.a", CLUSTER_INFO_FILE)}, None, [0, 1],
+        {CLUSTER_INFO_FILE: json.dumps(info)}, run_as=NOBODY))
+    status = wait_end(handle, timeout=180)
+    lines = sorted(line.message for line in handle.read_logs())
+    assert status == ExitStatus(0, None, None), lines
+    # One worker on each node: ranks 0 and 1 of 2, local rank 0, cross ranks 0 and 1, met at
+    # the chief's rendezvous: 0 + 1 = 1.
+    fields = [line.split() for line in lines]
+    assert [f[:5] + f[6:] for f in fields] == [
+        ["[rank=0]", "0", "2", "0", "0", "1.0"],
+        ["[rank=1]", "1", "2", "0", "1", "1.0"]]
+    assert sorted(f[5] for f in fields) == ["n1", "n2"]
 
 
 def test_a_sigterm_to_the_batch_step_asks_the_task_to_stop(make_agent: AgentFactory) -> None:

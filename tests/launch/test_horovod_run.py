@@ -15,6 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from det_hub.env_names import (
+    AGENT_ADDRESS_ENV,
+    CHIEF_ADDR_ENV,
+    CHIEF_PORT_ENV,
+    NNODES_ENV,
+    NODE_RANK_ENV,
+)
+from det_hub.launch.torch_distributed import free_port
+
 LAUNCHER = [sys.executable, "-m", "det_hub.launch.horovod"]
 
 # One worker: reports its place in the job, then all-reduces its rank with the other workers.
@@ -154,3 +163,42 @@ def test_failing_worker_fails_the_job(
         "Terminating remaining workers after failure of Process 1.",
     ]
     assert set(own[2:]) <= {"Process 0 exit with status code 143."}
+
+
+@pytest.mark.usefixtures("horovod_installed")
+def test_a_job_spread_over_two_nodes_meets_at_the_chief(
+    tmp_path: Path, worker: Path, base_env: dict[str, str]
+) -> None:
+    """Two launchers, as the two nodes of one trial (two Slurm tasks, or containers on two
+    hosts), each told its place as the master tells it: no horovodrun, the chief serves the
+    rendezvous at its address and port, and the two nodes' workers are ranks 0 and 1 of one
+    job, which all-reduce across the nodes."""
+    port = free_port()
+    nodes = []
+    for rank in (0, 1):
+        env = dict(base_env, OMP_NUM_THREADS="2", **{
+            NNODES_ENV: "2", NODE_RANK_ENV: str(rank), CHIEF_ADDR_ENV: "127.0.0.1",
+            CHIEF_PORT_ENV: str(port), AGENT_ADDRESS_ENV: "127.0.0.1"})
+        nodes.append(subprocess.Popen(
+            [*LAUNCHER, "--nproc", "1", "--", sys.executable, str(worker)], env=env,
+            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    outputs = [node.communicate(timeout=120) for node in nodes]
+    for node, (out, err) in zip(nodes, outputs, strict=True):
+        assert node.returncode == 0, out + err
+    for rank, (out, err) in enumerate(outputs):
+        # Marked by the launcher as its other workers' lines are; local rank 0 on each node.
+        assert out.splitlines() == [
+            f"[rank={rank}] rank {rank} size 2 local 0 distributed horovod omp 2",
+            f"[rank={rank}] rank {rank} sum 1"]
+        assert err.splitlines() == [f"[rank={rank}] stderr of rank {rank}"]
+
+
+def test_horovodrun_options_are_refused_for_a_job_over_several_nodes(
+        base_env: dict[str, str]) -> None:
+    env = dict(base_env, **{NNODES_ENV: "2", NODE_RANK_ENV: "1", CHIEF_ADDR_ENV: "127.0.0.1",
+                            CHIEF_PORT_ENV: "1"})
+    proc = subprocess.run([*LAUNCHER, "--nproc", "1", "--verbose", "--", "true"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "horovodrun options (--verbose) do not apply to a trial spread over several " \
+           "nodes" in proc.stderr
