@@ -152,38 +152,53 @@ free_ports() {
   echo "${found[@]}"
 }
 
-write_slurm_conf() {
-  local host ports
-  host=$(hostname -s)
-  read -r -a ports <<< "$(free_ports 4 46817)"
-  cat > "$slurm_dir/slurm.conf" <<EOF
+# What both test clusters' slurm.conf say: cluster_conf NAME DIR CTLD_PORT SLURMD_PORT prints
+# the head (ClusterName to the job accounting gatherer), scheduling_conf the scheduling.
+cluster_conf() {
+  cat <<EOF
 # Written by scripts/test-services.sh: a private test cluster on 127.0.0.1.
-ClusterName=dethubtest
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=${ports[0]}
-SlurmdPort=${ports[1]}
+ClusterName=$1
+SlurmctldHost=$(hostname -s)(127.0.0.1)
+SlurmctldPort=$3
+SlurmdPort=$4
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 AuthInfo=socket=$slurm_dir/munge/munge.socket
 CredType=cred/munge
-StateSaveLocation=$slurm_dir/state
-SlurmdSpoolDir=$slurm_dir/spool/%n
-SlurmctldPidFile=$slurm_dir/run/slurmctld.pid
-SlurmdPidFile=$slurm_dir/run/slurmd-%n.pid
-SlurmctldLogFile=$slurm_dir/log/slurmctld.log
-SlurmdLogFile=$slurm_dir/log/slurmd-%n.log
+StateSaveLocation=$2/state
+SlurmdSpoolDir=$2/spool/%n
+SlurmctldPidFile=$2/run/slurmctld.pid
+SlurmdPidFile=$2/run/slurmd-%n.pid
+SlurmctldLogFile=$2/log/slurmctld.log
+SlurmdLogFile=$2/log/slurmd-%n.log
 SlurmdParameters=config_overrides
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+EOF
+}
+
+scheduling_conf() {
+  cat <<EOF
 JobCompType=jobcomp/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 MpiDefault=none
 ReturnToService=2
 KillWait=5
+EOF
+}
+
+write_slurm_conf() {
+  local host ports
+  host=$(hostname -s)
+  read -r -a ports <<< "$(free_ports 4 46817)"
+  {
+    cluster_conf dethubtest "$slurm_dir" "${ports[0]}" "${ports[1]}"
+    echo "AccountingStorageType=accounting_storage/none"
+    scheduling_conf
+    cat <<EOF
 MinJobAge=600
 NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[2]} CPUs=1 RealMemory=2000 State=UNKNOWN
 NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[3]} CPUs=1 RealMemory=2000 State=UNKNOWN
@@ -194,6 +209,7 @@ PreemptMode=CANCEL
 PartitionName=debug Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP PriorityTier=1
 PartitionName=urgent Nodes=n1,n2 MaxTime=INFINITE State=UP PriorityTier=2 PreemptMode=OFF
 EOF
+  } > "$slurm_dir/slurm.conf"
 }
 
 start_munge() {
@@ -208,6 +224,20 @@ start_munge() {
   munged --force --socket="$m/munge.socket" --key-file="$m/munge.key" \
     --pid-file="$m/munged.pid" --seed-file="$m/munged.seed" --log-file="$slurm_dir/log/munged.log" ||
     { log "munged did not start; see $slurm_dir/log/munged.log"; return 1; }
+}
+
+nodes_up() {
+  # nodes_up DIR N: wait (30 s at most) until the cluster of DIR/slurm.conf has N nodes up.
+  local i count
+  for i in $(seq 1 60); do
+    count=$(SLURM_CONF="$1/slurm.conf" sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null || true)
+    [ "$count" = "$2" ] && return 0
+    sleep 0.5
+  done
+  log "the test Slurm's nodes under $1 are not up:"
+  SLURM_CONF="$1/slurm.conf" sinfo >&2 || true
+  tail -5 "$1/log/slurmctld.log" >&2
+  return 1
 }
 
 start_slurm() {
@@ -228,14 +258,7 @@ start_slurm() {
         { log "slurmd $node did not start; see $slurm_dir/log/slurmd-$node.log"; return 1; }
     done
   fi
-  local i
-  for i in $(seq 1 60); do
-    [ "$(slurm_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 2 ] && break
-    sleep 0.5
-  done
-  [ "$(slurm_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 2 ] ||
-    { log "the test Slurm's nodes are not up:"; slurm_ctl sinfo >&2 || true
-      tail -5 "$slurm_dir/log/slurmctld.log" >&2; return 1; }
+  nodes_up "$slurm_dir" 2 || return 1
   slurm_python
   log "Slurm (partition debug, and urgent, which preempts it; nodes n1 n2) with SLURM_CONF=$slurm_dir/slurm.conf"
   echo "export DET_HUB_TEST_SLURM_CONF=$slurm_dir/slurm.conf"
@@ -278,45 +301,25 @@ PidFile=$acct_dir/run/slurmdbd.pid
 LogFile=$acct_dir/log/slurmdbd.log
 EOF
   chmod 600 "$acct_dir/slurmdbd.conf"
-  cat > "$acct_dir/slurm.conf" <<EOF
-# Written by scripts/test-services.sh: a private test cluster with accounting on 127.0.0.1.
-ClusterName=dethubacct
-SlurmctldHost=$host(127.0.0.1)
-SlurmctldPort=${ports[2]}
-SlurmdPort=${ports[3]}
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-AuthInfo=socket=$slurm_dir/munge/munge.socket
-CredType=cred/munge
-StateSaveLocation=$acct_dir/state
-SlurmdSpoolDir=$acct_dir/spool/%n
-SlurmctldPidFile=$acct_dir/run/slurmctld.pid
-SlurmdPidFile=$acct_dir/run/slurmd-%n.pid
-SlurmctldLogFile=$acct_dir/log/slurmctld.log
-SlurmdLogFile=$acct_dir/log/slurmd-%n.log
-SlurmdParameters=config_overrides
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
+  {
+    cluster_conf dethubacct "$acct_dir" "${ports[2]}" "${ports[3]}"
+    cat <<EOF
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=127.0.0.1
 AccountingStoragePort=${ports[1]}
 # The munge socket the controller and the client commands reach slurmdbd through.
 AccountingStoragePass=$slurm_dir/munge/munge.socket
 AccountingStorageEnforce=associations,limits,qos
-JobCompType=jobcomp/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-MpiDefault=none
-ReturnToService=2
-KillWait=5
+EOF
+    scheduling_conf
+    cat <<EOF
 # Ended jobs leave the controller 2 s after their end (sites keep them minutes), so that the
 # tests see what only accounting still knows of a job.
 MinJobAge=2
 NodeName=a1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${ports[4]} CPUs=1 RealMemory=2000 State=UNKNOWN
 PartitionName=acct Nodes=a1 Default=YES MaxTime=INFINITE State=UP
 EOF
+  } > "$acct_dir/slurm.conf"
 }
 
 start_mariadb() {
@@ -377,13 +380,7 @@ start_slurm_acct() {
   acct_ctl sacctmgr -n list assoc format=account,user -p | grep -q "^dethub|nobody|" ||
     acct_ctl sacctmgr -i add user root,nobody account=dethub defaultaccount=dethub \
       qos=normal,high,low,one >/dev/null
-  for i in $(seq 1 60); do
-    [ "$(acct_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 1 ] && break
-    sleep 0.5
-  done
-  [ "$(acct_ctl sinfo -h -t idle,mix,alloc -o '%D' 2>/dev/null)" = 1 ] ||
-    { log "the accounting test Slurm's node is not up:"; acct_ctl sinfo >&2 || true
-      tail -5 "$acct_dir/log/slurmctld.log" >&2; return 1; }
+  nodes_up "$acct_dir" 1 || return 1
   log "Slurm with accounting (partition acct, node a1; QOS enforced) with SLURM_CONF=$acct_dir/slurm.conf"
   echo "export DET_HUB_TEST_SLURM_ACCT_CONF=$acct_dir/slurm.conf"
   echo "export DET_HUB_TEST_SLURM_ACCT_PARTITION=acct"

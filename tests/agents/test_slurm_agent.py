@@ -336,18 +336,25 @@ GLOO_SUM = ("import os, torch, torch.distributed as dist; dist.init_process_grou
             "dist.destroy_process_group()")
 
 
-def test_a_distributed_task_is_one_job_of_one_task_per_slot(make_agent: AgentFactory) -> None:
-    agent = make_agent()
-    info = {"master_url": "http://127.0.0.1:9", "allocation_id": "5.a", "task_id": "trial-1",
-            "slot_ids": [0, 1]}
+def run_two_slot_task(agent: SlurmAgent, allocation_id: str, launcher: str,
+                      code: str) -> tuple[SlurmTaskHandle, list[str]]:
+    """Run ``python3 -c code`` under ``launcher`` as a task of two slots to its end, which
+    must be a success; its handle and its log lines, sorted."""
+    info = {"master_url": "http://127.0.0.1:9", "allocation_id": allocation_id,
+            "task_id": "trial-1", "slot_ids": [0, 1]}
     handle = agent.launch(TaskSpec(
-        "5.a", ["python3", "-m", "det_hub.launch.torch_distributed", "--", "python3", "-c",
-                GLOO_SUM],
-        {"DET_HUB_CLUSTER_INFO": agent.file_path("5.a", CLUSTER_INFO_FILE)}, None, [0, 1],
-        {CLUSTER_INFO_FILE: json.dumps(info)}, run_as=NOBODY))
+        allocation_id, ["python3", "-m", launcher, "--", "python3", "-c", code],
+        {"DET_HUB_CLUSTER_INFO": agent.file_path(allocation_id, CLUSTER_INFO_FILE)}, None,
+        [0, 1], {CLUSTER_INFO_FILE: json.dumps(info)}, run_as=NOBODY))
     status = wait_end(handle, timeout=180)
     lines = sorted(line.message for line in handle.read_logs())
     assert status == ExitStatus(0, None, None), lines
+    return handle, lines
+
+
+def test_a_distributed_task_is_one_job_of_one_task_per_slot(make_agent: AgentFactory) -> None:
+    handle, lines = run_two_slot_task(make_agent(), "5.a", "det_hub.launch.torch_distributed",
+                                      GLOO_SUM)
     # One worker on each one-CPU node (one thread each), ranks 0 and 1 of 2, met at
     # 127.0.0.1: 0 + 1 = 1.
     fields = [line.split() for line in lines]
@@ -375,17 +382,7 @@ def test_a_horovod_task_is_one_job_of_one_task_per_slot_over_both_nodes(
         if os.environ.get("CI") == "true":
             pytest.fail(message)  # CI installs it: the test must run there
         pytest.skip(message)
-    agent = make_agent()
-    info = {"master_url": "http://127.0.0.1:9", "allocation_id": "13.a", "task_id": "trial-1",
-            "slot_ids": [0, 1]}
-    handle = agent.launch(TaskSpec(
-        "13.a", ["python3", "-m", "det_hub.launch.horovod", "--", "python3", "-c",
-                 HOROVOD_SUM],
-        {"DET_HUB_CLUSTER_INFO": agent.file_path("13.a", CLUSTER_INFO_FILE)}, None, [0, 1],
-        {CLUSTER_INFO_FILE: json.dumps(info)}, run_as=NOBODY))
-    status = wait_end(handle, timeout=180)
-    lines = sorted(line.message for line in handle.read_logs())
-    assert status == ExitStatus(0, None, None), lines
+    _, lines = run_two_slot_task(make_agent(), "13.a", "det_hub.launch.horovod", HOROVOD_SUM)
     # One worker on each node: ranks 0 and 1 of 2, local rank 0, cross ranks 0 and 1, met at
     # the chief's rendezvous: 0 + 1 = 1.
     fields = [line.split() for line in lines]
