@@ -19,7 +19,9 @@ and mounts (the agent checks that), and brings the child's pipes with it:
   it closes, the runner is gone, and the child's whole process group is killed.
 
 A child leaves this process at once: a session and process group of its own, the standard
-streams given, the context unpacked into its own working directory. Then it waits for its go,
+streams given, the context unpacked into its own working directory, with the bytecode of the
+context's modules an earlier child wrote (gathered as that child ended): only the first
+children compile the experiment's own code. Then it waits for its go,
 and takes it as :func:`det_hub.exec.warm_start.start` does: the entrypoint runs in the child
 where a fresh interpreter would run it alike, else it is executed afresh. A child costs a fork,
 not an interpreter's start and imports.
@@ -63,12 +65,94 @@ FORK_FDS = ("stdout", "stderr", "status", "go", "exit", "signal")
 MAX_REQUEST = 1 << 16
 
 
+#: What the bytecode a child wrote is gathered from at most (see :func:`harvest_bytecode`):
+#: directories looked into, entries looked at, bytes of one file, bytes in all.
+HARVEST_DIRS = 200
+HARVEST_ENTRIES = 20_000
+HARVEST_FILE_BYTES = 1 << 20
+HARVEST_BYTES = 16 << 20
+
+
 @dataclasses.dataclass
 class _Child:
     pid: int
     pidfd: int
     exit_w: int
     signal_r: int | None
+    workdir: str | None = None
+
+
+def harvest_bytecode(workdir: str) -> dict[str, bytes]:
+    """The bytecode Python wrote in a child's working directory as the child imported its
+    modules (``__pycache__/NAME.TAG.pyc`` beside each ``NAME.py``), by path from there, for the
+    next children to start with (:func:`plant_bytecode`). Looks at most
+    :data:`HARVEST_DIRS` directories and :data:`HARVEST_ENTRIES` entries (a trial may have
+    written a dataset there), and keeps files of at most :data:`HARVEST_FILE_BYTES`, up to
+    :data:`HARVEST_BYTES` in all; what it cannot read it leaves."""
+    suffix = f".{sys.implementation.cache_tag}.pyc"
+    found: dict[str, bytes] = {}
+    total = entries = 0
+    pending, seen = [""], 0
+    while pending and seen < HARVEST_DIRS and entries < HARVEST_ENTRIES:
+        rel = pending.pop()
+        seen += 1
+        try:
+            with os.scandir(os.path.join(workdir, rel)) as listing:
+                children = list(listing)
+        except OSError:
+            continue
+        entries += len(children)
+        for entry in children:
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            if entry.name != "__pycache__":
+                pending.append(os.path.join(rel, entry.name))
+                continue
+            for pyc in _listing(entry.path):
+                name = pyc.name
+                if not (name.endswith(suffix) and pyc.is_file(follow_symlinks=False)):
+                    continue
+                source = os.path.join(workdir, rel, name[:-len(suffix)] + ".py")
+                try:
+                    if not os.path.isfile(source) or \
+                            pyc.stat(follow_symlinks=False).st_size > HARVEST_FILE_BYTES:
+                        continue
+                    with open(pyc.path, "rb") as f:
+                        data = f.read()
+                except OSError:
+                    continue
+                if total + len(data) > HARVEST_BYTES:
+                    return found
+                found[os.path.join(rel, "__pycache__", name)] = data
+                total += len(data)
+    return found
+
+
+def _listing(path: str) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as listing:
+            return list(listing)
+    except OSError:
+        return []
+
+
+def plant_bytecode(bytecode: dict[str, bytes], workdir: str) -> None:
+    """Write bytecode a child before wrote (:func:`harvest_bytecode`) into a new child's
+    working directory, where its context was just unpacked alike (the same files, with the
+    same times: Python takes the bytecode as that of its source only then, else compiles it
+    again). A file already there is kept; one that cannot be written is left out, as it
+    only saves compiling."""
+    if sys.pycache_prefix is not None:  # Python looks for bytecode elsewhere
+        return
+    for rel, data in bytecode.items():
+        path = os.path.join(workdir, rel)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        except OSError:
+            continue
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
 
 
 def _kill_group(pid: int, sig: int) -> None:
@@ -93,6 +177,9 @@ class Zygote:
         self.entry = entry
         self.children: dict[int, _Child] = {}
         self.selector = selectors.DefaultSelector()
+        #: The bytecode the first child to have written any wrote (:func:`harvest_bytecode`),
+        #: which the children forked after it start with.
+        self.bytecode: dict[str, bytes] = {}
 
     def serve(self) -> int:
         self.selector.register(self.ctl, selectors.EVENT_READ, None)
@@ -149,7 +236,7 @@ class Zygote:
                 os._exit(code)
         for fd in (out, err, status, go):
             os.close(fd)
-        child = _Child(pid, os.pidfd_open(pid), exit_w, signal_r)
+        child = _Child(pid, os.pidfd_open(pid), exit_w, signal_r, str(request["dir"]))
         self.children[pid] = child
         self.selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
         self.selector.register(signal_r, selectors.EVENT_READ, ("signal", child))
@@ -182,6 +269,7 @@ class Zygote:
             os.chdir(workdir)
             if request.get("context"):
                 extract_archive(str(request["context"]), workdir)
+                plant_bytecode(self.bytecode, workdir)
         except (ContextError, OSError) as e:
             why = f"the context cannot be unpacked into {workdir}: {e}"
             print(f"det_hub: {why}", file=sys.stderr, flush=True)
@@ -222,6 +310,9 @@ class Zygote:
             self.selector.unregister(child.signal_r)
             os.close(child.signal_r)
         del self.children[child.pid]
+        if not self.bytecode and child.workdir:
+            # After its exit is told: the next trial's start never waits for this.
+            self.bytecode = harvest_bytecode(child.workdir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -581,6 +581,39 @@ def test_trials_that_follow_each_other_on_a_slot_are_forked_from_one_zygote(
         time.sleep(0.05)
 
 
+#: An entry that imports a module of its context, saying whether that module's bytecode was
+#: there before, and whether Python took it as it was (it writes it again where it is stale).
+BYTECODE_ENTRY = """
+import os, sys
+pyc = os.path.join("__pycache__", f"helper.{sys.implementation.cache_tag}.pyc")
+before = os.stat(pyc).st_mtime_ns if os.path.exists(pyc) else None
+import helper
+print("bytecode ahead", before is not None, "taken", before == os.stat(pyc).st_mtime_ns,
+      "helper says", helper.ANSWER)
+"""
+BYTECODE_CONTEXT = targz({"train.py": BYTECODE_ENTRY, "helper.py": "ANSWER = 6 * 7\n"})
+
+
+def test_forked_trials_start_with_the_bytecode_an_earlier_trial_wrote(
+        agent: LocalAgent) -> None:
+    slot = agent.slots[0].id
+    said = []
+    for n in (71, 72, 73, 74):
+        if n > 71:
+            follow_on_ready(agent, slot)
+        spec = dataclasses.replace(trial_task(f"{n}.a", n, slot), context=BYTECODE_CONTEXT)
+        status, lines, _ = run_as_trial(agent, spec)
+        assert status.exit_code == 0, lines
+        [line] = [m for kind, m in lines if m.startswith("bytecode ahead")]
+        said.append(line)
+    # The first two compile helper (the second was forked as the first began, before any
+    # bytecode was written); from the third on, each starts with the first one's, and Python
+    # takes it as it is.
+    assert said == ["bytecode ahead False taken False helper says 42"] * 2 + \
+        ["bytecode ahead True taken True helper says 42"] * 2
+    agent.discard_all_prepared()
+
+
 #: An entry that says whether torch was imported before it ran, then imports it itself.
 TORCH_ENTRY = ("import sys\nprint('torch ahead', 'torch' in sys.modules)\n"
                "import torch\nprint('torch', torch.tensor([2.0]).sum().item())\n")

@@ -15,6 +15,9 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from det_hub.exec import zygote
 from det_hub.exec.zygote import FORK_FDS
 from det_hub.testing import targz
 
@@ -140,3 +143,33 @@ def test_a_child_waits_for_its_go_and_ends_without_one(tmp_path: Path) -> None:
         ctl.close()
     proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def test_bytecode_is_gathered_beside_its_sources_only_and_planted_where_none_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tag = sys.implementation.cache_tag
+    ran = tmp_path / "ran"
+    for rel in ("", "pkg", "data"):
+        (ran / rel / "__pycache__").mkdir(parents=True)
+    (ran / "helper.py").write_text("x = 1\n")
+    (ran / "__pycache__" / f"helper.{tag}.pyc").write_bytes(b"helper")
+    (ran / "pkg" / "mod.py").write_text("y = 2\n")
+    (ran / "pkg" / "__pycache__" / f"mod.{tag}.pyc").write_bytes(b"mod")
+    # No source beside it, another Python's, and a link: none is taken.
+    (ran / "__pycache__" / f"gone.{tag}.pyc").write_bytes(b"gone")
+    (ran / "__pycache__" / "helper.other-99.pyc").write_bytes(b"other")
+    (ran / "big.py").write_text("")
+    (ran / "__pycache__" / f"big.{tag}.pyc").symlink_to(ran / "__pycache__" / f"helper.{tag}.pyc")
+    found = zygote.harvest_bytecode(str(ran))
+    assert found == {f"__pycache__/helper.{tag}.pyc": b"helper",
+                     f"pkg/__pycache__/mod.{tag}.pyc": b"mod"}
+    # Past its bounds it stops: here after one directory.
+    monkeypatch.setattr(zygote, "HARVEST_DIRS", 1)
+    assert zygote.harvest_bytecode(str(ran)) == {f"__pycache__/helper.{tag}.pyc": b"helper"}
+
+    fresh = tmp_path / "fresh"
+    (fresh / "pkg" / "__pycache__").mkdir(parents=True)
+    (fresh / "pkg" / "__pycache__" / f"mod.{tag}.pyc").write_bytes(b"its own")
+    zygote.plant_bytecode(found, str(fresh))
+    assert (fresh / "__pycache__" / f"helper.{tag}.pyc").read_bytes() == b"helper"
+    assert (fresh / "pkg" / "__pycache__" / f"mod.{tag}.pyc").read_bytes() == b"its own"
