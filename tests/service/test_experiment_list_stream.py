@@ -204,7 +204,10 @@ def test_the_stream_over_http(module_master: MasterProcess,
         assert mine[-1] == m.experiment(eid)
         assert mine[-1]["best_searcher_metric"] == pytest.approx(1 / 6)
         assert all(a != b for a, b in zip(mine, mine[1:], strict=False))
-        assert mine[0]["state"] in ("QUEUED", "STARTING", "RUNNING") and mine[-1]["progress"] == 1.0
+        # Seen before its end, in whichever state the stream's first event caught it (a
+        # six-step experiment may be stopping already: events are coalesced).
+        assert mine[0]["state"] in ("QUEUED", "STARTING", "RUNNING", "STOPPING_COMPLETED") \
+            and mine[-1]["progress"] == 1.0
         m.wait(lambda: seen[-1][0] == ":", timeout=10)
         assert seen[-1] == (":", "heartbeat")
         stop.set()
