@@ -96,11 +96,7 @@ def harvest_bytecode(workdir: str) -> dict[str, bytes]:
     while pending and seen < HARVEST_DIRS and entries < HARVEST_ENTRIES:
         rel = pending.pop()
         seen += 1
-        try:
-            with os.scandir(os.path.join(workdir, rel)) as listing:
-                children = list(listing)
-        except OSError:
-            continue
+        children = _listing(os.path.join(workdir, rel))
         entries += len(children)
         for entry in children:
             if not entry.is_dir(follow_symlinks=False):
@@ -129,6 +125,7 @@ def harvest_bytecode(workdir: str) -> dict[str, bytes]:
 
 
 def _listing(path: str) -> list[os.DirEntry[str]]:
+    """A directory's entries; none where it cannot be read."""
     try:
         with os.scandir(path) as listing:
             return list(listing)
