@@ -272,6 +272,17 @@ start_slurm() {
 # per user); QOS elsewhere exists but is no association's, so a job asking for it is refused.
 acct_ctl() { SLURM_CONF="$acct_dir/slurm.conf" "$@"; }
 
+# Whether the accounting controller holds the QOS and associations the tests submit under.
+acct_knows() {
+  local qos known
+  known=$(acct_ctl scontrol show assoc_mgr flags=qos 2>/dev/null) || return 1
+  for qos in normal high low elsewhere one; do
+    grep -q "^QOS=$qos(" <<<"$known" || return 1
+  done
+  acct_ctl scontrol show assoc_mgr users=nobody accounts=dethub flags=assoc 2>/dev/null |
+    grep -q "UserName=nobody("
+}
+
 acct_answers() {
   [ -f "$acct_dir/slurm.conf" ] && acct_ctl scontrol ping 2>/dev/null | grep -q "is UP"
 }
@@ -364,13 +375,9 @@ start_slurm_acct() {
   acct_ctl sacctmgr -n list cluster format=cluster -p 2>/dev/null | grep -q "^dethubacct|" ||
     acct_ctl sacctmgr -i add cluster dethubacct >/dev/null ||
     { log "slurmdbd does not answer; see $acct_dir/log/slurmdbd.log"; return 1; }
-  if ! acct_answers; then
-    acct_ctl slurmctld -i -f "$acct_dir/slurm.conf" ||
-      { log "slurmctld (accounting) did not start; see $acct_dir/log/slurmctld.log"; return 1; }
-    acct_ctl slurmd -f "$acct_dir/slurm.conf" -N a1 ||
-      { log "slurmd a1 did not start; see $acct_dir/log/slurmd-a1.log"; return 1; }
-  fi
-  # What the tests submit under, added where missing (sacctmgr refuses what exists).
+  # What the tests submit under, added where missing (sacctmgr refuses what exists), before
+  # the controller starts: it loads them whole as it registers. Added after, each reaches it
+  # as an update slurmdbd pushes, and one pushed while it registers can be lost.
   for qos in high low elsewhere "one MaxJobsPerUser=1"; do
     acct_ctl sacctmgr -n list qos format=name -p | grep -q "^${qos%% *}|" ||
       acct_ctl sacctmgr -i add qos $qos >/dev/null
@@ -380,6 +387,21 @@ start_slurm_acct() {
   acct_ctl sacctmgr -n list assoc format=account,user -p | grep -q "^dethub|nobody|" ||
     acct_ctl sacctmgr -i add user root,nobody account=dethub defaultaccount=dethub \
       qos=normal,high,low,one >/dev/null
+  if ! acct_answers; then
+    acct_ctl slurmctld -i -f "$acct_dir/slurm.conf" ||
+      { log "slurmctld (accounting) did not start; see $acct_dir/log/slurmctld.log"; return 1; }
+    acct_ctl slurmd -f "$acct_dir/slurm.conf" -N a1 ||
+      { log "slurmd a1 did not start; see $acct_dir/log/slurmd-a1.log"; return 1; }
+  fi
+  # The controller's own view must hold every QOS and nobody's association before a test
+  # submits under them.
+  for i in $(seq 1 80); do
+    acct_knows && break
+    sleep 0.25
+  done
+  acct_knows || { log "the accounting controller does not know the tests' QOS and" \
+    "associations (stop slurm-acct and start it again); see $acct_dir/log/slurmctld.log"
+    return 1; }
   nodes_up "$acct_dir" 1 || return 1
   log "Slurm with accounting (partition acct, node a1; QOS enforced) with SLURM_CONF=$acct_dir/slurm.conf"
   echo "export DET_HUB_TEST_SLURM_ACCT_CONF=$acct_dir/slurm.conf"
