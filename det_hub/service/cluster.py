@@ -1081,6 +1081,9 @@ class Cluster:
         self.changes.publish()
         if tasks_ended:
             await self._schedule()
+            # The launches just placed go first: their start is written before this end's
+            # bookkeeping takes the store.
+            await asyncio.sleep(0)
         await self.endings.settle(Ending(alloc, status))
 
     async def _reap(self, alloc: Allocation) -> None:

@@ -26,7 +26,7 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from det_hub.agents import AgentUnreachable, ExitStatus, TaskHandle
+from det_hub.agents import AgentUnreachable, ExitStatus, LogLine, TaskHandle
 from det_hub.states import AllocationState
 from det_hub.store import StoreUnavailable
 
@@ -167,15 +167,14 @@ class AllocationMonitor:
             handle = node.handle
             if handle is None:
                 return
-            await self._ship_logs(alloc, handle)
-            status = await asyncio.to_thread(handle.exit_status)
-            if status is None and not await asyncio.to_thread(handle.alive):
+            lines, status, gone = await asyncio.to_thread(_look, handle)
+            if gone:
                 # Gone without an exit status: killed outright, or SIGKILL.
-                status = await asyncio.to_thread(handle.exit_status) or ExitStatus(
+                status = status or ExitStatus(
                     None, signal.Signals.SIGKILL.name if alloc.killed else None,
                     reason="the task's process disappeared")
+            await self._ship_logs(alloc, lines)
             if status is not None:
-                await self._ship_logs(alloc, handle)
                 node.status = status
             elif handle.stop_requested and not alloc.killed:
                 # Its agent's scheduler wants the slots back soon: checkpoint and stop, as
@@ -208,8 +207,7 @@ class AllocationMonitor:
                 continue
             await self.cluster.kill(alloc)
 
-    async def _ship_logs(self, alloc: Allocation, handle: TaskHandle) -> None:
-        lines = await asyncio.to_thread(handle.read_logs)
+    async def _ship_logs(self, alloc: Allocation, lines: list[LogLine]) -> None:
         if not lines and not alloc.unstored_logs:
             return
         if lines:
@@ -233,6 +231,22 @@ class AllocationMonitor:
                 placements=[n.record() for n in alloc.nodes])
         except StoreUnavailable:
             pass  # the lines wait with the allocation; the store has logged the outage
+
+
+def _look(handle: TaskHandle) -> tuple[list[LogLine], ExitStatus | None, bool]:
+    """A task's new log lines and its exit status, read in one go (a hop to a thread each
+    round, not one per question): the status first, so that the lines read after it hold
+    every line the task wrote where it has ended; and whether its process is gone without
+    one (its status, if it came meanwhile, is then the one given)."""
+    status = handle.exit_status()
+    lines = handle.read_logs()
+    gone = False
+    if status is None and not handle.alive():
+        status, gone = handle.exit_status(), True
+        lines += handle.read_logs()
+    elif status is not None:
+        lines += handle.read_logs()  # what a single read left, past its size limit
+    return lines, status, gone and status is None
 
 
 #: The most log lines an allocation keeps in memory while the database cannot take them; past
