@@ -667,17 +667,20 @@ class ExperimentRun:
         self._save_pending = self._whole_pending = False
         await self.update_progress()
 
-    async def update_progress(self, *, now: bool = False) -> None:
+    async def update_progress(self, *, now: bool = False, later: bool = False) -> None:
         """Figure the experiment's progress again from its trials and the searcher, and store
         it if it changed. Figuring it walks every trial: for a search of more than
         :data:`PROGRESS_EXACT_TRIALS` trials it is done at most once every
         :data:`PROGRESS_INTERVAL` seconds (unless ``now``), and a change in between is
-        figured at the end of the interval."""
+        figured at the end of the interval. ``later``: it is done as a task of its own,
+        which the caller does not wait for (a metric report's answer: a write less between
+        a trial's rung and the searcher's decision reaching the trial)."""
+        wait = 0.0
         if not now and len(self.trials) > PROGRESS_EXACT_TRIALS:
             wait = self._progress_at + PROGRESS_INTERVAL - time.monotonic()
-            if wait > 0:
-                self._progress_later.ask(wait)
-                return
+        if later or wait > 0:
+            self._progress_later.ask(max(wait, 0.0))
+            return
         self._progress_at = time.monotonic()
         done: dict[str, int] = {}
         for t in self.trials.values():

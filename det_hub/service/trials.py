@@ -153,16 +153,6 @@ class TrialManager:
             return 0, False
         last = max(pack.steps)
         advanced = last > (trial.steps_completed or 0)
-        stored = await self.store.insert_pack(trial_id, group, pack, key=batch.key,
-                                              steps_completed=last if advanced else None,
-                                              notify=self.announce)
-        if isinstance(stored, int):
-            return stored, True
-        if self.announce is None and self.metric_events.subscribers(trial.experiment_id):
-            self.metric_events.publish(trial.experiment_id, stored.rows())
-        count = len(stored)
-        if advanced and last > (trial.steps_completed or 0):
-            trial.steps_completed = last
         fields: dict[str, Any] = {}
         clean: list[dict[str, Any]] = []
         if group == "validation":
@@ -170,15 +160,24 @@ class TrialManager:
             clean = [{"steps_completed": step, "metrics": nonfinite.decode(metrics)}
                      for step, metrics in zip(pack.steps, pack.all_metrics(), strict=True)]
             row = await self.experiments.get(trial.experiment_id)
-            fields.update(validation_fields(clean, row.searcher_metric, row.smaller_is_better,
-                                            trial.searcher_metric_value))
+            fields = validation_fields(clean, row.searcher_metric, row.smaller_is_better,
+                                       trial.searcher_metric_value)
+        # The trial's best and latest validation are written with the batch, not after it.
+        stored = await self.store.insert_pack(trial_id, group, pack, key=batch.key,
+                                              steps_completed=last if advanced else None,
+                                              notify=self.announce, trial_fields=fields)
+        if isinstance(stored, int):
+            return stored, True
+        if self.announce is None and self.metric_events.subscribers(trial.experiment_id):
+            self.metric_events.publish(trial.experiment_id, stored.rows())
+        count = len(stored)
+        if advanced and last > (trial.steps_completed or 0):
+            trial.steps_completed = last
+        for k, v in fields.items():
+            setattr(trial, k, v)
         run = self.experiments.runs.get(trial.experiment_id)
-        if fields:
-            for k, v in fields.items():
-                setattr(trial, k, v)
-            await self.store.update_trial(trial_id, **fields)
         if run is not None and advanced:
-            await run.update_progress()
+            await run.update_progress(later=True)
         if group == "validation" and run is not None:
             # Every validation with the searcher metric is a searcher event, as in Determined
             # 0.38: ASHA can stop a trial at any rung it passes, not only at operation ends.

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,7 @@ from sqlalchemy.dialects import sqlite
 
 from det_hub.states import TrialState
 
-from ._common import Queries, numbered
+from ._common import Queries, check_fields, numbered, plain
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
 from .metric_summaries import merge_rules, summary_rows, upsert_statement
@@ -43,6 +43,7 @@ from .metrics import chunk_insert
 from .models import Allocation, MetricBatch, MetricSummary, Trial
 from .packing import MAX_CHUNK_ROWS, ROW_BITS, MetricRow, Pack
 from .summaries import summarize, summarize_columns
+from .trials import SUMMARY_TRIAL_FIELDS
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -266,7 +267,8 @@ class MetricWriteQueries(Queries):
                           key: str | None = None,
                           steps_completed: int | None = None,
                           notify: str | None = None,
-                          token_hash: str | None = None) -> StoredMetrics | int:
+                          token_hash: str | None = None,
+                          trial_fields: Mapping[str, Any] | None = None) -> StoredMetrics | int:
         """Store a packed batch of one group of a trial as one chunk (several past
         ``MAX_CHUNK_ROWS`` rows) with its block summaries, in one transaction.
 
@@ -282,10 +284,18 @@ class MetricWriteQueries(Queries):
                 batches in the order they were committed, and never of one rolled back.
             token_hash: store only while an open allocation of the trial holds this token
                 and the trial has not ended (checked by the statement that stores).
+            trial_fields: columns of the trial that the batch sets (a validation's best and
+                latest), set only where the batch is no repeat: on SQLite in the same
+                transaction, on PostgreSQL (whose batch is one statement of its own) right
+                after it.
 
         Raises:
             NotFound: no such trial (or, with ``token_hash``, none it may report for).
+            ValueError: a name in ``trial_fields`` that is not a column of the trial's, or
+                its key (nothing is stored).
         """
+        fields = {k: plain(v) for k, v in (trial_fields or {}).items()}
+        check_fields(Trial, fields)
         now = utcnow()
         parts = [pack.part(i, i + MAX_CHUNK_ROWS) for i in range(0, len(pack), MAX_CHUNK_ROWS)]
         stored = StoredMetrics(trial_id, group, 0, now, [])
@@ -297,12 +307,18 @@ class MetricWriteQueries(Queries):
             if isinstance(inserted, Repeat):
                 return inserted.rows
             stored.chunks.append((inserted, parts[0]))
+            if fields:
+                await self._set_trial_fields(trial_id, fields)
             return stored
         if self.dialect == "sqlite":
             repeat = await self._write_in_thread(functools.partial(
                 _insert_parts_sqlite, stored, parts, key=key, rows=len(pack),
-                steps_completed=steps_completed, token_hash=token_hash))
-            return stored if repeat is None else repeat.rows
+                steps_completed=steps_completed, token_hash=token_hash, trial_fields=fields))
+            if isinstance(repeat, Repeat):
+                return repeat.rows
+            if repeat is not None:  # the trial's experiment, whose summary the fields change
+                self._experiment_changed(repeat)
+            return stored
         async with self._writing() as session:
             for n, part in enumerate(parts):
                 inserted = await self._insert_chunk_pg(
@@ -313,7 +329,15 @@ class MetricWriteQueries(Queries):
                 stored.chunks.append((inserted, part))
                 await self._save_summaries(session, trial_id, group,
                                            _summaries(inserted, part).values())
+        if fields:
+            await self._set_trial_fields(trial_id, fields)
         return stored
+
+    async def _set_trial_fields(self, trial_id: int, fields: Mapping[str, Any]) -> None:
+        """PostgreSQL: a stored batch's ``trial_fields`` (see :meth:`insert_pack`)."""
+        trial = await self._update(Trial, trial_id, fields)
+        if SUMMARY_TRIAL_FIELDS.intersection(fields):
+            self._experiment_changed(trial.experiment_id)
 
     async def _insert_alone_pg(self, stored: StoredMetrics, part: Pack, *, key: str | None,
                                steps_completed: int | None, notify: str | None,
@@ -456,10 +480,13 @@ def _batch_statements() -> _BatchStatements:
 
 def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connection, *,
                          key: str | None, rows: int, steps_completed: int | None,
-                         token_hash: str | None) -> Repeat | None:
+                         token_hash: str | None,
+                         trial_fields: Mapping[str, Any]) -> Repeat | int | None:
     """SQLite, in the writer thread's transaction (:meth:`Store._write_in_thread`): what
     :meth:`MetricWriteQueries.insert_pack` stores, a statement at a time; the chunks go to
-    ``stored.chunks``. None once stored, or for a repeated key what its first copy stored.
+    ``stored.chunks``. None once stored, or the trial's experiment id where
+    ``trial_fields`` that change its summary were set too; for a repeated key what its first
+    copy stored.
 
     Raises:
         NotFound: no such trial, or none ``token_hash`` may report for.
@@ -490,6 +517,12 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
     if steps_completed is not None:
         conn.execute(statements.raise_steps,
                      {"v_trial_id": trial_id, "v_steps": steps_completed})
+    if trial_fields:
+        experiment_id = conn.execute(update(Trial).where(Trial.id == trial_id)
+                                     .values(dict(trial_fields))
+                                     .returning(Trial.experiment_id)).scalar_one()
+        if SUMMARY_TRIAL_FIELDS.intersection(trial_fields):
+            return int(experiment_id)
     return None
 
 

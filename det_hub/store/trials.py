@@ -14,8 +14,9 @@ from ._common import Queries, plain
 from .columns import utcnow
 from .models import Trial
 
-#: Trial columns that change what an experiment's summary shows (its best searcher metric).
-_SUMMARY_TRIAL_FIELDS = frozenset({"searcher_metric_value", "state", "run_state"})
+#: Trial columns that change what an experiment's summary shows (its best searcher metric):
+#: setting one tells the store's experiment listeners.
+SUMMARY_TRIAL_FIELDS = frozenset({"searcher_metric_value", "state", "run_state"})
 
 
 class TrialSummary(NamedTuple):
@@ -81,7 +82,7 @@ class TrialQueries(Queries):
             ValueError: a name that is not a column, or the primary key.
         """
         trial = await self._update(Trial, trial_id, fields)
-        if _SUMMARY_TRIAL_FIELDS.intersection(fields):
+        if SUMMARY_TRIAL_FIELDS.intersection(fields):
             self._experiment_changed(trial.experiment_id)
         return trial
 

@@ -73,6 +73,43 @@ async def test_a_batch_for_no_trial_is_refused_and_keeps_no_key(
     assert not isinstance(stored, int) and len(stored) == 5
 
 
+async def test_a_batch_sets_its_trial_fields_with_it_and_a_repeat_sets_none(
+        store: Store, trial: Trial) -> None:
+    """A validation's best and latest go with its batch (on SQLite in its transaction); a
+    repeat of the batch sets nothing, a new best tells the experiment's listeners, and a
+    name that is no column of the trial's stores nothing at all."""
+    heard: list[int] = []
+    store.experiment_listeners.append(heard.append)
+    key = uuid.uuid4().hex
+    best = {"steps_completed": 4, "metrics": {"loss": 0.2}}
+    stored = await store.insert_pack(trial.id, "validation", _pack(0, 5), key=key,
+                                     trial_fields={"searcher_metric_value": 0.2,
+                                                   "best_validation": best,
+                                                   "latest_validation": best})
+    assert not isinstance(stored, int)
+    got = await store.get_trial(trial.id)
+    assert (got.searcher_metric_value, got.best_validation, got.latest_validation) == (
+        0.2, best, best)
+    assert heard == [trial.experiment_id]
+
+    again = await store.insert_pack(trial.id, "validation", _pack(0, 5), key=key,
+                                    trial_fields={"searcher_metric_value": 0.9})
+    assert again == 5
+    assert (await store.get_trial(trial.id)).searcher_metric_value == 0.2
+    latest = {"steps_completed": 9, "metrics": {"loss": 0.3}}
+    await store.insert_pack(trial.id, "validation", _pack(5, 5), key=uuid.uuid4().hex,
+                            trial_fields={"latest_validation": latest})
+    got = await store.get_trial(trial.id)
+    assert (got.best_validation, got.latest_validation) == (best, latest)
+    assert heard == [trial.experiment_id]  # the best did not change
+
+    with pytest.raises(ValueError, match="Trial has no column"):
+        await store.insert_pack(trial.id, "validation", _pack(10, 5), key=uuid.uuid4().hex,
+                                trial_fields={"no_such_column": 1})
+    rows = await store.get_metrics(trial.id, group="validation")
+    assert [r.steps_completed for r in rows] == list(range(10))
+
+
 async def _trial_of_a_new_user(store: Store) -> int:
     user = await store.create_user("alice")
     experiment = await store.create_experiment(
