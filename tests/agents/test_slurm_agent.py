@@ -610,9 +610,13 @@ def test_a_job_that_ran_and_ended_between_two_looks_is_not_taken_for_requeued(
     the queue. Its exit is its own, never a requeue (which would run the task again, and
     again)."""
     agent = make_agent(poll_interval=600.0)
-    handle = agent.launch(spec("8.a", "print('quick')"))
+    # Held at submission, so that the agent's one look surely finds it waiting (a free node
+    # can start a job before that look).
+    handle = agent.launch(spec("8.a", "print('quick')", slurm={"sbatch_args": ["--hold"]}))
     # What the agent saw at its one look: submitted, not yet running.
     assert handle.exit_status() is None and handle.waiting is not None
+    released = agent.run_command("scontrol", "release", handle.job_id)
+    assert released.returncode == 0, released.stderr
     exit_file = agent.job_dir("8.a") / "exit.json"
     deadline = time.monotonic() + 60
     while not exit_file.exists():
