@@ -120,3 +120,33 @@ def fast_loads(data: bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(data)
+
+
+def _not_plain(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is left to json")
+
+
+def fast_dumps(value: Any) -> bytes:
+    """Compact, strict JSON of ``value``, as ``json.dumps`` with ``allow_nan=False`` writes
+    it, written by orjson (several times faster) where orjson writes what :mod:`json` would.
+    The rest goes through :mod:`json`: what orjson refuses (a whole number past 64 bits, a key
+    that is not a string), what it would write otherwise (a subclass of a plain type, a date,
+    a dataclass), and a document that holds ``null``, since orjson writes NaN and infinities
+    as ``null`` where :mod:`json` refuses them. A UUID or an enum member, which :mod:`json`
+    refuses, is written as its value.
+
+    Raises:
+        ValueError: ``value`` holds a NaN or an infinity.
+        TypeError: ``value`` holds something JSON cannot carry.
+    """
+    import orjson
+
+    try:
+        data = orjson.dumps(value, default=_not_plain, option=orjson.OPT_PASSTHROUGH_SUBCLASS
+                            | orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS)
+    except TypeError:  # orjson.JSONEncodeError
+        pass
+    else:
+        if b"null" not in data:
+            return data
+    return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()

@@ -26,6 +26,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from det_hub.nonfinite import fast_dumps
+
 if TYPE_CHECKING:
     import http.client
     import ssl
@@ -221,7 +223,7 @@ class MasterSession:
         headers = dict(self._headers)
         payload: bytes | None = None
         if json_body is not None:
-            payload = json.dumps(json_body, allow_nan=False, separators=(",", ":")).encode()
+            payload = fast_dumps(json_body)
             headers["Content-Type"] = "application/json"
         if method in ("POST", "PUT", "PATCH"):
             headers["Content-Length"] = str(len(payload or b""))

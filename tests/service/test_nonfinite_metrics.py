@@ -3,6 +3,9 @@ REST API answers strict JSON with Determined's strings, and the SDK reads floats
 
 from __future__ import annotations
 
+import datetime as dt
+import enum
+import json
 import math
 import time
 from pathlib import Path
@@ -89,3 +92,31 @@ def test_fast_loads_keeps_whole_numbers_past_64_bits_and_reads_big_bodies_quickl
     start = time.perf_counter()
     assert len(nonfinite.fast_loads(body)["config"]) == 50_000_000
     assert time.perf_counter() - start < 0.6
+
+
+class Level(enum.IntEnum):
+    HIGH = 2
+
+
+@pytest.mark.parametrize("value", [
+    {"steps": [1, 2], "metrics": {"loss": [0.5, 1e-05], "name": ["a\u00e9\n"]}},
+    {"none": None, "text": "null", "nested": [[], {}, True, False, -0.0]},
+    [123456789012345678901, -1234567890123456789012],  # past 64 bits
+    {1: "a", 2.5: "b", None: "c", False: "d"},  # keys json turns into strings
+    [Level.HIGH, 3.0, "x"],  # a subclass of int is written as json writes it
+])
+def test_fast_dumps_writes_what_json_writes(value: Any) -> None:
+    written = nonfinite.fast_dumps(value)
+    assert json.loads(written) == json.loads(
+        json.dumps(value, allow_nan=False, separators=(",", ":")))
+    assert b" " not in written  # compact
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -math.inf])
+def test_fast_dumps_refuses_what_json_refuses(bad: float) -> None:
+    with pytest.raises(ValueError):
+        nonfinite.fast_dumps({"loss": [0.5, bad]})
+    with pytest.raises(TypeError):
+        nonfinite.fast_dumps({"when": dt.datetime(2026, 1, 1)})  # json refuses a date
+    with pytest.raises(TypeError):
+        nonfinite.fast_dumps({"x": object()})
