@@ -113,9 +113,12 @@ def test_fast_dumps_writes_what_json_writes(value: Any) -> None:
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), -math.inf])
-def test_fast_dumps_refuses_what_json_refuses(bad: float) -> None:
+def test_fast_dumps_refuses_non_finite_numbers(bad: float) -> None:
     with pytest.raises(ValueError):
         nonfinite.fast_dumps({"loss": [0.5, bad]})
+
+
+def test_fast_dumps_refuses_what_json_cannot_carry() -> None:
     with pytest.raises(TypeError):
         nonfinite.fast_dumps({"when": dt.datetime(2026, 1, 1)})  # json refuses a date
     with pytest.raises(TypeError):
