@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, inspect
+from sqlalchemy.orm.exc import DetachedInstanceError
 
 from det_hub.states import ExperimentState
 from det_hub.store import NotFound, Store, StoreConflict, User, utcnow
+from det_hub.store.models import Experiment
 
 
 @contextlib.contextmanager
@@ -231,6 +233,27 @@ async def test_returned_objects_are_usable_after_the_call(
     assert page[0].name == "mnist"
     assert page[0].config["searcher"]["name"] == "single"
     assert abs(utcnow() - page[0].created_at) < dt.timedelta(minutes=1)
+
+
+async def test_an_update_answers_the_row_as_a_read_does_without_its_searcher_state(
+    store: Store, user: User, make_experiment: Any
+) -> None:
+    exp = await make_experiment(user.id)
+    await store.compact_searcher(exp.id, {"method": {"big": list(range(1000))}}, 0)
+    updated = await store.update_experiment(exp.id, progress=0.25, name="renamed")
+    got = await store.get_experiment(exp.id)
+    assert got is not None
+    shown = inspect(updated)
+    assert shown.detached and shown.identity == (exp.id,)
+    loaded = {a.key for a in inspect(Experiment).column_attrs} - {"searcher_state"}
+    assert {k: getattr(updated, k) for k in loaded} == {k: getattr(got, k) for k in loaded}
+    assert (updated.progress, updated.name) == (0.25, "renamed")
+    # Deferred, as a read leaves it: the search's whole state is not read back by an update.
+    assert "searcher_state" not in shown.dict
+    with pytest.raises(DetachedInstanceError):
+        _ = updated.searcher_state
+    with pytest.raises(NotFound, match="Experiment 9999 does not exist"):
+        await store.update_experiment(9999, progress=0.5)
 
 
 async def test_experiments_are_found_by_part_of_their_name(
