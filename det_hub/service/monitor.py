@@ -94,15 +94,19 @@ class AllocationMonitor:
         return since is not None and time.monotonic() - since >= self.agent_timeout
 
     async def watch(self) -> None:
-        for alloc in list(self.cluster.allocations):
-            # One whose tasks wait in their agents' own queue (Slurm's) is watched as well: it
-            # may end there (cancelled) or start running.
-            if alloc.state != AllocationState.RUNNING and not (
-                    alloc.state == AllocationState.STARTING and alloc.waiting is not None):
-                continue
-            for node in alloc.nodes:
-                if node.status is None:
-                    await self._watch_node(alloc, node)
+        # One whose tasks wait in their agents' own queue (Slurm's) is watched as well: it
+        # may end there (cancelled) or start running.
+        watched = [alloc for alloc in list(self.cluster.allocations)
+                   if alloc.state == AllocationState.RUNNING or (
+                       alloc.state == AllocationState.STARTING and alloc.waiting is not None)]
+        # Every task is looked at side by side, a hop to a thread each; then the allocations
+        # whose tasks have all ended go first, so that their slots go to the next allocation
+        # before the log lines of those still running are stored.
+        await asyncio.gather(*(self._watch_node(alloc, node) for alloc in watched
+                               for node in alloc.nodes if node.status is None))
+        watched.sort(key=lambda alloc: any(n.status is None for n in alloc.nodes))
+        for alloc in watched:
+            await self._ship_logs(alloc)
             if alloc.id not in self.cluster.allocations:
                 continue
             lost = [n.agent_id for n in alloc.nodes if n.status is None
@@ -173,7 +177,7 @@ class AllocationMonitor:
                 status = status or ExitStatus(
                     None, signal.Signals.SIGKILL.name if alloc.killed else None,
                     reason="the task's process disappeared")
-            await self._ship_logs(alloc, lines)
+            self._take_logs(alloc, lines)
             if status is not None:
                 node.status = status
             elif handle.stop_requested and not alloc.killed:
@@ -207,11 +211,11 @@ class AllocationMonitor:
                 continue
             await self.cluster.kill(alloc)
 
-    async def _ship_logs(self, alloc: Allocation, lines: list[LogLine]) -> None:
-        if not lines and not alloc.unstored_logs:
+    def _take_logs(self, alloc: Allocation, lines: list[LogLine]) -> None:
+        """Queue a task's new log lines with its allocation (:func:`keep_logs`)."""
+        if not lines:
             return
-        if lines:
-            alloc.last_activity = time.monotonic()
+        alloc.last_activity = time.monotonic()
         rows = []
         for line in lines:
             # Distributed launchers prefix each worker's lines with its rank.
@@ -223,6 +227,13 @@ class AllocationMonitor:
                 "message": ranked.group(2) if ranked else line.message,
             })
         keep_logs(alloc, rows)
+
+    async def _ship_logs(self, alloc: Allocation) -> None:
+        """Store the log lines an allocation still running holds, and how far its chief's log
+        has been read. An ended one's are stored with its end (:meth:`Endings.settle`), in
+        the same round."""
+        if not alloc.unstored_logs or all(n.status is not None for n in alloc.nodes):
+            return
         try:
             await store_logs(self.cluster.store, alloc)
             chief = alloc.nodes[0].handle
