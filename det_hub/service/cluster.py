@@ -15,6 +15,7 @@ signals to the training code's long-poll.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -945,20 +946,28 @@ class Cluster:
             await self.store.update_allocation(
                 alloc.id, state=AllocationState.STARTING, slot_ids=list(chief.slot_ids),
                 agent_id=chief.agent_id, placements=[n.record() for n in alloc.nodes])
-            if not queued_by_agents(self.agents, alloc):
-                # Handed to agents that queue tasks (Slurm), it waits there first: its trial
-                # or task shows as queued until they run it (started() announces both).
-                await announce(self.bus, alloc, AllocationState.STARTING)
 
         self.prepared.drop(alloc.id, keep_on=chief.agent_id if len(alloc.nodes) == 1
                             and not alloc.spec.reserve_only else None)
+        announcing: asyncio.Future[None] | None = None
         try:
             if not await until_stored(self.allocations, alloc, "its start", starting):
                 return
+            if not queued_by_agents(self.agents, alloc):
+                # Said while the tasks start (its trial's state is a write of its own), and
+                # heard in full before anything else is said of the allocation. Handed to
+                # agents that queue tasks (Slurm), it waits there first: its trial or task
+                # shows as queued until they run it (started() announces both).
+                announcing = asyncio.ensure_future(
+                    announce(self.bus, alloc, AllocationState.STARTING))
             addrs = [self.agents[n.agent_id].address for n in alloc.nodes]
             results = [] if alloc.spec.reserve_only else await asyncio.gather(
                 *(self._launch_node(alloc, rank, addrs) for rank in range(len(alloc.nodes))),
                 return_exceptions=True)
+            if announcing is not None:
+                with contextlib.suppress(StoreUnavailable):
+                    # Refused by the database: started() says it again, before RUNNING.
+                    await announcing
             failures = [r for r in results if isinstance(r, BaseException)]
             if failures:
                 raise failures[0]
