@@ -42,9 +42,10 @@ class LogQueries(Queries):
             }
             for row in rows
         ]
-        return await self._write(
-            lambda session: len(session.execute(insert(TaskLog).returning(TaskLog.id),
-                                                params).all()))
+        # Into the table itself: the ORM's bulk insert of the same rows costs twice the time.
+        table: Any = TaskLog.__table__  # a Table; typed as any FromClause
+        await self._write(lambda session: session.execute(insert(table), params))
+        return len(params)
 
     async def get_logs(
         self, trial_id: int, *, after_id: int = 0, limit: int = 1000
