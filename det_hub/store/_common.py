@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import enum
+import functools
 import re
 import sqlite3
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import ColumnElement
+from sqlalchemy import ColumnElement, Update, bindparam, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy.orm import ColumnProperty, InstrumentedAttribute
 
 from .columns import UTC
 from .errors import NotFound, StoreConflict, StoreUnavailable
@@ -170,6 +171,55 @@ def check_fields(model: type[Base], fields: Mapping[str, Any]) -> None:
     fixed = sorted(set(fields) & keys)
     if fixed:
         raise ValueError(f"{model.__name__} primary key {', '.join(fixed)} cannot be updated")
+
+
+#: The names of :func:`keyed_update`'s parameters: the row's key, and each field's value (this
+#: prefix and the attribute's name).
+_KEY_PARAM = "key_"
+_SET_PARAM = "set_"
+
+
+def keyed_update(model: type[Base], key: Any,
+                 fields: Mapping[str, Any]) -> tuple[Update, dict[str, Any]]:
+    """``UPDATE`` of the row of ``model`` whose primary key is ``key``, setting columns by
+    attribute name (each value :func:`plain`), ``RETURNING`` the columns a load of the row
+    reads (:func:`loaded_columns`): the statement and its parameters.
+
+    Raises:
+        ValueError: a name that is not a column, or the primary key.
+    """
+    check_fields(model, fields)
+    params = {_SET_PARAM + name: plain(value) for name, value in fields.items()}
+    params[_KEY_PARAM] = key
+    return _update_statement(model, tuple(sorted(fields))), params
+
+
+@functools.cache
+def _update_statement(model: type[Base], names: tuple[str, ...]) -> Update:
+    """:func:`keyed_update`'s statement, one per model and set of names, kept. A statement
+    made anew for each update cost SQLAlchemy a walk of it to find its compiled form in its
+    cache: on SQLite, an update of a trial or an allocation took 0.28 ms that way against
+    0.07 ms with the kept statement (medians of 6 interleaved rounds of 1,000, commits left
+    out). In a search of short trials the walks were about a tenth of the master's time."""
+    mapper = model.__mapper__
+    [primary] = mapper.primary_key
+    table: Any = mapper.local_table  # a Table; typed as any FromClause
+    columns = {name: mapper.column_attrs[name].columns[0] for name in names}
+    return (update(table).where(primary == bindparam(_KEY_PARAM, type_=primary.type))
+            .values({column: bindparam(_SET_PARAM + name, type_=column.type)
+                     for name, column in columns.items()})
+            .returning(*(attr.columns[0] for attr in loaded_columns(model))))
+
+
+@functools.cache
+def loaded_columns(model: type[Base]) -> tuple[ColumnProperty[Any], ...]:
+    """The column attributes a load of ``model`` reads: all but the deferred ones (an
+    experiment's searcher state), which stay unloaded. A model with relationships is not
+    made this way: a load would fill those too."""
+    mapper = model.__mapper__
+    if mapper.relationships:
+        raise TypeError(f"{model.__name__} has relationships, which a row alone cannot fill")
+    return tuple(attr for attr in mapper.column_attrs if not attr.deferred)
 
 
 def contains_text(column: InstrumentedAttribute[str], text: str) -> ColumnElement[bool]:

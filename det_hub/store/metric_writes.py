@@ -35,7 +35,7 @@ from sqlalchemy.dialects import sqlite
 
 from det_hub.states import TrialState
 
-from ._common import Queries, check_fields, numbered, plain
+from ._common import Queries, check_fields, keyed_update, numbered, plain
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
 from .metric_summaries import merge_rules, summary_rows, upsert_statement
@@ -518,9 +518,8 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
         conn.execute(statements.raise_steps,
                      {"v_trial_id": trial_id, "v_steps": steps_completed})
     if trial_fields:
-        experiment_id = conn.execute(update(Trial).where(Trial.id == trial_id)
-                                     .values(dict(trial_fields))
-                                     .returning(Trial.experiment_id)).scalar_one()
+        experiment_id = conn.execute(*keyed_update(Trial, trial_id, trial_fields)).one() \
+            ._mapping[Trial.__table__.c.experiment_id]
         if SUMMARY_TRIAL_FIELDS.intersection(trial_fields):
             return int(experiment_id)
     return None

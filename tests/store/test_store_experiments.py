@@ -15,6 +15,7 @@ from sqlalchemy.orm.exc import DetachedInstanceError
 
 from det_hub.states import ExperimentState
 from det_hub.store import NotFound, Store, StoreConflict, User, utcnow
+from det_hub.store._common import keyed_update
 from det_hub.store.models import Experiment
 
 
@@ -255,6 +256,25 @@ async def test_an_update_answers_the_row_as_a_read_does_without_its_searcher_sta
     with pytest.raises(NotFound, match="Experiment 9999 does not exist"):
         await store.update_experiment(9999, progress=0.5)
 
+
+async def test_updates_of_the_same_columns_share_one_statement_and_keep_their_own_values(
+    store: Store, user: User, make_experiment: Any
+) -> None:
+    first = await make_experiment(user.id, name="first")
+    second = await make_experiment(user.id, name="second")
+    one, one_params = keyed_update(Experiment, first.id, {"progress": 0.5, "name": "a"})
+    other, other_params = keyed_update(Experiment, second.id, {"name": "b", "progress": 0.75})
+    # Kept, whatever the order of the fields: SQLAlchemy finds its compiled form at once.
+    assert one is other
+    assert one_params != other_params
+    await store.update_experiment(first.id, progress=0.5, name="a")
+    await store.update_experiment(second.id, name="b", progress=0.75)
+    got = [await store.get_experiment(e.id) for e in (first, second)]
+    assert [(e.name, e.progress) for e in got if e is not None] == [("a", 0.5), ("b", 0.75)]
+    with pytest.raises(ValueError, match="Experiment has no column"):
+        keyed_update(Experiment, first.id, {"colour": "red"})
+    with pytest.raises(ValueError, match="primary key id cannot be updated"):
+        keyed_update(Experiment, first.id, {"id": 7})
 
 async def test_experiments_are_found_by_part_of_their_name(
         store: Store, user: User, make_experiment: Any) -> None:
