@@ -23,10 +23,12 @@ from sqlalchemy import (
     cast,
     delete,
     func,
+    insert,
     literal_column,
     or_,
     select,
     true,
+    update,
 )
 from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
@@ -34,22 +36,30 @@ from sqlalchemy.dialects import sqlite
 from det_hub.lttb import lttb_indices
 
 from ._common import Queries
-from .models import MetricChunk, MetricSummary
+from .models import MetricChunk, MetricSummary, Trial
 from .packing import MetricRow, by_step, chunk_of, chunk_rows, thin
 from .summaries import (
     LEVELS,
+    MAX_BLOCKS_PER_POINT,
     RAW_ROWS_PER_POINT,
+    ROLLUP_SPAN,
     Block,
     Point,
     candidates,
     choose_level,
     coarsen,
     drawable,
+    roll_up,
     summarize,
 )
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection, Select
     from sqlalchemy.ext.asyncio import AsyncSession
+
+
+#: The ``metric_summaries`` table (a Table; typed as any FromClause).
+_TABLE: Any = MetricSummary.__table__
 
 
 def summary_rows(trial_id: int, group: str, blocks: Iterable[Block]) -> list[dict[str, Any]]:
@@ -104,6 +114,37 @@ def upsert_statement(dialect: str) -> Executable:
     return statement
 
 
+def _finest_between(trial_id: int, start: int, end: int) -> Select[Any]:
+    """The trial's finest blocks (every group and metric) from step ``start`` to before
+    ``end``."""
+    finest = LEVELS[0]
+    return select(MetricSummary.__table__).where(
+        MetricSummary.trial_id == trial_id, MetricSummary.level == finest,
+        MetricSummary.block >= start >> finest, MetricSummary.block < end >> finest)
+
+
+def _rolled_up_rows(trial_id: int, fine: Iterable[Mapping[Any, Any]]) -> list[dict[str, Any]]:
+    """The coarse ``metric_summaries`` rows made of finest ones (:func:`.summaries.roll_up`)."""
+    by_group: dict[str, list[Block]] = {}
+    for row in fine:
+        by_group.setdefault(row["group_name"], []).append(Block.from_row(row))
+    return [row for group, blocks in by_group.items()
+            for row in summary_rows(trial_id, group, roll_up(blocks))]
+
+
+def roll_up_in(conn: Connection, trial_id: int, below: int) -> None:
+    """:meth:`MetricSummaryQueries._roll_up` on a synchronous connection in a transaction
+    (SQLite's writer, whose transactions run one at a time)."""
+    mark = conn.scalar(select(Trial.summaries_below).where(Trial.id == trial_id))
+    if mark is None or below <= mark:
+        return
+    rows = _rolled_up_rows(
+        trial_id, conn.execute(_finest_between(trial_id, mark, below)).mappings())
+    if rows:
+        conn.execute(insert(_TABLE), rows)
+    conn.execute(update(Trial).where(Trial.id == trial_id).values(summaries_below=below))
+
+
 class MetricSummaryQueries(Queries):
     """Upkeep of the ``metric_summaries`` table, and downsampled reads of the ``metrics``
     table (see :meth:`Store.get_metrics`)."""
@@ -128,19 +169,31 @@ class MetricSummaryQueries(Queries):
             await session.execute(upsert_statement(self.dialect), rows)
 
     async def _cut_summaries(self, session: AsyncSession, trial_id: int, steps: int) -> None:
-        """Make the summaries match a trial whose rows past ``steps`` were just deleted.
+        """Make the summaries match a trial whose rows past ``steps`` were just deleted, in
+        the transaction that deleted them (which holds the trial's row).
 
-        Blocks that reach past ``steps`` go. The one block per level that also held rows up to
-        ``steps`` is rebuilt: at the finest level from those rows (fewer than ``2 ** level``
-        steps of them), at each coarser level from the finer blocks it spans (at most eight).
+        Finest blocks that reach past ``steps`` go, and the one that also held rows up to
+        ``steps`` is rebuilt from those rows (fewer than ``2 ** level`` steps of them). Where
+        ``steps`` is below the trial's mark, the mark comes down to the span holding
+        ``steps`` and the coarse blocks from there on go: what is left of their rows is in
+        the finest blocks, to be rolled up again (see :mod:`.summaries`).
         """
-        for level in LEVELS:
+        finest = LEVELS[0]
+        await session.execute(delete(MetricSummary).where(
+            MetricSummary.trial_id == trial_id, MetricSummary.level == finest,
+            MetricSummary.block >= steps >> finest))
+        mark = int(await session.scalar(
+            select(Trial.summaries_below).where(Trial.id == trial_id)) or 0)
+        if steps < mark:
+            below = max(0, steps // ROLLUP_SPAN * ROLLUP_SPAN)
             await session.execute(delete(MetricSummary).where(
-                MetricSummary.trial_id == trial_id, MetricSummary.level == level,
-                MetricSummary.block >= steps >> level))
+                MetricSummary.trial_id == trial_id, MetricSummary.level > finest,
+                # A coarse block from ``below`` on starts at or past it (none straddles it).
+                (MetricSummary.block.op("<<")(MetricSummary.level)) >= below))
+            await session.execute(update(Trial).where(Trial.id == trial_id)
+                                  .values(summaries_below=below))
         if steps < 0:
             return
-        finest = LEVELS[0]
         start = (steps >> finest) << finest
         chunks = await session.scalars(
             select(MetricChunk).where(MetricChunk.trial_id == trial_id,
@@ -153,17 +206,25 @@ class MetricSummaryQueries(Queries):
         for group, group_rows in by_group.items():
             blocks = summarize(group_rows, levels=(finest,))
             await self._save_summaries(session, trial_id, group, blocks.values())
-        for finer, level in zip(LEVELS, LEVELS[1:], strict=False):
-            spanned = await session.execute(
-                select(MetricSummary.__table__).where(
-                    MetricSummary.trial_id == trial_id, MetricSummary.level == finer,
-                    MetricSummary.block >= (steps >> level) << (level - finer)))
-            by_group_blocks: dict[str, list[Block]] = {}
-            for row in spanned.mappings():
-                by_group_blocks.setdefault(row["group_name"], []).append(Block.from_row(row))
-            for group, fine in by_group_blocks.items():
-                await self._save_summaries(
-                    session, trial_id, group, coarsen(fine, level).values())
+
+    async def _roll_up(self, session: AsyncSession, trial_id: int, below: int) -> None:
+        """Move the trial's mark up to ``below``, rolling its finest blocks from the mark up
+        to there into the coarse levels (see :mod:`.summaries`), in ``session``'s
+        transaction. The trial's row is locked first, so that no write of its rows is
+        between its read of the mark and its commit, and the blocks are read after: each
+        row stored before is in them, and each stored after sees the new mark."""
+        mark = await session.scalar(
+            select(Trial.summaries_below).where(Trial.id == trial_id).with_for_update())
+        if mark is None or below <= mark:
+            return
+        fine = (await session.execute(_finest_between(trial_id, mark, below))).mappings()
+        rows = _rolled_up_rows(trial_id, fine)
+        if rows:
+            # An insert, not a merge: no coarse block from the mark on exists, and one that
+            # did would hold rows twice; its key would be refused, loudly.
+            await session.execute(insert(_TABLE), rows)
+        await session.execute(update(Trial).where(Trial.id == trial_id)
+                              .values(summaries_below=below))
 
     # -- downsampled reads ------------------------------------------------------------------
 
@@ -245,11 +306,28 @@ class MetricSummaryQueries(Queries):
             # A block starts past ``after`` when its first step, block << level, exceeds it.
             return MetricSummary.block > (after >> level) if after is not None else true()
 
-        per_level: dict[int, int] = {}
-        for level in LEVELS:
-            per_level[level] = int(await session.scalar(
+        async def stored(level: int) -> int:
+            return int(await session.scalar(
                 select(func.count()).select_from(MetricSummary)
                 .where(*series, MetricSummary.level == level, starting_past(level))) or 0)
+
+        finest = LEVELS[0]
+        per_level = {finest: await stored(finest)}
+        # The coarse blocks at and past the trial's mark, made of its finest ones there.
+        made: dict[int, list[Block]] = {}
+        if per_level[finest] > MAX_BLOCKS_PER_POINT * max_points:
+            # Too many to draw from: a coarse level is read, whose blocks from the mark on
+            # are not stored yet (see .summaries).
+            mark = int(await session.scalar(
+                select(Trial.summaries_below).where(Trial.id == trial_id)) or 0)
+            tail = [Block.from_row(row) for row in (await session.execute(
+                select(MetricSummary.__table__).where(
+                    *series, MetricSummary.level == finest, starting_past(finest),
+                    MetricSummary.block >= mark >> finest))).mappings()]
+            for level in LEVELS[1:]:
+                made[level] = [b for b in coarsen(tail, level).values()
+                               if after is None or b.block > after >> level]
+                per_level[level] = await stored(level) + len(made[level])
         chosen = choose_level(per_level, max_points)
         blocks: list[Block] = []
         if chosen is not None:
@@ -257,6 +335,7 @@ class MetricSummaryQueries(Queries):
                 select(MetricSummary.__table__)
                 .where(*series, MetricSummary.level == chosen, starting_past(chosen))
             )).mappings()]
+            blocks.extend(made.get(chosen, ()))
         if after is not None:
             level = chosen if chosen is not None else LEVELS[-1]
             head_end = ((after >> level) + 1) << level

@@ -38,11 +38,17 @@ from det_hub.states import TrialState
 from ._common import Queries, check_fields, keyed_update, numbered, plain
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
-from .metric_summaries import merge_rules, summary_rows, upsert_statement
+from .metric_summaries import merge_rules, roll_up_in, summary_rows, upsert_statement
 from .metrics import chunk_insert
 from .models import Allocation, MetricBatch, MetricSummary, Trial
 from .packing import MAX_CHUNK_ROWS, ROW_BITS, MetricRow, Pack
-from .summaries import summarize, summarize_columns
+from .summaries import (
+    LEVELS,
+    is_summarised_eagerly,
+    rollup_mark,
+    summarize,
+    summarize_columns,
+)
 from .trials import SUMMARY_TRIAL_FIELDS
 
 if TYPE_CHECKING:
@@ -61,6 +67,8 @@ class StoredMetrics:
     trial_run: int
     report_time: dt.datetime
     chunks: list[tuple[int, Pack]]
+    #: The trial's summary mark as the batch was stored (``Trial.summaries_below``).
+    summaries_below: int = 0
 
     def __len__(self) -> int:
         return sum(len(pack) for _, pack in self.chunks)
@@ -86,8 +94,9 @@ _SUMMARY_COLUMNS = tuple(_SUMMARY_TYPES)
 def _summaries_cte() -> str:
     """The CTE of :func:`_chunk_sql` merging the chunk's block summaries (given as one JSON
     array of :meth:`.summaries.Block.row` objects, ``:summaries``, row ids relative to the
-    chunk) into ``metric_summaries`` by :func:`.metric_summaries.merge_rules`, as
-    :func:`.metric_summaries.upsert_statement` does."""
+    chunk; the coarse ones past the trial's mark left out) into ``metric_summaries`` by
+    :func:`.metric_summaries.merge_rules`, as :func:`.metric_summaries.upsert_statement`
+    does."""
     record = ", ".join(f"{c} {_SUMMARY_TYPES[c]}" for c in _SUMMARY_COLUMNS)
     values = ", ".join(
         f"(CAST(chunk.id AS bigint) << {ROW_BITS}) + u.{c}" if c.endswith("_id") else f"u.{c}"
@@ -97,10 +106,13 @@ def _summaries_cte() -> str:
     rules = merge_rules(table.c, pg.insert(table).excluded)
     merge = ", ".join(f"{name} = {rule.compile(dialect=pg.dialect())}"
                       for name, rule in rules.items())
+    # The finest blocks, and the coarser ones below the trial's mark as the trial's row
+    # lock let it be read (see .summaries.is_summarised_eagerly).
     return (f"summaries AS (INSERT INTO metric_summaries (trial_id, group_name, "
             f"{', '.join(_SUMMARY_COLUMNS)}) SELECT :trial_id, :group_name, {values} "
-            "FROM chunk CROSS JOIN json_to_recordset(:summaries) "
-            f"AS u({record}) "
+            "FROM chunk CROSS JOIN run CROSS JOIN json_to_recordset(:summaries) "
+            f"AS u({record}) WHERE u.level = {LEVELS[0]} "
+            "OR (u.block << u.level) < run.summaries_below "
             "ON CONFLICT (trial_id, group_name, name, level, block) "
             f"DO UPDATE SET {merge} RETURNING 1)")
 
@@ -122,8 +134,8 @@ def _chunk_sql(claim: bool, advance: bool, notify: bool, guard: bool, summaries:
     and, with ``guard``, while an open allocation of the trial holds ``token_hash`` and the
     trial has not ended; inserts the chunk in that run; announces it on ``channel``
     (``notify``); and merges its block summaries (``summaries``, :func:`_summaries_cte`). It
-    answers one row: whether the key was claimed, and the chunk's id and run (NULL when
-    nothing was inserted)."""
+    answers one row: whether the key was claimed, the chunk's id and run (NULL when nothing
+    was inserted), and the trial's summary mark (``Trial.summaries_below``)."""
     ctes = []
     where = ["t.id = :trial_id"]
     if guard:
@@ -144,9 +156,12 @@ def _chunk_sql(claim: bool, advance: bool, notify: bool, guard: bool, summaries:
         ctes.append("run AS (UPDATE trials t SET steps_completed = CASE WHEN "
                     "t.steps_completed IS NULL OR t.steps_completed < :steps_completed "
                     "THEN :steps_completed ELSE t.steps_completed END "
-                    f"WHERE {' AND '.join(where)} RETURNING t.run_id)")
+                    f"WHERE {' AND '.join(where)} RETURNING t.run_id, t.summaries_below)")
     else:
-        ctes.append(f"run AS (SELECT t.run_id FROM trials t WHERE {' AND '.join(where)})")
+        # Locked as the update would: a roll-up of the trial's summaries waits for this
+        # statement, or this one for it and then reads the mark it left (see .summaries).
+        ctes.append(f"run AS (SELECT t.run_id, t.summaries_below FROM trials t "
+                    f"WHERE {' AND '.join(where)} FOR SHARE OF t)")
     announce = (", pg_notify(:channel, :trial_id || ' ' || id || ' ' || :last_step || ' ' || "
                 ":group_name)" if notify else "")
     ctes.append(
@@ -158,7 +173,8 @@ def _chunk_sql(claim: bool, advance: bool, notify: bool, guard: bool, summaries:
     if summaries:
         ctes.append(_summaries_cte())
     claimed = "(SELECT count(*) FROM claim)" if claim else "1"
-    return (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run "
+    return (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run, "
+            "(SELECT summaries_below FROM run) AS summaries_below "
             "FROM (SELECT 1) AS one LEFT JOIN chunk ON true")
 
 
@@ -229,6 +245,8 @@ class MetricWriteQueries(Queries):
     if TYPE_CHECKING:
         async def _save_summaries(self, session: AsyncSession, trial_id: int, group: str,
                                   blocks: Iterable[Block]) -> None: ...
+
+        async def _roll_up(self, session: AsyncSession, trial_id: int, below: int) -> None: ...
 
     async def add_metrics(self, trial_id: int, group: str, rows: list[dict[str, Any]]) -> int:
         """Add a batch of metric rows to one group of a trial, in one statement.
@@ -307,6 +325,7 @@ class MetricWriteQueries(Queries):
             if isinstance(inserted, Repeat):
                 return inserted.rows
             stored.chunks.append((inserted, parts[0]))
+            await self._roll_up_after(stored, max(parts[0].steps))
             if fields:
                 await self._set_trial_fields(trial_id, fields)
             return stored
@@ -327,11 +346,22 @@ class MetricWriteQueries(Queries):
                 if isinstance(inserted, Repeat):
                     return inserted.rows
                 stored.chunks.append((inserted, part))
-                await self._save_summaries(session, trial_id, group,
-                                           _summaries(inserted, part).values())
+                await self._save_summaries(session, trial_id, group, _eager(
+                    _summaries(inserted, part).values(), stored.summaries_below))
+        await self._roll_up_after(stored, max(pack.steps))
         if fields:
             await self._set_trial_fields(trial_id, fields)
         return stored
+
+    async def _roll_up_after(self, stored: StoredMetrics, last_step: int) -> None:
+        """PostgreSQL, once a batch reaching ``last_step`` is committed: roll the trial's
+        summaries up where its rows have gone two spans past its mark (see
+        :mod:`.summaries`), in a transaction of its own, which takes the trial's row for
+        update with no other lock of the batch's held."""
+        below = rollup_mark(last_step)
+        if below > stored.summaries_below:
+            async with self._writing() as session:
+                await self._roll_up(session, stored.trial_id, below)
 
     async def _set_trial_fields(self, trial_id: int, fields: Mapping[str, Any]) -> None:
         """PostgreSQL: a stored batch's ``trial_fields`` (see :meth:`insert_pack`)."""
@@ -360,9 +390,9 @@ class MetricWriteQueries(Queries):
                                        notify is not None, token_hash is not None)
         answer = await self._write_direct(sql, [params[n] for n in names])
         assert answer is not None, "the chunk statement answers one row"
-        claimed, chunk_id, trial_run = answer
+        claimed, chunk_id, trial_run, below = answer
         if chunk_id is not None:
-            stored.trial_run = int(trial_run)
+            stored.trial_run, stored.summaries_below = int(trial_run), int(below)
             return int(chunk_id)
         if not claimed and key is not None:
             # Not claimed: stored before under this key, or refused (then no key is there).
@@ -387,9 +417,9 @@ class MetricWriteQueries(Queries):
                                token_hash=token_hash)
         statement = _chunk_statement(key is not None, steps_completed is not None,
                                      notify is not None, token_hash is not None)
-        claimed, chunk_id, trial_run = (await session.execute(statement, params)).one()
+        claimed, chunk_id, trial_run, below = (await session.execute(statement, params)).one()
         if chunk_id is not None:
-            stored.trial_run = int(trial_run)
+            stored.trial_run, stored.summaries_below = int(trial_run), int(below)
             return int(chunk_id)
         if not claimed and key is not None:
             # Not claimed: stored before under this key, or refused (then no key is there).
@@ -448,6 +478,7 @@ class _BatchStatements:
     claim: Executable
     first_copy: Executable
     raise_steps: Executable
+    mark: Executable
 
 
 @functools.cache
@@ -475,7 +506,8 @@ def _batch_statements() -> _BatchStatements:
         # Never lower.
         raise_steps=update(trials).where(trials.c.id == trial, or_(
             trials.c.steps_completed.is_(None), trials.c.steps_completed < steps))
-        .values(steps_completed=steps))
+        .values(steps_completed=steps),
+        mark=select(trials.c.summaries_below).where(trials.c.id == trial))
 
 
 def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connection, *,
@@ -504,6 +536,7 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
             if first is None:
                 raise _refused(trial_id, token_hash)
             return Repeat(int(first))
+    stored.summaries_below = int(conn.scalar(statements.mark, {"v_trial_id": trial_id}) or 0)
     for part in parts:
         inserted = conn.execute(
             *chunk_insert(trial_id, stored.group, part, stored.report_time)).first()
@@ -511,9 +544,13 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
             raise _refused(trial_id, token_hash)
         chunk_id, stored.trial_run = int(inserted[0]), int(inserted[1])
         stored.chunks.append((chunk_id, part))
-        summaries = summary_rows(trial_id, stored.group, _summaries(chunk_id, part).values())
+        summaries = summary_rows(trial_id, stored.group, _eager(
+            _summaries(chunk_id, part).values(), stored.summaries_below))
         if summaries:
             conn.execute(upsert_statement("sqlite"), summaries)
+    below = rollup_mark(max(step for part in parts for step in part.steps))
+    if below > stored.summaries_below:
+        roll_up_in(conn, trial_id, below)
     if steps_completed is not None:
         conn.execute(statements.raise_steps,
                      {"v_trial_id": trial_id, "v_steps": steps_completed})
@@ -523,6 +560,12 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
         if SUMMARY_TRIAL_FIELDS.intersection(trial_fields):
             return int(experiment_id)
     return None
+
+
+def _eager(blocks: Iterable[Block], mark: int) -> list[Block]:
+    """The blocks of newly stored rows that are written with them (see
+    :func:`.summaries.is_summarised_eagerly`)."""
+    return [block for block in blocks if is_summarised_eagerly(block, mark)]
 
 
 def _summaries(chunk_id: int, pack: Pack) -> dict[Any, Block]:

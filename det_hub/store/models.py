@@ -150,6 +150,10 @@ class Trial(Base):
     #: The trial's runs so far: each start of its process (the first, and every restart or
     #: resume) is the next run. Metric rows carry the run that reported them.
     run_id: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    #: The step below which the coarse levels of the trial's block summaries hold its rows:
+    #: rows from this step on are in the finest level only until the store rolls them up (see
+    #: :mod:`det_hub.store.summaries`). A multiple of :data:`.summaries.ROLLUP_SPAN`.
+    summaries_below: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
 
 class Task(Base):

@@ -6,6 +6,17 @@ values fell in it and four of them as ``(step, id, value)``: the first and the l
 then row id) and the lowest and the highest. The store updates the blocks in the same
 transaction that inserts the rows, and rebuilds the blocks a deletion cuts into.
 
+The coarse levels follow a trial's rows in spans of :data:`ROLLUP_SPAN` steps. Every row is
+in its finest block as soon as it is stored; the coarser blocks hold the rows below the
+trial's mark (``Trial.summaries_below``, a multiple of the span, so that no block straddles
+it), and a row stored below the mark goes into them too. Once a trial's rows reach a span
+past the one after its mark, the store rolls the finest blocks between the mark and the
+start of the span before the newest up into the coarse levels (:func:`roll_up`) and moves the
+mark there, under the trial's row lock, which every write of its rows also takes. A batch of
+100 steps thus touches 2 or 3 blocks of each metric where it touched 6 or 7 (a coarse block
+changed with nearly every batch), and a read of a coarse level makes the blocks at and past
+the mark, at most two spans of finest blocks, from those (:func:`coarsen`).
+
 To draw a long curve, :func:`candidates` picks the finest level that has at most
 :data:`MAX_BLOCKS_PER_POINT` blocks per wanted point, joins neighbouring blocks into at most
 ``max_points`` buckets of whole blocks, and answers each bucket's lowest and highest row plus
@@ -34,6 +45,10 @@ from typing import Any
 #: steps then touches about a dozen per metric. Curves of up to
 #: :data:`RAW_ROWS_PER_POINT` rows per point are drawn from their rows instead.
 LEVELS = (6, 9, 12, 15, 18)
+
+#: The steps of a span of rows whose coarse blocks are made at once (see the module): the
+#: coarsest block, so that a mark at a multiple of it splits no block of any level.
+ROLLUP_SPAN = 1 << LEVELS[-1]
 
 #: How many blocks per wanted point a chart may read at most (when a level allows it).
 MAX_BLOCKS_PER_POINT = 16
@@ -253,6 +268,25 @@ def coarsen(blocks: Iterable[Block], level: int) -> dict[BlockKey, Block]:
     return coarse
 
 
+def rollup_mark(step: int) -> int:
+    """Where a trial's mark goes once its rows reach ``step``: the start of the span before
+    the span holding ``step`` (never below 0). Rows may still arrive a little behind the
+    newest; those past the mark are in no coarse block yet."""
+    return max(0, ((step // ROLLUP_SPAN) - 1) * ROLLUP_SPAN)
+
+
+def is_summarised_eagerly(block: Block, mark: int) -> bool:
+    """Whether a block of newly stored rows is written as they are stored: every finest block,
+    and the coarser ones below the trial's ``mark``."""
+    return block.level == LEVELS[0] or block.block << block.level < mark
+
+
+def roll_up(fine: Iterable[Block]) -> list[Block]:
+    """The blocks of every coarser level made of finest blocks (of one group of a trial)."""
+    finest = list(fine)
+    return [block for level in LEVELS[1:] for block in coarsen(finest, level).values()]
+
+
 def choose_level(blocks_per_level: Mapping[int, int], max_points: int) -> int | None:
     """The finest level with at most ``MAX_BLOCKS_PER_POINT * max_points`` blocks, or the
     coarsest there is when none has so few; None when there are no blocks at all."""
@@ -293,12 +327,16 @@ __all__ = [
     "LEVELS",
     "MAX_BLOCKS_PER_POINT",
     "RAW_ROWS_PER_POINT",
+    "ROLLUP_SPAN",
     "Block",
     "Point",
     "candidates",
     "choose_level",
     "coarsen",
     "drawable",
+    "is_summarised_eagerly",
+    "roll_up",
+    "rollup_mark",
     "summarize",
     "summarize_columns",
 ]

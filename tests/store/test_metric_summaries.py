@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
@@ -10,16 +11,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from det_hub.store import Store, Trial
+from det_hub.store import Experiment, Store, Trial, metric_writes
 from det_hub.store.models import MetricSummary
 from det_hub.store.summaries import (
+    LEVELS,
     MAX_BLOCKS_PER_POINT,
     RAW_ROWS_PER_POINT,
+    ROLLUP_SPAN,
     Block,
     candidates,
     choose_level,
     coarsen,
     drawable,
+    is_summarised_eagerly,
+    roll_up,
+    rollup_mark,
     summarize,
 )
 
@@ -114,13 +120,31 @@ def test_choose_level_prefers_the_finest_level_under_the_cap() -> None:
 # -- in the store ----------------------------------------------------------------------------
 
 
+async def _mark(store: Store, trial_id: int) -> int:
+    async with store._engine.connect() as conn:
+        return int(await conn.scalar(
+            select(Trial.summaries_below).where(Trial.id == trial_id)))
+
+
 async def _stored(store: Store, trial_id: int) -> dict:
+    """The trial's summaries as a read takes them: the stored blocks, and the coarse ones of
+    the finest blocks from the trial's mark on, of which none may be stored."""
     async with store._engine.connect() as conn:
         rows = (await conn.execute(
             select(MetricSummary.__table__).where(MetricSummary.trial_id == trial_id)
         )).mappings().all()
-    return {(r["group_name"], r["name"], r["level"], r["block"]): Block.from_row(r).row()
-            for r in rows}
+    mark = await _mark(store, trial_id)
+    blocks = {(r["group_name"], r["name"], r["level"], r["block"]): Block.from_row(r)
+              for r in rows}
+    assert [key for key, b in blocks.items() if b.level > LEVELS[0]
+            and not is_summarised_eagerly(b, mark)] == [], f"coarse blocks past mark {mark}"
+    tails: dict = {}
+    for (group, *_), b in blocks.items():
+        if b.level == LEVELS[0] and b.block << b.level >= mark:
+            tails.setdefault(group, []).append(b)
+    made = {(group, b.name, b.level, b.block): b
+            for group, tail in tails.items() for b in roll_up(tail)}
+    return {key: b.row() for key, b in {**blocks, **made}.items()}
 
 
 async def _expected(store: Store, trial_id: int) -> dict:
@@ -151,6 +175,99 @@ async def test_summaries_follow_inserts_in_any_order_and_cuts(store: Store, tria
         assert await _stored(store, trial.id) == await _expected(store, trial.id), cut
     await store.start_trial_run(trial.id, -1)
     assert await _stored(store, trial.id) == {}
+
+
+def test_a_mark_moves_to_the_span_before_the_newest() -> None:
+    assert rollup_mark(0) == rollup_mark(2 * ROLLUP_SPAN - 1) == 0
+    assert rollup_mark(2 * ROLLUP_SPAN) == ROLLUP_SPAN
+    assert rollup_mark(7 * ROLLUP_SPAN + 5) == 6 * ROLLUP_SPAN
+    fine = Block("loss", LEVELS[0], 3, 1, (200, 1, 0.5), (200, 1, 0.5), (200, 1, 0.5),
+                 (200, 1, 0.5))
+    assert is_summarised_eagerly(fine, 0)
+    [coarse, *_] = roll_up([fine])
+    assert (coarse.level, coarse.block) == (LEVELS[1], 0)
+    assert not is_summarised_eagerly(coarse, 0) and is_summarised_eagerly(coarse, ROLLUP_SPAN)
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 100])
+async def test_coarse_summaries_roll_up_in_spans_in_any_order_and_cuts(
+    store: Store, trial: Trial, monkeypatch: pytest.MonkeyPatch, chunk_rows: int | None
+) -> None:
+    """Rows spread over several spans, stored out of order (some below the mark by then), in
+    batches of one chunk or several: every block as a read takes it is that of the rows, and
+    the coarse ones below the mark are stored; cuts bring the mark down."""
+    if chunk_rows is not None:
+        monkeypatch.setattr(metric_writes, "MAX_CHUNK_ROWS", chunk_rows)
+    rng = random.Random(11)
+    steps = [s * 331 for s in range(5_000)]  # past 6 spans
+    batches = [steps[i : i + 250] for i in range(0, len(steps), 250)]
+    rng.shuffle(batches)
+    for batch in batches:
+        await store.add_metrics(trial.id, "training", [
+            {"steps_completed": s, "metrics": {"loss": rng.gauss(0, 1), "acc": rng.random()}}
+            for s in batch])
+    await store.add_metrics(trial.id, "validation", [
+        {"steps_completed": s, "metrics": {"loss": 1.0 / (s + 1)}} for s in steps[::40]])
+    assert await _mark(store, trial.id) == rollup_mark(steps[-1]) > 0
+    assert await _stored(store, trial.id) == await _expected(store, trial.id)
+
+    for cut in (steps[-1] - 5, 3 * ROLLUP_SPAN + 17, ROLLUP_SPAN - 1, 17):
+        await store.start_trial_run(trial.id, cut)
+        assert await _mark(store, trial.id) <= cut
+        assert await _stored(store, trial.id) == await _expected(store, trial.id), cut
+    # Rows past the mark again, with the mark low: the next batch rolls them up.
+    await store.add_metrics(trial.id, "training", [
+        {"steps_completed": s, "metrics": {"loss": 0.5}} for s in range(0, 3 * ROLLUP_SPAN, 997)])
+    assert await _mark(store, trial.id) == rollup_mark(3 * ROLLUP_SPAN - 1)
+    assert await _stored(store, trial.id) == await _expected(store, trial.id)
+
+
+async def test_batches_stored_together_are_each_summarised_once(
+    store: Store, trial: Trial
+) -> None:
+    """Batches of one trial stored at once (PostgreSQL takes them on connections of their
+    own) while its mark moves: no row is left out of a coarse block, none is in one twice."""
+    rng = random.Random(5)
+    steps = [s * 1_777 for s in range(6_000)]  # 40 spans: the mark moves often
+    batches = [steps[i : i + 50] for i in range(0, len(steps), 50)]
+    # Mostly ascending, as a trial reports, with some batches late.
+    batches.sort(key=lambda b: b[0] + rng.randrange(4 * ROLLUP_SPAN))
+    for start in range(0, len(batches), 8):
+        await asyncio.gather(*(store.add_metrics(trial.id, "training", [
+            {"steps_completed": s, "metrics": {"loss": rng.random()}} for s in batch])
+            for batch in batches[start : start + 8]))
+    assert await _mark(store, trial.id) == rollup_mark(steps[-1]) > 0
+    assert await _stored(store, trial.id) == await _expected(store, trial.id)
+
+
+async def test_a_curve_past_its_mark_is_drawn_as_one_summarised_eagerly(
+    store: Store, experiment: Experiment
+) -> None:
+    """A chart of a coarse level draws the same points whether the trial's coarse blocks
+    were all written as the rows came (a trial from before marks) or partly made at the read
+    from its finest ones."""
+    lazy, eager = [await store.create_trial(experiment_id=experiment.id, request_id=f"r{i}",
+                                            hparams={}, seed=i, state="ACTIVE")
+                   for i in range(2)]
+    await store.update_trial(eager.id, summaries_below=1 << 62)
+    rng = random.Random(9)
+    steps = [s * 97 for s in range(12_000)]  # 4.4 spans
+    values = [math.sin(s / 50_000) + rng.gauss(0, 0.05) for s in steps]
+    values[7_000] = 40.0
+    for t in (lazy, eager):
+        for start in range(0, len(steps), 500):
+            await store.add_metrics(t.id, "training", [
+                {"steps_completed": s, "metrics": {"loss": v}}
+                for s, v in zip(steps[start : start + 500], values[start : start + 500],
+                                strict=True)])
+    assert 0 < await _mark(store, lazy.id) < steps[-1] and await _mark(store, eager.id) == 1 << 62
+    for max_points, after in ((100, None), (50, None), (100, 300_000), (10, 700_000)):
+        drawn = [[(r.steps_completed, r.metrics["loss"]) for r in await store.get_metrics(
+            t.id, group="training", max_points=max_points, metric="loss", after=after)]
+            for t in (lazy, eager)]
+        assert drawn[0] == drawn[1] and len(drawn[0]) == max_points, (max_points, after)
+        if after is None or after < steps[7_000]:
+            assert (steps[7_000], 40.0) in drawn[0]
 
 
 async def test_a_long_curve_is_drawn_from_summaries(store: Store, trial: Trial) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -16,7 +17,7 @@ from det_hub.store.models import Base, MetricSummary
 from det_hub.store.summaries import LEVELS, Block, summarize
 
 #: The newest migration.
-HEAD = "0015"
+HEAD = "0016"
 
 EXPECTED_TABLES = {
     "users",
@@ -46,6 +47,17 @@ EXPECTED_TABLES = {
 
 def _sync_engine(url: str):  # type: ignore[no-untyped-def]
     return create_engine(normalize_url(url)[1])
+
+
+@contextlib.contextmanager
+def _connected(url: str) -> Iterator[Connection]:
+    """A connection of a synchronous engine of its own to the database at ``url``."""
+    engine = _sync_engine(url)
+    try:
+        with engine.connect() as conn:
+            yield conn
+    finally:
+        engine.dispose()
 
 
 async def test_migrations_create_every_table(store: Store) -> None:
@@ -118,6 +130,13 @@ def _add_old_experiment(conn: Connection) -> None:
         "'{}', '', 'loss', true, 'default', 42, 0, CURRENT_TIMESTAMP, '[]', '' "
         "FROM users WHERE username = 'old'"))
 
+
+def _add_old_trial(conn: Connection, request_id: str, *, run_id: int) -> None:
+    """An ACTIVE trial of the old experiment, in the columns of schema 0013 (runs)."""
+    conn.execute(text(
+        "INSERT INTO trials (experiment_id, request_id, state, hparams, seed, restarts, "
+        "created_at, steps_completed, run_id) SELECT id, :request, 'ACTIVE', '{}', 0, 0, "
+        "CURRENT_TIMESTAMP, 0, :run FROM experiments"), {"request": request_id, "run": run_id})
 
 async def test_a_database_of_the_first_schema_upgrades_and_keeps_its_rows(db_url: str) -> None:
     """A master of the previous release left a database at 0001; the next one opens it."""
@@ -221,13 +240,9 @@ async def test_the_model_registry_migration_upgrades_and_downgrades(db_url: str)
 
     _migrate(db_url, "downgrade", "0006")
     assert not {"models", "model_versions"} & tables()
-    engine = _sync_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
-            assert conn.execute(text("SELECT uuid FROM checkpoints")).scalars().all() == [uuid]
-    finally:
-        engine.dispose()
+    with _connected(db_url) as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0006"
+        assert conn.execute(text("SELECT uuid FROM checkpoints")).scalars().all() == [uuid]
 
     store = await Store.open(db_url)
     try:
@@ -298,17 +313,13 @@ async def test_the_agent_user_migration_adds_unlinked_users_and_downgrades(db_ur
 
     _migrate(db_url, "downgrade", "0007")
     assert not link & user_columns()
-    engine = _sync_engine(db_url)
-    try:
-        with engine.connect() as conn:
-            assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
-            assert conn.execute(text("SELECT username FROM users")).scalars().all() == ["old"]
-            # What references the user is untouched: its experiment and its token.
-            assert conn.execute(text("SELECT name FROM experiments")).scalars().all() == ["kept"]
-            assert conn.execute(text("SELECT token_hash FROM tokens")).scalars().all() == [
-                hash_token("old-secret")]
-    finally:
-        engine.dispose()
+    with _connected(db_url) as conn:
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0007"
+        assert conn.execute(text("SELECT username FROM users")).scalars().all() == ["old"]
+        # What references the user is untouched: its experiment and its token.
+        assert conn.execute(text("SELECT name FROM experiments")).scalars().all() == ["kept"]
+        assert conn.execute(text("SELECT token_hash FROM tokens")).scalars().all() == [
+            hash_token("old-secret")]
 
     store = await Store.open(db_url)
     try:
@@ -326,10 +337,7 @@ async def test_the_chunks_migration_packs_rows_keeping_ids_and_new_rows_number_a
     rows' included. Going back to 0014 unpacks them again."""
     def with_rows(conn: Connection) -> None:
         _add_old_experiment(conn)
-        conn.execute(text(
-            "INSERT INTO trials (experiment_id, request_id, state, hparams, seed, restarts, "
-            "created_at, steps_completed, run_id) SELECT id, 'r1', 'ACTIVE', '{}', 0, 0, "
-            "CURRENT_TIMESTAMP, 0, 2 FROM experiments"))
+        _add_old_trial(conn, "r1", run_id=2)
         # Groups interleaved by id, two runs, and an id gap where a row was rolled back.
         for row_id, group, step, run, value in [
                 (1, "training", 1, 1, "1.5"), (2, "validation", 1, 1, '"NaN"'),
@@ -372,11 +380,50 @@ async def test_the_chunks_migration_packs_rows_keeping_ids_and_new_rows_number_a
         await store.close()
 
     _migrate(db_url, "downgrade", "0014")
-    engine = _sync_engine(db_url)
+    with _connected(db_url) as conn:
+        assert conn.execute(text(
+            "SELECT id, group_name, steps_completed FROM metrics ORDER BY id")).all() == [
+            (1, "training", 1), (2, "validation", 1), (3, "training", 2)]
+
+
+async def test_the_summary_marks_migration_keeps_old_trials_eager_and_downgrades_rolled_up(
+        db_url: str) -> None:
+    """0016 marks each trial's coarse summaries: a trial from before holds every row in them
+    and goes on so (its mark is past every step), a new one starts at 0. Going back to 0015
+    rolls every row past a mark up into the coarse blocks, as the older code reads them."""
+    def with_trial(conn: Connection) -> None:
+        _add_old_experiment(conn)
+        _add_old_trial(conn, "old", run_id=0)
+
+    _migrate(db_url, "upgrade", "0015", with_trial)
+    store = await Store.open(db_url)
+    steps = [s * 499 for s in range(4_000)]
+    rows = [{"steps_completed": s, "metrics": {"loss": (s % 17) / 3}} for s in steps]
     try:
-        with engine.connect() as conn:
-            assert conn.execute(text(
-                "SELECT id, group_name, steps_completed FROM metrics ORDER BY id")).all() == [
-                (1, "training", 1), (2, "validation", 1), (3, "training", 2)]
+        [exp], _ = await store.list_experiments()
+        [old] = await store.list_trials(exp.id)
+        new = await store.create_trial(experiment_id=exp.id, request_id="new", hparams={},
+                                       seed=1, state="ACTIVE")
+        assert (old.summaries_below, new.summaries_below) == (1 << 62, 0)
+        expected = {}
+        for trial in (old, new):
+            for start in range(0, len(rows), 400):
+                await store.add_metrics(trial.id, "training", rows[start : start + 400])
+            stored = await store.get_metrics(trial.id, group="training")
+            expected[trial.id] = {key: b.row() for key, b in summarize(
+                (r.id, r.steps_completed, r.metrics) for r in stored).items()}
+        marks = {t.id: (await store.get_trial(t.id)).summaries_below  # type: ignore[union-attr]
+                 for t in (old, new)}
+        assert marks[old.id] == 1 << 62 and 0 < marks[new.id] < steps[-1]
     finally:
-        engine.dispose()
+        await store.close()
+
+    _migrate(db_url, "downgrade", "0015")
+    with _connected(db_url) as conn:
+        assert "summaries_below" not in {c["name"] for c in inspect(conn).get_columns("trials")}
+        for trial_id, want in expected.items():
+            got = conn.execute(select(MetricSummary.__table__).where(
+                MetricSummary.trial_id == trial_id)).mappings().all()
+            assert {(r["name"], r["level"], r["block"]): Block.from_row(r).row()
+                    for r in got} == want
+            assert {level for _, level, _ in want} == set(LEVELS)
