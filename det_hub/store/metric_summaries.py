@@ -282,7 +282,7 @@ class MetricSummaryQueries(Queries):
         for start in range(0, len(holding), 10_000):
             read = await session.scalars(select(MetricChunk).where(
                 MetricChunk.id.in_(holding[start : start + 10_000])))
-            found.extend(r for c in read for r in chunk_rows(c) if r.id in kept)
+            found.extend(r for c in read for r in chunk_rows(c, ids=kept))
         return by_step(found)
 
     async def _summary_candidates(

@@ -35,7 +35,7 @@ from .packing import (
     Pack,
     by_step,
     chunk_rows,
-    thin,
+    thin_chunks,
 )
 
 if TYPE_CHECKING:
@@ -231,9 +231,8 @@ class MetricQueries(Queries):
                     rows.extend(await self._downsampled(
                         session, trial_id, g, chunks, count, max_points, metric, after))
                     continue
-                group_rows = by_step([r for c in await self._chunks(
-                    session, trial_id, g, after) for r in chunk_rows(c, keep)])
-                rows.extend(thin(group_rows, max_points))
+                rows.extend(thin_chunks(await self._chunks(session, trial_id, g, after),
+                                        max_points, after))
         return by_step(rows)
 
     async def get_metric_columns(

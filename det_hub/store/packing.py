@@ -16,11 +16,12 @@ Pure: bytes in, rows out; the store reads and writes the chunks.
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import json
 import math
 import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -291,11 +292,26 @@ class StoredChunk(Protocol):
     payload: bytes
 
 
-def chunk_rows(chunk: StoredChunk, keep: Callable[[int], bool] | None = None) -> list[MetricRow]:
-    """A stored chunk's rows, in the order reported, or those whose step ``keep`` accepts."""
-    rows = Pack.decode(chunk.payload).metric_rows(
-        chunk.id, chunk.trial_id, chunk.group, chunk.report_time, chunk.trial_run)
-    return list(rows) if keep is None else [r for r in rows if keep(r.steps_completed)]
+def chunk_rows(chunk: StoredChunk, keep: Callable[[int], bool] | None = None, *,
+               ids: Collection[int] | None = None) -> list[MetricRow]:
+    """A stored chunk's rows, in the order reported: all of them, or those whose step
+    ``keep`` accepts and whose id is in ``ids``. Only the rows answered are made: a chart of
+    a long curve reads a few rows out of each of many chunks."""
+    pack = Pack.decode(chunk.payload)
+    if keep is not None or ids is not None:
+        at: Iterable[int] = range(len(pack.steps))
+        if ids is not None and pack.ids is None:
+            # The chunk's own ids: a row's index is its id's offset from the chunk's first.
+            first = chunk.id << ROW_BITS
+            at = sorted(row_id - first for row_id in ids if first <= row_id < first + len(pack))
+        elif ids is not None:
+            at = [i for i, row_id in enumerate(pack.ids or ()) if row_id in ids]
+        if keep is not None:
+            steps = pack.steps
+            at = [i for i in at if keep(steps[i])]
+        pack = pack.select(at, chunk.id)
+    return list(pack.metric_rows(chunk.id, chunk.trial_id, chunk.group, chunk.report_time,
+                                 chunk.trial_run))
 
 
 def by_step(rows: list[MetricRow]) -> list[MetricRow]:
@@ -315,6 +331,47 @@ def thin(rows: Sequence[MetricRow], max_points: int) -> list[MetricRow]:
     return kept
 
 
+def thin_chunks(chunks: Iterable[StoredChunk], max_points: int,
+                after: int | None = None) -> list[MetricRow]:
+    """:func:`thin` of the rows of a group's chunks (past step ``after``), ascending by step
+    then id. Where each chunk's rows ascend and the chunks follow one another (a trial
+    reporting as it trains), the rows kept are found from the steps alone and only they are
+    made: a million rows are thinned in a fraction of the time of making them all."""
+    packs = sorted(((c, Pack.decode(c.payload)) for c in chunks),
+                   key=lambda cp: (min(cp[1].steps, default=0), cp[0].id))
+    spans: list[tuple[StoredChunk, Pack, int]] = []  # a chunk, its rows, its first row past after
+    previous: tuple[int, int] | None = None
+    for chunk, pack in packs:
+        steps, ids = pack.steps, pack.row_ids(chunk.id)
+        start = 0 if after is None else bisect.bisect_right(steps, after)
+        if start == len(steps):
+            continue
+        if not (_ascending(steps) and (pack.ids is None or _ascending(pack.ids))) or (
+                previous is not None and previous >= (steps[start], ids[start])):
+            return thin(by_step([r for c, _ in packs for r in chunk_rows(
+                c, None if after is None else lambda step: step > after)]), max_points)
+        spans.append((chunk, pack, start))
+        previous = (steps[-1], ids[-1])
+    total = sum(len(pack) - start for _, pack, start in spans)
+    k = max(1, -(-total // max_points))
+    wanted = sorted(set(range(0, total, k)) | ({total - 1} if total else set()))
+    rows: list[MetricRow] = []
+    offset, j = 0, 0  # the rows before this chunk's, and the next of ``wanted``
+    for chunk, pack, start in spans:
+        end = offset + len(pack) - start
+        at = []
+        while j < len(wanted) and wanted[j] < end:
+            at.append(start + wanted[j] - offset)
+            j += 1
+        rows.extend(pack.select(at, chunk.id).metric_rows(
+            chunk.id, chunk.trial_id, chunk.group, chunk.report_time, chunk.trial_run))
+        offset = end
+    return rows
+
+
+def _ascending(values: Sequence[int]) -> bool:
+    return all(map(operator.le, values, values[1:]))
+
 __all__ = [
     "MAX_CHUNK_ROWS",
     "ROW_BITS",
@@ -327,5 +384,6 @@ __all__ = [
     "chunk_row_ids",
     "chunk_rows",
     "thin",
+    "thin_chunks",
     "to_micros",
 ]

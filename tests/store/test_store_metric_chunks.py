@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import math
 
@@ -11,7 +12,7 @@ from det_hub import nonfinite
 from det_hub.store import NotFound, Store, Trial
 from det_hub.store import metric_writes as store_metrics
 from det_hub.store.metric_writes import IngestTarget, StoredNotice
-from det_hub.store.packing import ROW_BITS, Pack
+from det_hub.store.packing import ROW_BITS, Pack, by_step, chunk_rows, thin, thin_chunks
 from det_hub.store.summaries import summarize
 
 
@@ -131,6 +132,53 @@ async def test_a_rollback_cuts_a_chunk_and_keeps_its_earlier_rows_ids(
     assert [r.id for r in await store.experiment_metrics_after(trial.experiment_id, 0, 10)] \
         == [*columns.ids, stored.rows()[0].id]
 
+
+@dataclasses.dataclass
+class _Chunk:
+    id: int
+    payload: bytes
+    trial_id: int = 1
+    group: str = "training"
+    trial_run: int = 0
+    report_time: dt.datetime = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc)
+
+
+def _chunks_of(spans: list[list[int]], ids: list[list[int]] | None = None) -> list[_Chunk]:
+    """Chunks 1, 2, ... holding rows at these steps (their own ids, or the ids given)."""
+    return [_Chunk(n + 1, Pack.of_columns(steps, {"loss": [s / 7 for s in steps]}).encode()
+                   if ids is None else Pack(steps, columns={"loss": [s / 7 for s in steps]},
+                                            ids=ids[n]).encode())
+            for n, steps in enumerate(spans)]
+
+
+@pytest.mark.parametrize("spans", [
+    [list(range(0, 500)), list(range(500, 1300)), list(range(1300, 1301))],  # in order
+    [list(range(500, 1300)), list(range(0, 500))],  # stored out of order, still disjoint
+    [list(range(0, 600)), list(range(400, 1000))],  # overlapping: every row is sorted
+    [[5, 3, 9, 1] * 50, list(range(10, 300))],  # a chunk whose steps do not ascend
+    [list(range(0, 300)), list(range(299, 700))],  # one step in both chunks
+])
+@pytest.mark.parametrize("after", [None, -1, 250, 699, 5000])
+@pytest.mark.parametrize("max_points", [1, 7, 100, 10_000])
+def test_thinning_chunks_keeps_what_thinning_every_row_keeps(
+        spans: list[list[int]], after: int | None, max_points: int) -> None:
+    chunks = _chunks_of(spans)
+    every = by_step([r for c in chunks for r in chunk_rows(
+        c, None if after is None else lambda step: step > after)])
+    assert [(r.id, r.steps_completed, r.metrics) for r in thin_chunks(chunks, max_points, after)
+            ] == [(r.id, r.steps_completed, r.metrics) for r in thin(every, max_points)]
+
+
+def test_thinning_chunks_that_list_their_rows_ids() -> None:
+    chunks = _chunks_of([list(range(0, 50)), list(range(50, 90))],
+                        ids=[list(range(100, 150)), [7, *range(200, 239)]])
+    every = by_step([r for c in chunks for r in chunk_rows(c)])
+    for max_points in (3, 20, 100):
+        assert [r.id for r in thin_chunks(chunks, max_points)] == [
+            r.id for r in thin(every, max_points)]
+    assert [r.id for r in chunk_rows(chunks[1], ids={7, 205, 999})] == [7, 205]
+    assert [r.id for r in chunk_rows(chunks[0], lambda s: s > 47, ids={100, 148, 149})] == [
+        148, 149]
 
 def test_fast_loads_reads_what_json_reads() -> None:
     """orjson where it reads JSON as json does; json for whole numbers past 64 bits (which
