@@ -297,7 +297,12 @@ def chunk_rows(chunk: StoredChunk, keep: Callable[[int], bool] | None = None, *,
     """A stored chunk's rows, in the order reported: all of them, or those whose step
     ``keep`` accepts and whose id is in ``ids``. Only the rows answered are made: a chart of
     a long curve reads a few rows out of each of many chunks."""
-    pack = Pack.decode(chunk.payload)
+    return _rows_of(chunk, Pack.decode(chunk.payload), keep, ids)
+
+
+def _rows_of(chunk: StoredChunk, pack: Pack, keep: Callable[[int], bool] | None = None,
+             ids: Collection[int] | None = None) -> list[MetricRow]:
+    """:func:`chunk_rows` of a chunk whose payload is already unpacked (``pack``)."""
     if keep is not None or ids is not None:
         at: Iterable[int] = range(len(pack.steps))
         if ids is not None and pack.ids is None:
@@ -346,10 +351,10 @@ def thin_chunks(chunks: Iterable[StoredChunk], max_points: int,
         start = 0 if after is None else bisect.bisect_right(steps, after)
         if start == len(steps):
             continue
-        if not (_ascending(steps) and (pack.ids is None or _ascending(pack.ids))) or (
+        if not (ascending(steps) and (pack.ids is None or ascending(pack.ids))) or (
                 previous is not None and previous >= (steps[start], ids[start])):
-            return thin(by_step([r for c, _ in packs for r in chunk_rows(
-                c, None if after is None else lambda step: step > after)]), max_points)
+            return thin(by_step([r for c, p in packs for r in _rows_of(
+                c, p, None if after is None else lambda step: step > after)]), max_points)
         spans.append((chunk, pack, start))
         previous = (steps[-1], ids[-1])
     total = sum(len(pack) - start for _, pack, start in spans)
@@ -369,8 +374,10 @@ def thin_chunks(chunks: Iterable[StoredChunk], max_points: int,
     return rows
 
 
-def _ascending(values: Sequence[int]) -> bool:
+def ascending(values: Sequence[int]) -> bool:
+    """Whether ``values`` never go down."""
     return all(map(operator.le, values, values[1:]))
+
 
 __all__ = [
     "MAX_CHUNK_ROWS",
@@ -381,6 +388,7 @@ __all__ = [
     "StoredChunk",
     "by_step",
     "chunk_of",
+    "ascending",
     "chunk_row_ids",
     "chunk_rows",
     "thin",

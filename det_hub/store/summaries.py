@@ -33,10 +33,11 @@ from __future__ import annotations
 
 import bisect
 import math
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from .packing import ascending
 
 #: Block sizes ``2 ** level`` in steps. Eight times apart, so that some level has between
 #: ``MAX_BLOCKS_PER_POINT / 8`` and ``MAX_BLOCKS_PER_POINT`` blocks per point for any curve up
@@ -167,10 +168,6 @@ def summarize(
     return _with_coarser(fine, coarser, into)
 
 
-def _ascending(values: Sequence[int]) -> bool:
-    return all(map(operator.le, values, values[1:]))
-
-
 def _finite_numbers(values: Sequence[Any]) -> bool:
     """Whether every value is a finite int or float (booleans are not numbers here)."""
     try:
@@ -232,9 +229,9 @@ def summarize_columns(
     per row."""
     finest, *coarser = sorted(levels)
     fine: dict[BlockKey, Block] = {}
-    ascending = _ascending(steps) and (isinstance(ids, range) or _ascending(ids))
+    ascending_rows = ascending(steps) and (isinstance(ids, range) or ascending(ids))
     for name, values in columns.items():
-        if ascending and _finite_numbers(values):
+        if ascending_rows and _finite_numbers(values):
             _summarize_sorted(name, finest, ids, steps, values, fine)
             continue
         block: Block | None = None
