@@ -557,3 +557,16 @@ def test_importing_a_front_end_loads_no_master(package: str) -> None:
     refused = [name for name in loaded
                if any(within(name, prefix) for prefix in LIGHT_IMPORTS[package])]
     assert refused == [], f"import {package} loads {', '.join(refused)}"
+
+
+def test_a_tasks_runner_loads_only_what_a_forked_task_needs() -> None:
+    """Every task's runner is an interpreter of its own (det_hub.agents.local_runner), started
+    as the task is prepared: what only the runners of tasks they start themselves use
+    (subprocess, threading), and typing, are left out of its start."""
+    loaded = json.loads(subprocess.run(
+        [sys.executable, "-I", "-c", "import json, sys, det_hub.agents.local_runner; "
+         "print(json.dumps(sorted(sys.modules)))"],
+        check=True, capture_output=True, text=True, cwd=REPO,
+    ).stdout)
+    refused = [name for name in ("subprocess", "threading", "typing") if name in loaded]
+    assert refused == [], f"import det_hub.agents.local_runner loads {', '.join(refused)}"

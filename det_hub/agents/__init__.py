@@ -8,10 +8,9 @@ slot probes) every time a task starts.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from det_hub._lazy import lazy_exports
 
+TYPE_CHECKING = False  # typing is left unimported too (see det_hub._lazy)
 if TYPE_CHECKING:
     from ._base import (
         PYTHON_NAMES,

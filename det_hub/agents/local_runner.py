@@ -43,14 +43,19 @@ import json
 import os
 import selectors
 import signal
-import subprocess
 import sys
-import threading
 import time
-from collections.abc import Mapping
-from typing import IO, Any
 
 from det_hub.env_names import AGENT_ADDRESS_ENV
+
+# A runner's start is part of every task's: what only the runners of tasks they start
+# themselves use (subprocess, threading) is imported there, not by those of the tasks a zygote
+# forks, and typing is left to type checkers. Such a runner starts in 25 ms instead of 45.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import subprocess
+    from collections.abc import Mapping
+    from typing import IO, Any
 
 
 def _log_line(log: IO[str], name: str, raw: bytes) -> None:
@@ -211,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as e:
             return _not_started(args.log, args.exit_file, f"cannot find this node's address "
                                 f"for the task to listen on: {e}")
+    import subprocess
+    import threading
+
     command: list[str] = list(start["command"])
     if start.get("cpus") and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, set(start["cpus"]))
