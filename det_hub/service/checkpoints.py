@@ -214,5 +214,8 @@ class CheckpointManager:
 
     async def _on_trials_end(self, event: TrialsEnded) -> None:
         """Apply the experiment's checkpoint GC policy once trials have ended (one pass for
-        all that ended together)."""
-        await self.gc.collect(event.run.row, event.run.trials.values())
+        all that ended together). An experiment none of whose trials has completed a
+        checkpoint (each completed one becomes its trial's latest) has none to collect: a
+        search of short trials that never checkpoint is not read at every trial's end."""
+        if any(t.latest_checkpoint for t in event.run.trials.values()):
+            await self.gc.collect(event.run.row, event.run.trials.values())

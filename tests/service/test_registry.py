@@ -11,12 +11,14 @@ from __future__ import annotations
 import json
 import uuid as uuidlib
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from det_hub.scopes import MANAGE_SCOPE
 from det_hub.service import wire
+from det_hub.service.bus import TrialsEnded
 from det_hub.service.errors import BadRequest, Conflict, Forbidden, NotFound
 from det_hub.service.master import Master, Principal
 from det_hub.store import Experiment, Store, Trial
@@ -373,3 +375,32 @@ async def test_gc_at_trial_end_skips_registered_checkpoints(
     result = await master.checkpoint_gc.collect(exp, [trial])
     assert result.deleted == [uuids[15]] and result.registered == [uuids[5]]
     assert on_disk(tmp_path) == {uuids[5], uuids[10], uuids[20]}
+
+
+async def test_gc_at_trial_end_reads_checkpoints_only_where_a_trial_completed_one(
+        master: Master, store: Store, alice: Principal, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Trials' end reads the experiment's checkpoints only once one of its trials has a
+    latest checkpoint; then the policy applies as before."""
+    exp = await finished_experiment(store, alice, tmp_path)
+    bare = await store.create_trial(experiment_id=exp.id, request_id=str(uuidlib.uuid4()),
+                                    hparams={}, seed=1, state="COMPLETED")
+    listed: list[int | None] = []
+    list_checkpoints = store.list_checkpoints
+
+    async def counted(**kwargs: Any) -> Any:
+        listed.append(kwargs.get("experiment_id"))
+        return await list_checkpoints(**kwargs)
+
+    monkeypatch.setattr(store, "list_checkpoints", counted)
+    run = SimpleNamespace(row=exp, trials={bare.id: bare})
+    await master.bus.publish(TrialsEnded(run, (bare,)))  # type: ignore[arg-type]
+    assert listed == []
+
+    trial, uuids = await trial_with_checkpoints(store, exp, tmp_path,
+                                                {5: 0.5, 10: 0.1, 15: 0.3, 20: 0.4})
+    run.trials[trial.id] = trial
+    await master.bus.publish(TrialsEnded(run, (trial,)))  # type: ignore[arg-type]
+    assert listed == [exp.id]
+    # The default policy keeps the trial's best (10) and latest (20).
+    assert on_disk(tmp_path) == {uuids[10], uuids[20]}
