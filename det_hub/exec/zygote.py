@@ -28,9 +28,10 @@ where a fresh interpreter would run it alike, else it is executed afresh. A chil
 not an interpreter's start and imports.
 
 Every child of one zygote shares its sandbox: the same user's trials, one after the other on
-the same slots, with their home and ``/tmp`` in common and a working directory each. What a child leaves running when it ends is killed with its process group.
-When ``N`` closes (the agent retires it, or the master stops), the zygote forks no more, waits
-for the children it has, and exits: a trial it runs outlives the master, as any task does.
+the same slots, with their home and ``/tmp`` in common and a working directory each. What a
+child leaves running when it ends is killed with its process group. When ``N`` closes (the
+agent retires it, or the master stops), the zygote forks no more, waits for the children it
+has, and exits: a trial it runs outlives the master, as any task does.
 """
 
 from __future__ import annotations
