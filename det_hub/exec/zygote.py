@@ -186,7 +186,12 @@ class Zygote:
                 if key.data is None:
                     listening = self._request()
                 else:
-                    kind, child = key.data
+                    kind, seen = key.data
+                    child = self.children.get(seen.pid)
+                    if child is None or child is not seen:
+                        # Ended earlier in this wake-up: its end and its runner's loss can
+                        # come together, and what is left of it was closed then.
+                        continue
                     if kind == "exit":
                         self._reap(child)
                     else:
@@ -306,6 +311,7 @@ class Zygote:
         if child.signal_r is not None:
             self.selector.unregister(child.signal_r)
             os.close(child.signal_r)
+            child.signal_r = None
         del self.children[child.pid]
         if not self.bytecode and child.workdir:
             # After its exit is told: the next trial's start never waits for this.

@@ -130,7 +130,7 @@ def test_the_master_restarts_mid_experiment_and_the_trial_finishes(
     time.sleep(1.5)  # the trial keeps training and retries its reports meanwhile
     m.start()
     exp = m.wait_state(eid)
-    assert exp["state"] == "COMPLETED"
+    assert exp["state"] == "COMPLETED", m.logs(trial_id)
     trial = m.get(f"/trials/{trial_id}")["trial"]
     assert trial["restarts"] == 0, "the running trial should have been adopted, not restarted"
     steps = [p["steps_completed"] for p in

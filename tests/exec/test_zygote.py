@@ -173,3 +173,41 @@ def test_bytecode_is_gathered_beside_its_sources_only_and_planted_where_none_is(
     zygote.plant_bytecode(found, str(fresh))
     assert (fresh / "__pycache__" / f"helper.{tag}.pyc").read_bytes() == b"helper"
     assert (fresh / "pkg" / "__pycache__" / f"mod.{tag}.pyc").read_bytes() == b"its own"
+
+
+def test_a_childs_end_and_its_runners_end_seen_together_leave_the_zygote_serving(
+        tmp_path: Path) -> None:
+    """A dropped child (its go pipe closed, then its runner killed) whose exit and lost
+    runner the zygote learns of in one wake-up: the zygote reports the exit once and goes on
+    serving the children it has. Ending there, it would take them with it."""
+    env = {"WHO": "x", "NAP": "60"}
+    proc, ctl = start_zygote(tmp_path, env)
+    try:
+        running = Forked(ctl, tmp_path / "a", None)
+        running.start({**os.environ, **env})
+        ready, _, _ = select.select([running.out], [], [], 30)
+        assert ready
+        dropped = Forked(ctl, tmp_path / "b", None)
+        time.sleep(0.3)  # forked, waiting for its go
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            os.close(dropped.go)
+            time.sleep(0.5)  # the child reads its go pipe's end and exits
+            os.close(dropped.signal)  # then its runner is killed
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        assert dropped.returncode() == 125
+        time.sleep(0.3)
+        assert proc.poll() is None, proc.communicate()[1].decode()
+        ready, _, _ = select.select([running.exit], [], [], 0)
+        assert not ready, "the running child ended with the dropped one"
+        os.write(running.signal, bytes([signal.SIGTERM]))
+        assert running.returncode() == -signal.SIGTERM
+        ctl.close()
+        proc.communicate(timeout=30)
+        assert proc.returncode == 0
+    finally:
+        ctl.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
