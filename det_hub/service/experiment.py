@@ -176,6 +176,39 @@ class _Deferred:
             log.warning("%s could not be stored: %s", self._what, e)
 
 
+class AnswerFirst:
+    """Work its caller waits for only up to a point the work marks (``settled``): the rest
+    goes on as a task of its own, and :meth:`caught_up` waits for those tasks."""
+
+    def __init__(self) -> None:
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def run(self, work: Callable[[asyncio.Future[None]], Awaitable[None]]) -> None:
+        """Run ``work(settled)`` until it sets ``settled``, or ends; a failure before either
+        is raised here."""
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def whole() -> None:
+            try:
+                await work(settled)
+            finally:
+                if not settled.done():
+                    settled.set_result(None)
+
+        task = asyncio.ensure_future(whole())
+        await asyncio.wait((task, settled), return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()
+            return
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def caught_up(self) -> None:
+        """Wait until the work that went on after its caller was answered has ended."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
 class ExperimentRun:
     """Drives one experiment. Made by :class:`det_hub.service.master.Master`.
 
@@ -236,6 +269,11 @@ class ExperimentRun:
                                          f"experiment {row.id}: its progress")
         # The trials by the searcher's request id.
         self._by_request: dict[str, Trial] = {t.request_id: t for t in trials}
+        #: What the searcher asked for on validations already answered (see on_validation).
+        self.after_answers = AnswerFirst()
+        # Set while a validation's actions are carried out: the reporting trial's request id,
+        # and what its report waits on (the trial's own fate settled).
+        self._answering: tuple[str, asyncio.Future[None]] | None = None
 
     @classmethod
     async def restore(cls, row: Experiment, config: ExperimentConfig, trials: list[Trial],
@@ -364,15 +402,39 @@ class ExperimentRun:
 
         Both a validation report and the completion of a searcher operation arrive here; the
         second report of the same length is dropped, so the searcher sees each result once.
+
+        Returns once the trial's own fate is settled, which its report answers: stopped (its
+        state stored as stopping, its allocation asked to stop) or training on. What else the
+        searcher asked for (the trial that takes its slots, its own state saved) is carried
+        out after, under the run's lock as before: a stopped trial exits meanwhile, and its
+        exit is handled, and its slots handed on, only once that is done. A failure before the
+        answer fails the report; one after it is logged, naming the experiment.
         """
-        async with self.lock:
-            if length <= self.completed_lengths.get(trial.request_id, -1):
-                return
-            if TrialState(trial.state).terminal:
-                return
-            await self._apply(self.searcher.tell({
-                "event": "validation", "request_id": trial.request_id,
-                "metric": nonfinite.encode(metric), "length": length}), decided=True)
+        async def take(settled: asyncio.Future[None]) -> None:
+            async with self.lock:
+                if length <= self.completed_lengths.get(trial.request_id, -1):
+                    return
+                if TrialState(trial.state).terminal:
+                    return
+                actions = self.searcher.tell({
+                    "event": "validation", "request_id": trial.request_id,
+                    "metric": nonfinite.encode(metric), "length": length})
+                if not any(isinstance(a, Stop) and a.request_id == trial.request_id
+                           for a in actions):
+                    settled.set_result(None)  # it trains on: nothing below changes that
+                self._answering = (trial.request_id, settled)
+                try:
+                    await self._apply(actions, decided=True)
+                except Exception as e:
+                    if not settled.done():
+                        raise  # not answered yet: the report fails
+                    log.error("experiment %d: carrying out what the searcher decided on trial "
+                              "%d's validation failed after the trial was answered: %s",
+                              self.id, trial.id, e, exc_info=e)
+                finally:
+                    self._answering = None
+
+        await self.after_answers.run(take)
 
     def operation(self, trial: Trial) -> dict[str, Any]:
         target = self.method.target_length(trial.request_id)
@@ -550,6 +612,9 @@ class ExperimentRun:
                             await self._close_trial(stopping, T.COMPLETED)
                         else:
                             await self.host.preempt(alloc)
+                    if self._answering is not None and self._answering[0] == action.request_id \
+                            and not self._answering[1].done():
+                        self._answering[1].set_result(None)  # its report is answered now
                 elif isinstance(action, Shutdown):
                     target = E.STOPPING_ERROR if action.failure else E.STOPPING_COMPLETED
                     if not self.state.terminal and self.state != target \

@@ -171,7 +171,10 @@ class Master:
 
     async def stop(self) -> None:
         """Stop scheduling and watching; running tasks keep running, to be adopted by the
-        next master."""
+        next master. What searchers asked for on validations already answered is carried out
+        first."""
+        for run in list(self.experiments.runs.values()):
+            await run.after_answers.caught_up()
         if self.stored_listener is not None:
             await self.stored_listener.stop()
             self.stored_listener = None

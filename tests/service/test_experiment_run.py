@@ -8,6 +8,7 @@ the states the run stores, its counts, and what it asked of the host.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import uuid
 from collections.abc import AsyncIterator
@@ -205,6 +206,13 @@ async def validations(store: Store, trial: Trial, *steps: int) -> None:
     await store.update_trial(trial.id, steps_completed=trial.steps_completed)
 
 
+async def validated(run: ExperimentRun, trial: Trial, length: int, metric: float) -> None:
+    """A validation reported, and what the searcher asked for on it carried out (its report
+    is answered before that: see ExperimentRun.on_validation)."""
+    await run.on_validation(trial, length, metric)
+    await run.after_answers.caught_up()
+
+
 def count_searcher_saves(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Record each store write of the search method's state: ``events`` or ``whole``."""
     saves: list[str] = []
@@ -236,7 +244,7 @@ async def test_a_single_trial_completes(store: Store, host: FakeHost) -> None:
                                     "completed": False}
     await run.on_progress(trial, 0.5)
     assert run.row.progress == 0.5
-    await run.on_validation(trial, 10, 0.25)
+    await validated(run, trial, 10, 0.25)
     assert run.operation(trial) == {"operation": None, "completed": True}
     assert run.state == E.ACTIVE and not run.done.is_set()
 
@@ -266,10 +274,10 @@ async def test_a_result_reported_twice_reaches_the_searcher_once(
 
     monkeypatch.setattr(run.method, "on_validation", spy)
     await host.start(run, first)
-    await run.on_validation(first, 8, 0.5)
-    await run.on_validation(first, 8, 0.4)  # the operation's completion at the same length
-    await run.on_validation(first, 4, 0.1)  # shorter than a result the searcher has
-    await run.on_validation(first, 16, 0.3)
+    await validated(run, first, 8, 0.5)
+    await validated(run, first, 8, 0.4)  # the operation's completion at the same length
+    await validated(run, first, 4, 0.1)  # shorter than a result the searcher has
+    await validated(run, first, 16, 0.3)
     assert seen == [(first.request_id, 0.5, 8), (first.request_id, 0.3, 16)]
     assert run.completed_lengths == {first.request_id: 16}
     assert [r["metric"] for r in rungs(run)[0]["results"]] == [0.5]
@@ -277,7 +285,7 @@ async def test_a_result_reported_twice_reaches_the_searcher_once(
     await run.kill()  # the queued trial ends at once, the running one once it exits
     assert second.state == "CANCELED"
     await host.exit(run, first, None)
-    await run.on_validation(first, 32, 0.2)  # from an ended trial: dropped
+    await validated(run, first, 32, 0.2)  # from an ended trial: dropped
     assert len(seen) == 2 and run.state == E.CANCELED
 
 
@@ -412,6 +420,65 @@ async def test_a_refused_launch_fails_the_trial(store: Store, host: FakeHost) ->
 
 
 # --- ASHA ----------------------------------------------------------------------------------
+async def test_a_stopped_trial_is_answered_before_the_trial_that_follows_it_is_made(
+        store: Store, host: FakeHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report that stops a trial at its rung returns once the stop is stored and the
+    allocation asked to stop; the trial the searcher makes in its place is made after, under
+    the run's lock, so the stopped trial's exit is handled only once that is done."""
+    run = await new_run(store, host, asha(max_trials=3))
+    good, bad = run.trials.values()
+    for trial in (good, bad):
+        await host.start(run, trial)
+    await validated(run, good, 8, 0.5)
+    release = asyncio.Event()
+    create = store.create_trial
+
+    async def held_create(**fields: Any) -> Trial:
+        await release.wait()
+        return await create(**fields)
+
+    monkeypatch.setattr(store, "create_trial", held_create)
+    await asyncio.wait_for(run.on_validation(bad, 8, 0.9), 10)
+    assert bad.state == "STOPPING_COMPLETED" and ("preempt", bad.id) in host.calls
+    assert len(run.trials) == 2 and run.lock.locked()
+    exit_handled = asyncio.ensure_future(host.exit(run, bad, 0))
+    await asyncio.sleep(0.05)
+    assert not exit_handled.done() and bad.state == "STOPPING_COMPLETED"
+
+    release.set()
+    await run.after_answers.caught_up()
+    await exit_handled
+    assert bad.state == "COMPLETED" and len(run.trials) == 3
+    [third] = [t for t in run.trials.values() if t not in (good, bad)]
+    assert host.calls[-1] == ("launch", third.id) or ("launch", third.id) in host.calls
+    _, trials = await stored(store, run)
+    assert [t.state for t in trials] == ["ACTIVE", "COMPLETED", "ACTIVE"]
+
+
+async def test_a_failure_after_a_validation_is_answered_is_logged(
+        store: Store, host: FakeHost, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """What fails once the report was answered cannot fail the report: it is logged, naming
+    the experiment."""
+    run = await new_run(store, host, asha(max_trials=3))
+    good, bad = run.trials.values()
+    for trial in (good, bad):
+        await host.start(run, trial)
+    await validated(run, good, 8, 0.5)
+
+    async def refused(**fields: Any) -> Trial:
+        raise StoreUnavailable("down for the test")
+
+    monkeypatch.setattr(store, "create_trial", refused)
+    await run.on_validation(bad, 8, 0.9)
+    assert bad.state == "STOPPING_COMPLETED"
+    await run.after_answers.caught_up()
+    assert not run.lock.locked()
+    assert any(f"experiment {run.id}: carrying out what the searcher decided on trial "
+               f"{bad.id}'s validation failed after the trial was answered" in r.getMessage()
+               and r.levelname == "ERROR" for r in caplog.records)
+
+
 async def test_asha_stops_a_trial_that_ranks_below_its_rung(
         store: Store, host: FakeHost) -> None:
     run = await new_run(store, host, asha())  # stop_once: true
@@ -422,9 +489,9 @@ async def test_asha_stops_a_trial_that_ranks_below_its_rung(
         assert run.operation(trial) == {"operation": {"length": 16, "validate_at": [8]},
                                         "completed": False}
 
-    await run.on_validation(good, 8, 0.5)
+    await validated(run, good, 8, 0.5)
     assert TrialState(good.state) == T.ACTIVE
-    await run.on_validation(bad, 8, 0.9)
+    await validated(run, bad, 8, 0.9)
     # Below the best half of its rung: stopped; it has started, so it is asked to checkpoint.
     assert bad.state == "STOPPING_COMPLETED"
     assert host.calls[-2:] == [("dequeue", bad.id), ("preempt", bad.id)]
@@ -432,7 +499,7 @@ async def test_asha_stops_a_trial_that_ranks_below_its_rung(
     assert (bad.state, bad.run_state) == ("COMPLETED", None)
     assert run.state == E.ACTIVE
 
-    await run.on_validation(good, 16, 0.2)
+    await validated(run, good, 16, 0.2)
     await host.exit(run, good, 0)
     row, trials = await stored(store, run)
     assert row.state == "COMPLETED" and row.progress == 1.0
@@ -453,7 +520,7 @@ async def test_asha_parks_a_trial_at_its_rung_then_promotes_it(
                                         "completed": False}
 
     # The first result at the bottom rung promotes nobody yet: the trial waits, without a slot.
-    await run.on_validation(good, 8, 0.5)
+    await validated(run, good, 8, 0.5)
     assert run.operation(good) == {"operation": None, "completed": True}
     await host.exit(run, good, 0)
     assert (good.state, good.run_state) == ("ACTIVE", WAITING)
@@ -462,7 +529,7 @@ async def test_asha_parks_a_trial_at_its_rung_then_promotes_it(
     assert view["request_ids"] == [good.request_id] and view["promoted"] == 0
 
     # The second result promotes the first trial, which gets a slot again, and stops itself.
-    await run.on_validation(bad, 8, 0.9)
+    await validated(run, bad, 8, 0.9)
     assert (good.state, good.run_state) == ("ACTIVE", "QUEUED")
     assert host.launches(good.id) == 2
     assert bad.state == "STOPPING_COMPLETED"
@@ -473,7 +540,7 @@ async def test_asha_parks_a_trial_at_its_rung_then_promotes_it(
     await host.start(run, good)
     assert run.operation(good) == {"operation": {"length": 16, "validate_at": []},
                                    "completed": False}
-    await run.on_validation(good, 16, 0.3)
+    await validated(run, good, 16, 0.3)
     await host.exit(run, good, 0)
     row, trials = await stored(store, run)
     assert row.state == "COMPLETED" and row.progress == 1.0
@@ -493,14 +560,14 @@ async def test_a_search_that_closes_out_stops_its_waiting_trials_together(
     for trial in trials:
         await host.start(run, trial)
     for i, trial in enumerate(trials[:-1]):
-        await run.on_validation(trial, 8, 0.1 * (i + 1))
+        await validated(run, trial, 8, 0.1 * (i + 1))
         await host.exit(run, trial, 0)  # promoted ones are queued again, the others wait
     waiting = [t for t in trials if t.run_state == WAITING]
     assert len(waiting) >= 2
 
     saves = count_searcher_saves(store, monkeypatch)
     host.ended_together.clear()
-    await run.on_validation(trials[-1], 8, 0.9)  # the last result at the bottom rung
+    await validated(run, trials[-1], 8, 0.9)  # the last result at the bottom rung
     closed = [t for t in waiting if t.state == "COMPLETED"]
     assert len(closed) >= 2 and host.ended_together == [len(closed)] and len(saves) == 1
     assert all(t.run_state is None and t.ended_at is not None for t in closed)
@@ -530,7 +597,7 @@ async def test_the_searcher_is_stored_as_events_then_whole_and_restores_exactly(
         assert again.completed_lengths == run.completed_lengths
 
     for i, trial in enumerate(trials):
-        await run.on_validation(trial, 8, 0.1 * (i + 1))
+        await validated(run, trial, 8, 0.1 * (i + 1))
         await restored_matches()
         await host.exit(run, trial, 0)
     assert "whole" in saves and saves[0] == "events"  # 6 created + 6 validations + closes
@@ -538,7 +605,7 @@ async def test_the_searcher_is_stored_as_events_then_whole_and_restores_exactly(
     assert state is not None and state["events_through"] > 0
     for trial in [t for t in trials if t.run_state == "QUEUED"]:
         await host.start(run, trial)
-        await run.on_validation(trial, 16, 0.05)
+        await validated(run, trial, 16, 0.05)
         await restored_matches()
         await host.exit(run, trial, 0)
     assert run.state == E.COMPLETED
@@ -550,7 +617,7 @@ async def test_a_nonfinite_result_is_stored_and_told_again(
     run = await new_run(store, host, asha(stop_once=False))
     good, bad = run.trials.values()
     await host.start(run, bad)
-    await run.on_validation(bad, 8, math.nan)
+    await validated(run, bad, 8, math.nan)
     row, trials = await stored(store, run)
     [event] = [e for e in (await store.load_searcher(run.id))[1] if e["event"] == "validation"]
     assert event["metric"] == "NaN"
@@ -588,7 +655,7 @@ async def test_pause_checkpoints_a_running_trial_and_activate_resumes_it(
     assert (trial.state, trial.run_state) == ("ACTIVE", "QUEUED")
     assert host.launches(trial.id) == 2
     await host.start(run, trial)
-    await run.on_validation(trial, 10, 0.1)
+    await validated(run, trial, 10, 0.1)
     await host.exit(run, trial, 0)
     row, [saved] = await stored(store, run)
     assert (row.state, saved.state, saved.restarts) == ("COMPLETED", "COMPLETED", 0)
@@ -712,7 +779,7 @@ async def test_the_experiment_completes_once_the_search_is_done_and_its_trials_e
         {"name": "random", "max_trials": 2, "max_concurrent_trials": 1}))
     [first] = run.trials.values()
     await host.start(run, first)
-    await run.on_validation(first, 10, 0.4)
+    await validated(run, first, 10, 0.4)
     await host.exit(run, first, 0)
 
     # Half the search is done; the searcher asks for its second trial.
@@ -722,7 +789,7 @@ async def test_the_experiment_completes_once_the_search_is_done_and_its_trials_e
     assert host.calls == [("launch", first.id), ("launch", second.id)]
 
     await host.start(run, second)
-    await run.on_validation(second, 10, 0.3)
+    await validated(run, second, 10, 0.3)
     await host.exit(run, second, 0)
     assert run.method.shutdown and run.done.is_set()
     row, trials = await stored(store, run)
@@ -736,7 +803,7 @@ async def test_a_recovered_experiment_whose_trials_all_ended_completes(
     run = await new_run(store, host, config())
     [trial] = run.trials.values()
     await host.start(run, trial)
-    await run.on_validation(trial, 10, 0.1)
+    await validated(run, trial, 10, 0.1)
     await host.exit(run, trial, 0)
     # As if the master had stopped between the trial's end and the experiment's.
     await store.update_experiment(run.id, state="STOPPING_COMPLETED", ended_at=None,
