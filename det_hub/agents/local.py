@@ -25,7 +25,10 @@ The task to follow a trial is forked from a zygote (:mod:`det_hub.exec.zygote`):
 started, with its imports, in a sandbox of its own as the trial starts, kept on its slots while
 trials of the same experiment follow each other there, and retired when another task takes them
 or they stay free. The trial that starts it, with nothing prepared for it, is forked from it too
-(in its allocation's own directory). A forked task's runner keeps its files in its ``next-...``
+(in its allocation's own directory). It forks the trials of its user's next experiment too, where
+they run alike (the same command, container, files, early environment and sandbox, and torch
+imported ahead or not alike): such a trial unpacks its own context, written beside its files,
+and a search run again starts without an interpreter's start and imports. A forked task's runner keeps its files in its ``next-...``
 directory as any task's; what the task sees (its working directory, its files) is in the
 zygote's ``tasks/`` directory, which the zygote's sandbox shows, and ``next-.../task`` links
 there. Its home and ``/tmp`` are the zygote's, shared with the trials before and after it. A
@@ -47,7 +50,7 @@ import subprocess
 import sys
 import tarfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from traitlets import Bool, Enum, Integer, List, Unicode, default
@@ -588,13 +591,14 @@ class LocalAgent(Agent):
 
     def _zygote_for(self, key: tuple[int, ...], spec: TaskSpec) -> _Zygote | None:
         """The zygote on slots ``key`` that forks ``spec``'s next trials: the one there, where
-        it was started for the same task and runs, else a new one (the old one retired).
+        it forks them (see :meth:`_Zygote.forks`) and runs, else a new one (the old one
+        retired).
         None where the task's context has a startup hook, which each task must run."""
         with self._spares_lock:
             if self._closed:
                 return None
             zygote = self._zygotes.get(key)
-            if zygote is not None and _same_task(zygote.spec, spec) and zygote.handle.alive():
+            if zygote is not None and zygote.forks(spec) and zygote.handle.alive():
                 return zygote
             self._zygotes.pop(key, None)
         if zygote is not None:
@@ -623,7 +627,7 @@ class LocalAgent(Agent):
             theirs.close()
         layout = (self.sandbox_layout(zspec, self._slots_of(zspec), handle.root)
                   if self.sandboxed else None)
-        return _Zygote(spec, handle, ours, layout)
+        return _Zygote(spec, handle, ours, layout, _entry_uses_torch(spec.argv, spec.context))
 
     def _forked(self, zygote: _Zygote, spec: TaskSpec, behind: str | None = None) -> _Spare:
         """Have ``zygote`` fork ``spec``'s task, waiting for its go, and start its runner;
@@ -633,7 +637,9 @@ class LocalAgent(Agent):
         task_dir = zygote.handle.root / "tasks" / spec.allocation_id
         os.symlink(task_dir, root / FORKED_TASK_LINK)
         _traversable_dir(task_dir)
-        self._lay_out(task_dir, spec, ("run",), with_context=False)
+        # Another experiment's trial unpacks its own context, written beside its files.
+        own_context = bool(spec.context) and spec.context != zygote.spec.context
+        self._lay_out(task_dir, spec, ("run",), with_context=own_context)
         pipes = {name: os.pipe() for name in FORK_FDS}
         # The task's ends go to the zygote, in FORK_FDS' order; the runner's to the runner.
         theirs = [pipes["stdout"][1], pipes["stderr"][1], pipes["status"][1], pipes["go"][0],
@@ -641,8 +647,11 @@ class LocalAgent(Agent):
         runners = [pipes["stdout"][0], pipes["stderr"][0], pipes["status"][0], pipes["exit"][0],
                    pipes["signal"][1]]
         go = pipes["go"][1]
+        context = task_dir / "context.tar" if own_context else zygote.handle.root / "context.tar"
         request = {"dir": str(task_dir / "run"),
-                   "context": str(zygote.handle.root / "context.tar") if spec.context else None}
+                   "context": str(context) if spec.context else None,
+                   # The bytecode one trial of an experiment wrote serves the next ones.
+                   "context_key": spec.env.get(EXPERIMENT_ID_ENV, "")}
         handle = LocalTaskHandle(spec.allocation_id, root, pid=None,
                                  slot_ids=_slot_key(spec.slot_ids))
         try:
@@ -666,7 +675,7 @@ class LocalAgent(Agent):
         """Retire the zygotes on slots a task takes that they would not fork for."""
         with self._spares_lock:
             stale = [k for k, z in self._zygotes.items() if set(k) & set(key) and (
-                k != key or not _same_task(z.spec, spec))]
+                k != key or not z.forks(spec))]
             zygotes = [self._zygotes.pop(k) for k in stale]
         for zygote in zygotes:
             self._retire(zygote)
@@ -885,7 +894,7 @@ class LocalAgent(Agent):
         argv = self._resolve_argv(spec.argv)
         env = self.task_environment(spec, slots, root / "home", root / "tmp")
         if go is not None or zygote_ctl is not None:
-            env = {k: v for k, v in env.items() if k not in LATE_VARIABLES}
+            env = _early(env)
         if zygote_ctl is not None:
             argv = [self.python, "-m", "det_hub.exec.zygote", "--ctl-fd", str(zygote_ctl),
                     *(["--preload-torch"] if _entry_uses_torch(argv, spec.context) else []),
@@ -1062,7 +1071,7 @@ class _Spare:
 class _Zygote:
     """A zygote :meth:`LocalAgent._zygote_for` started (see :mod:`det_hub.exec.zygote`)."""
 
-    #: The task it was started for; it forks only the same task's next trials.
+    #: The task it was started for (see :meth:`forks` for those it forks).
     spec: TaskSpec
     #: Its runner's (its directory is ``zygote-...``).
     handle: LocalTaskHandle
@@ -1070,6 +1079,34 @@ class _Zygote:
     ctl: socket.socket
     #: Its sandbox, which a forked task's must equal (None unsandboxed).
     layout: SandboxLayout | None
+    #: Whether it imported torch ahead (its task's entrypoint does).
+    torch: bool = False
+    #: :meth:`forks`' answers for other experiments' tasks, by experiment id.
+    _others: dict[str, bool] = dataclasses.field(default_factory=dict)
+
+    def forks(self, spec: TaskSpec) -> bool:
+        """Whether it forks ``spec``'s task: a trial of its own experiment (see
+        :func:`_same_task`), or of another experiment of the same user run alike: the same
+        command, container, file names and number of slots, the same environment but for
+        the variables a task gets only with its go (:data:`LATE_VARIABLES`), a context
+        without a startup hook whose entrypoint imports torch as this one's does. (Its
+        sandbox is compared as the task starts: see :meth:`LocalAgent._go`.)"""
+        started = self.spec
+        if _same_task(started, spec):
+            return True
+        experiment = spec.env.get(EXPERIMENT_ID_ENV)
+        if experiment is None or experiment == started.env.get(EXPERIMENT_ID_ENV) \
+                or TRIAL_ID_ENV not in spec.env:
+            return False  # not a trial, or its own experiment's task of another shape
+        if experiment not in self._others:
+            self._others[experiment] = (
+                spec.argv == started.argv and spec.run_as == started.run_as
+                and spec.container == started.container and set(spec.files) == set(started.files)
+                and len(spec.slot_ids) == len(started.slot_ids)
+                and _early(spec.env) == _early(started.env)
+                and not _has_startup_hook(spec.context)
+                and _entry_uses_torch(spec.argv, spec.context) == self.torch)
+        return self._others[experiment]
 
 
 def _traversable_dir(path: Path) -> None:
@@ -1104,6 +1141,11 @@ def _entry_uses_torch(argv: Sequence[str], context: bytes | None) -> bool:
         except ContextError:
             pass  # checked as the experiment was made; its trials say what is wrong with it
     return uses_torch(kind, target, head)
+
+
+def _early(env: Mapping[str, str]) -> dict[str, str]:
+    """A task's environment but for the variables it gets only with its go."""
+    return {k: v for k, v in env.items() if k not in LATE_VARIABLES}
 
 
 def _same_task(prepared: TaskSpec, spec: TaskSpec) -> bool:

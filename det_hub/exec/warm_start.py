@@ -55,18 +55,20 @@ from det_hub.env_names import (
     CHIEF_ADDR_ENV,
     CHIEF_PORT_ENV,
     CLUSTER_INFO_ENV,
+    EXPERIMENT_ID_ENV,
     NNODES_ENV,
     NODE_RANK_ENV,
     TRIAL_ID_ENV,
 )
 
-#: The variables a task's environment gains only when its allocation runs, and the trial's
-#: id (an interpreter prepared to follow a trial serves the next trial of its experiment); a
-#: warm interpreter starts without them and takes them with the go. Nothing reads them
-#: before the task's own code runs.
+#: The variables a task's environment gains only when its allocation runs, the trial's id (an
+#: interpreter prepared to follow a trial serves the next trial of its experiment) and the
+#: experiment's (a zygote forks the trials of its user's next experiments too); a warm
+#: interpreter starts without them and takes them with the go. Nothing reads them before the
+#: task's own code runs.
 LATE_VARIABLES = frozenset({ALLOCATION_ID_ENV, ALLOCATION_TOKEN_ENV, CLUSTER_INFO_ENV,
                             AGENT_ADDRESS_ENV, NNODES_ENV, NODE_RANK_ENV, CHIEF_ADDR_ENV,
-                            CHIEF_PORT_ENV, TRIAL_ID_ENV})
+                            CHIEF_PORT_ENV, TRIAL_ID_ENV, EXPERIMENT_ID_ENV})
 
 #: The exit code when no go came (the spare was dropped before its task started).
 EXIT_NO_GO = 125

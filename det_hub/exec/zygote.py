@@ -8,8 +8,9 @@ with the trial's early environment (:data:`det_hub.exec.warm_start.LATE_VARIABLE
 its context left packed (each child unpacks its own). It imports what the entrypoint will
 (``det_hub.core``, and torch with ``--preload-torch``: the agent found that the entrypoint
 imports it), then serves the agent on ``N``, a Unix datagram socket: each message asks it to fork a child
-for the next trial of the same experiment, by the same user, with the same entrypoint, code
-and mounts (the agent checks that), and brings the child's pipes with it:
+for the next trial of the same user with the same entrypoint, environment and mounts (the
+agent checks that: its experiment's, or the user's next experiment's, whose context the
+message names), and brings the child's pipes with it:
 
 - its standard output and error, read by the child's own runner
   (:mod:`det_hub.agents.local_runner`, ``--forked``), which logs them as for any task;
@@ -20,17 +21,17 @@ and mounts (the agent checks that), and brings the child's pipes with it:
 
 A child leaves this process at once: a session and process group of its own, the standard
 streams given, the context unpacked into its own working directory, with the bytecode of the
-context's modules an earlier child wrote (gathered as that child ended): only the first
-children compile the experiment's own code. Then it waits for its go,
+context's modules an earlier child of the same context wrote (gathered as that child ended):
+only the first children compile an experiment's own code. Then it waits for its go,
 and takes it as :func:`det_hub.exec.warm_start.start` does: the entrypoint runs in the child
 where a fresh interpreter would run it alike, else it is executed afresh. A child costs a fork,
 not an interpreter's start and imports.
 
-Every child of one zygote shares its sandbox: the same user's trials of one experiment, one
-after the other on the same slots, with their home and ``/tmp`` in common and a working
-directory each. What a child leaves running when it ends is killed with its process group.
-When ``N`` closes (the agent retires it, or the master stops), the zygote forks no more, waits
-for the children it has, and exits: a trial it runs outlives the master, as any task does.
+Every child of one zygote shares its sandbox: the same user's trials, one after the other on
+the same slots, with their home and ``/tmp`` in common and a working directory each. What a
+child leaves running when it ends is killed with its process group. When ``N`` closes (the
+agent retires it, or the master stops), the zygote forks no more, waits for the children it
+has, and exits: a trial it runs outlives the master, as any task does.
 """
 
 from __future__ import annotations
@@ -71,6 +72,8 @@ HARVEST_DIRS = 200
 HARVEST_ENTRIES = 20_000
 HARVEST_FILE_BYTES = 1 << 20
 HARVEST_BYTES = 16 << 20
+#: The most contexts (experiments) whose bytecode a zygote keeps.
+BYTECODE_CONTEXTS = 4
 
 
 @dataclasses.dataclass
@@ -80,6 +83,8 @@ class _Child:
     exit_w: int
     signal_r: int | None
     workdir: str | None = None
+    #: Which context it unpacked (the agent's key: its experiment).
+    context_key: str = ""
 
 
 def harvest_bytecode(workdir: str) -> dict[str, bytes]:
@@ -174,9 +179,10 @@ class Zygote:
         self.entry = entry
         self.children: dict[int, _Child] = {}
         self.selector = selectors.DefaultSelector()
-        #: The bytecode the first child to have written any wrote (:func:`harvest_bytecode`),
-        #: which the children forked after it start with.
-        self.bytecode: dict[str, bytes] = {}
+        #: By context (the request's ``context_key``), the bytecode the first child that
+        #: unpacked it and wrote any wrote (:func:`harvest_bytecode`), which the children
+        #: forked after it with the same context start with.
+        self.bytecode: dict[str, dict[str, bytes]] = {}
 
     def serve(self) -> int:
         self.selector.register(self.ctl, selectors.EVENT_READ, None)
@@ -238,7 +244,8 @@ class Zygote:
                 os._exit(code)
         for fd in (out, err, status, go):
             os.close(fd)
-        child = _Child(pid, os.pidfd_open(pid), exit_w, signal_r, str(request["dir"]))
+        child = _Child(pid, os.pidfd_open(pid), exit_w, signal_r, str(request["dir"]),
+                       str(request.get("context_key", "")))
         self.children[pid] = child
         self.selector.register(child.pidfd, selectors.EVENT_READ, ("exit", child))
         self.selector.register(signal_r, selectors.EVENT_READ, ("signal", child))
@@ -271,7 +278,8 @@ class Zygote:
             os.chdir(workdir)
             if request.get("context"):
                 extract_archive(str(request["context"]), workdir)
-                plant_bytecode(self.bytecode, workdir)
+                plant_bytecode(self.bytecode.get(str(request.get("context_key", "")), {}),
+                               workdir)
         except (ContextError, OSError) as e:
             why = f"the context cannot be unpacked into {workdir}: {e}"
             print(f"det_hub: {why}", file=sys.stderr, flush=True)
@@ -313,9 +321,12 @@ class Zygote:
             os.close(child.signal_r)
             child.signal_r = None
         del self.children[child.pid]
-        if not self.bytecode and child.workdir:
+        if child.workdir and not self.bytecode.get(child.context_key):
             # After its exit is told: the next trial's start never waits for this.
-            self.bytecode = harvest_bytecode(child.workdir)
+            self.bytecode.pop(child.context_key, None)
+            while len(self.bytecode) >= BYTECODE_CONTEXTS:  # the oldest context's goes
+                del self.bytecode[next(iter(self.bytecode))]
+            self.bytecode[child.context_key] = harvest_bytecode(child.workdir)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -468,7 +468,7 @@ def test_the_next_trial_on_a_slot_starts_from_the_interpreter_prepared_as_the_la
     assert not agent._follow_ons
 
 
-@pytest.mark.parametrize("change", ["user", "code", "slots", "experiment"])
+@pytest.mark.parametrize("change", ["user", "code", "slots"])
 def test_a_prepared_follower_serves_only_the_same_experiments_next_trial(
         agent: LocalAgent, change: str) -> None:
     slot = agent.slots[0].id
@@ -479,8 +479,6 @@ def test_a_prepared_follower_serves_only_the_same_experiments_next_trial(
         other = dataclasses.replace(other, context=targz({"train.py": SCRIPT + "\n# v2\n"}))
     elif change == "slots":
         other = dataclasses.replace(other, slot_ids=[s.id for s in agent.slots])
-    elif change == "experiment":  # the same user's same code, in another experiment
-        other = dataclasses.replace(other, env={**other.env, "DET_HUB_EXPERIMENT_ID": "9"})
     zygote = zygote_on(agent, slot)
     status, lines, handle = run_as_trial(agent, other)
     assert status.exit_code == 0
@@ -496,6 +494,43 @@ def test_a_prepared_follower_serves_only_the_same_experiments_next_trial(
         time.sleep(0.05)
     agent.discard_all_prepared()
     assert not any(p.name.startswith("next-") for p in agent.work_root.iterdir())
+
+
+@pytest.mark.parametrize("code", ["same", "changed"])
+def test_the_users_next_experiment_is_forked_from_the_zygote_with_its_own_code(
+        agent: LocalAgent, code: str) -> None:
+    """The same user's trial of another experiment, run alike, is forked from the zygote on
+    its slots (no interpreter's start): with its own context unpacked, and its own
+    experiment's id; the follower prepared for the last experiment's next trial is dropped."""
+    slot = agent.slots[0].id
+    first = dataclasses.replace(trial_task("25.a", 25, slot),
+                                env={**trial_task("25.a", 25, slot).env,
+                                     "DET_HUB_EXPERIMENT_ID": "8"})
+    status, before, _ = run_as_trial(agent, first)
+    assert status.exit_code == 0
+    ready = follow_on_ready(agent, slot)
+    zygote = zygote_on(agent, slot)
+    other = trial_task("26.a", 26, slot)
+    other = dataclasses.replace(other, env={**other.env, "DET_HUB_EXPERIMENT_ID": "9"})
+    if code == "changed":
+        other = dataclasses.replace(other, context=targz(
+            {"train.py": "print('the second experiment')\n" + SCRIPT}))
+    status, lines, handle = run_as_trial(agent, other)
+    assert status.exit_code == 0
+    assert str(os.readlink(handle.root / local_agent.FORKED_TASK_LINK)).startswith(
+        str(zygote.handle.root) + "/tasks/")
+    assert zygote_on(agent, slot) is zygote and zygote.handle.alive()
+    env = next(m for s, m in lines if m.startswith("env "))
+    assert "('DET_HUB_EXPERIMENT_ID', '9')" in env and ("stdout", "preloaded True") in lines
+    assert (("stdout", "the second experiment") in lines) == (code == "changed")
+    # Its working directory holds its own code, not the archive it was unpacked from.
+    cwd = next(m for s, m in lines if m.startswith("cwd "))
+    assert "context.tar" not in cwd
+    deadline = time.monotonic() + 10
+    while ready.root.exists() or ready.alive():
+        assert time.monotonic() < deadline, "the last experiment's follower outlived its use"
+        time.sleep(0.05)
+    agent.discard_all_prepared()
 
 
 def test_a_follower_nobody_takes_is_dropped_once_its_slots_have_been_free_a_while(
@@ -611,6 +646,39 @@ def test_forked_trials_start_with_the_bytecode_an_earlier_trial_wrote(
     # takes it as it is.
     assert said == ["bytecode ahead False taken False helper says 42"] * 2 + \
         ["bytecode ahead True taken True helper says 42"] * 2
+    agent.discard_all_prepared()
+
+
+def test_another_experiments_trials_never_start_with_bytecode_of_other_code(
+        agent: LocalAgent) -> None:
+    """The zygote keeps the bytecode its children wrote by experiment: a trial of the user's
+    next experiment, whose helper module differs from the last one's in its text only (the
+    same name, size and time), runs its own helper, and starts with the bytecode of its own
+    experiment's earlier trials."""
+    slot = agent.slots[0].id
+    said = []
+    contexts = {answer: targz({"train.py": BYTECODE_ENTRY, "helper.py": f"ANSWER = {answer!r}\n"})
+                for answer in ("ab", "ba")}
+    for n, experiment, answer in ((81, "8", "ab"), (82, "8", "ab"), (83, "8", "ab"),
+                                  (84, "9", "ba"), (85, "9", "ba"), (86, "9", "ba")):
+        if n > 81:
+            follow_on_ready(agent, slot)
+        spec = trial_task(f"{n}.a", n, slot)
+        spec = dataclasses.replace(spec, env={**spec.env, "DET_HUB_EXPERIMENT_ID": experiment},
+                                   context=contexts[answer])
+        status, lines, _ = run_as_trial(agent, spec)
+        assert status.exit_code == 0, lines
+        [line] = [m for kind, m in lines if m.startswith("bytecode ahead")]
+        said.append(line)
+    # Each runs its own experiment's helper. The next experiment's first trial compiles it
+    # (the last one's bytecode, planted, would be taken as its own: the same size and time),
+    # and its last starts with what an earlier trial of its own wrote. (Whether a second trial
+    # does depends on whether the first ended before the second was forked.)
+    assert [line.rsplit(" says ", 1)[1] for line in said] == ["ab"] * 3 + ["ba"] * 3
+    assert said[0] == said[3].replace("ba", "ab") == \
+        "bytecode ahead False taken False helper says ab"
+    assert said[2] == said[5].replace("ba", "ab") == \
+        "bytecode ahead True taken True helper says ab"
     agent.discard_all_prepared()
 
 
