@@ -5,6 +5,7 @@ have ended."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -13,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,6 +78,21 @@ def start_zygote(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen[
     return proc, ours
 
 
+@contextlib.contextmanager
+def serving(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes],
+                                                                   socket.socket]]:
+    """:func:`start_zygote`'s zygote and socket; at the end the socket is closed, the zygote
+    killed if it is still there, and its output read."""
+    proc, ctl = start_zygote(tmp_path, env)
+    try:
+        yield proc, ctl
+    finally:
+        ctl.close()
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
 def test_each_request_is_a_child_with_its_own_pipes_and_directory(tmp_path: Path) -> None:
     env = {"WHO": "early"}
     proc, ctl = start_zygote(tmp_path, env)
@@ -103,8 +120,7 @@ def test_each_request_is_a_child_with_its_own_pipes_and_directory(tmp_path: Path
 
 def test_signals_reach_the_child_and_a_lost_runner_kills_it(tmp_path: Path) -> None:
     env = {"WHO": "x", "NAP": "60"}
-    proc, ctl = start_zygote(tmp_path, env)
-    try:
+    with serving(tmp_path, env) as (proc, ctl):
         signalled = Forked(ctl, tmp_path / "a", None)
         orphaned = Forked(ctl, tmp_path / "b", None)
         for child in (signalled, orphaned):
@@ -123,11 +139,6 @@ def test_signals_reach_the_child_and_a_lost_runner_kills_it(tmp_path: Path) -> N
             assert time.monotonic() < deadline, "the zygote did not end"
             time.sleep(0.02)
         assert proc.returncode == 0
-    finally:
-        ctl.close()
-        if proc.poll() is None:
-            proc.kill()
-        proc.communicate()
 
 
 def test_a_child_waits_for_its_go_and_ends_without_one(tmp_path: Path) -> None:
@@ -181,8 +192,7 @@ def test_a_childs_end_and_its_runners_end_seen_together_leave_the_zygote_serving
     runner the zygote learns of in one wake-up: the zygote reports the exit once and goes on
     serving the children it has. Ending there, it would take them with it."""
     env = {"WHO": "x", "NAP": "60"}
-    proc, ctl = start_zygote(tmp_path, env)
-    try:
+    with serving(tmp_path, env) as (proc, ctl):
         running = Forked(ctl, tmp_path / "a", None)
         running.start({**os.environ, **env})
         ready, _, _ = select.select([running.out], [], [], 30)
@@ -204,10 +214,4 @@ def test_a_childs_end_and_its_runners_end_seen_together_leave_the_zygote_serving
         os.write(running.signal, bytes([signal.SIGTERM]))
         assert running.returncode() == -signal.SIGTERM
         ctl.close()
-        proc.communicate(timeout=30)
-        assert proc.returncode == 0
-    finally:
-        ctl.close()
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+        assert proc.wait(timeout=30) == 0
