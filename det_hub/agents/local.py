@@ -28,11 +28,12 @@ or they stay free. The trial that starts it, with nothing prepared for it, is fo
 (in its allocation's own directory). It forks the trials of its user's next experiment too, where
 they run alike (the same command, container, files, early environment and sandbox, and torch
 imported ahead or not alike): such a trial unpacks its own context, written beside its files,
-and a search run again starts without an interpreter's start and imports. A forked task's runner keeps its files in its ``next-...``
-directory as any task's; what the task sees (its working directory, its files) is in the
-zygote's ``tasks/`` directory, which the zygote's sandbox shows, and ``next-.../task`` links
-there. Its home and ``/tmp`` are the zygote's, shared with the trials before and after it. A
-context with a ``startup-hook.sh`` is never forked: each task runs its hook.
+and a search run again starts without an interpreter's start and imports. A forked task's
+runner keeps its files in its ``next-...`` directory as any task's; what the task sees (its
+working directory, its files) is in the zygote's ``tasks/`` directory, which the zygote's
+sandbox shows, and ``next-.../task`` links there. Its home and ``/tmp`` are the zygote's,
+shared with the trials before and after it. A context with a ``startup-hook.sh`` is never
+forked: each task runs its hook.
 """
 
 from __future__ import annotations
@@ -1100,10 +1101,7 @@ class _Zygote:
             return False  # not a trial, or its own experiment's task of another shape
         if experiment not in self._others:
             self._others[experiment] = (
-                spec.argv == started.argv and spec.run_as == started.run_as
-                and spec.container == started.container and set(spec.files) == set(started.files)
-                and len(spec.slot_ids) == len(started.slot_ids)
-                and _early(spec.env) == _early(started.env)
+                _run_alike(started, spec) and _early(spec.env) == _early(started.env)
                 and not _has_startup_hook(spec.context)
                 and _entry_uses_torch(spec.argv, spec.context) == self.torch)
         return self._others[experiment]
@@ -1150,12 +1148,17 @@ def _early(env: Mapping[str, str]) -> dict[str, str]:
 
 def _same_task(prepared: TaskSpec, spec: TaskSpec) -> bool:
     """Whether a task prepared as ``prepared`` can run ``spec``: the same experiment's, with
-    the same command, code, user, container settings and files, on as many slots (the
-    sandbox is compared apart)."""
-    return (spec.argv == prepared.argv and spec.context == prepared.context
+    the same code, run alike (:func:`_run_alike`; the sandbox is compared apart)."""
+    return (spec.context == prepared.context
             and spec.env.get(EXPERIMENT_ID_ENV) == prepared.env.get(EXPERIMENT_ID_ENV)
-            and spec.run_as == prepared.run_as and spec.container == prepared.container
-            and set(spec.files) == set(prepared.files)
+            and _run_alike(prepared, spec))
+
+
+def _run_alike(prepared: TaskSpec, spec: TaskSpec) -> bool:
+    """Whether two tasks have the same command, user, container settings and file names, on
+    as many slots."""
+    return (spec.argv == prepared.argv and spec.run_as == prepared.run_as
+            and spec.container == prepared.container and set(spec.files) == set(prepared.files)
             and len(spec.slot_ids) == len(prepared.slot_ids))
 
 

@@ -7,10 +7,10 @@ sandbox of its own, as the trial's user, through :mod:`det_hub.exec.task_start` 
 with the trial's early environment (:data:`det_hub.exec.warm_start.LATE_VARIABLES` left out),
 its context left packed (each child unpacks its own). It imports what the entrypoint will
 (``det_hub.core``, and torch with ``--preload-torch``: the agent found that the entrypoint
-imports it), then serves the agent on ``N``, a Unix datagram socket: each message asks it to fork a child
-for the next trial of the same user with the same entrypoint, environment and mounts (the
-agent checks that: its experiment's, or the user's next experiment's, whose context the
-message names), and brings the child's pipes with it:
+imports it), then serves the agent on ``N``, a Unix datagram socket: each message asks it to
+fork a child for the next trial of the same user with the same entrypoint, environment and
+mounts (the agent checks that: its experiment's, or the user's next experiment's, whose
+context the message names), and brings the child's pipes with it:
 
 - its standard output and error, read by the child's own runner
   (:mod:`det_hub.agents.local_runner`, ``--forked``), which logs them as for any task;
