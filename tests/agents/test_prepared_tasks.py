@@ -399,9 +399,13 @@ def follow_on_ready(agent: LocalAgent, slot: int, timeout: float = 30.0) -> Loca
 TRIAL_CONTEXT = targz({"train.py": SCRIPT})
 
 
-def trial_task(allocation_id: str, trial_id: int, slot: int, **kwargs: Any) -> TaskSpec:
+def trial_task(allocation_id: str, trial_id: int, slot: int, *, experiment: str | None = None,
+               **kwargs: Any) -> TaskSpec:
+    """A trial's task; of experiment ``experiment`` where given, else of :func:`task`'s."""
     spec = task(allocation_id, {"DET_HUB_TRIAL_ID": str(trial_id), "MY_VAR": "hi"}, slot,
                 **kwargs)
+    if experiment is not None:
+        spec = dataclasses.replace(spec, env={**spec.env, "DET_HUB_EXPERIMENT_ID": experiment})
     return dataclasses.replace(spec, context=TRIAL_CONTEXT)
 
 
@@ -503,15 +507,12 @@ def test_the_users_next_experiment_is_forked_from_the_zygote_with_its_own_code(
     its slots (no interpreter's start): with its own context unpacked, and its own
     experiment's id; the follower prepared for the last experiment's next trial is dropped."""
     slot = agent.slots[0].id
-    first = dataclasses.replace(trial_task("25.a", 25, slot),
-                                env={**trial_task("25.a", 25, slot).env,
-                                     "DET_HUB_EXPERIMENT_ID": "8"})
+    first = trial_task("25.a", 25, slot, experiment="8")
     status, before, _ = run_as_trial(agent, first)
     assert status.exit_code == 0
     ready = follow_on_ready(agent, slot)
     zygote = zygote_on(agent, slot)
-    other = trial_task("26.a", 26, slot)
-    other = dataclasses.replace(other, env={**other.env, "DET_HUB_EXPERIMENT_ID": "9"})
+    other = trial_task("26.a", 26, slot, experiment="9")
     if code == "changed":
         other = dataclasses.replace(other, context=targz(
             {"train.py": "print('the second experiment')\n" + SCRIPT}))
@@ -663,8 +664,7 @@ def test_another_experiments_trials_never_start_with_bytecode_of_other_code(
                                   (84, "9", "ba"), (85, "9", "ba"), (86, "9", "ba")):
         if n > 81:
             follow_on_ready(agent, slot)
-        spec = trial_task(f"{n}.a", n, slot)
-        spec = dataclasses.replace(spec, env={**spec.env, "DET_HUB_EXPERIMENT_ID": experiment},
+        spec = dataclasses.replace(trial_task(f"{n}.a", n, slot, experiment=experiment),
                                    context=contexts[answer])
         status, lines, _ = run_as_trial(agent, spec)
         assert status.exit_code == 0, lines
