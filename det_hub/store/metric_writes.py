@@ -9,39 +9,33 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import (
-    JSON,
     BigInteger,
     BindParameter,
     Executable,
     Integer,
-    LargeBinary,
     Select,
     String,
-    TextClause,
     bindparam,
     or_,
     select,
-    text,
     update,
 )
-from sqlalchemy.dialects import postgresql as pg
 from sqlalchemy.dialects import sqlite
 
-from det_hub.states import TrialState
-
-from ._common import Queries, check_fields, keyed_update, numbered, plain
+from ._common import Queries, check_fields, keyed_update, plain
+from .chunk_sql import ENDED, chunk_statement, direct_chunk_sql
 from .columns import UTCDateTime, utcnow
 from .errors import NotFound
-from .metric_summaries import merge_rules, roll_up_in, summary_rows, upsert_statement
+from .metric_summaries import roll_up_in, summary_rows, upsert_statement
 from .metrics import chunk_insert
-from .models import Allocation, MetricBatch, MetricSummary, Trial
-from .packing import MAX_CHUNK_ROWS, ROW_BITS, MetricRow, Pack
+from .models import Allocation, MetricBatch, Trial
+from .packing import MAX_CHUNK_ROWS, MetricRow, Pack
 from .summaries import (
     LEVELS,
     is_summarised_eagerly,
@@ -80,120 +74,8 @@ class StoredMetrics:
                                             self.report_time, self.trial_run)]
 
 
-#: The states of a trial that takes no more metrics.
-_ENDED = tuple(s.value for s in TrialState if s.terminal)
-
-
-#: The block summary columns after trial and group, with their PostgreSQL types, read off
-#: the ``metric_summaries`` table (what :meth:`.summaries.Block.row` fills).
-_SUMMARY_TYPES = {c.name: c.type.compile(dialect=pg.dialect())
-                  for c in MetricSummary.__table__.c if c.name not in ("trial_id", "group_name")}
-_SUMMARY_COLUMNS = tuple(_SUMMARY_TYPES)
-
-
-def _summaries_cte() -> str:
-    """The CTE of :func:`_chunk_sql` merging the chunk's block summaries (given as one JSON
-    array of :meth:`.summaries.Block.row` objects, ``:summaries``, row ids relative to the
-    chunk; the coarse ones past the trial's mark left out) into ``metric_summaries`` by
-    :func:`.metric_summaries.merge_rules`, as :func:`.metric_summaries.upsert_statement`
-    does."""
-    record = ", ".join(f"{c} {_SUMMARY_TYPES[c]}" for c in _SUMMARY_COLUMNS)
-    values = ", ".join(
-        f"(CAST(chunk.id AS bigint) << {ROW_BITS}) + u.{c}" if c.endswith("_id") else f"u.{c}"
-        for c in _SUMMARY_COLUMNS)
-
-    table: Any = MetricSummary.__table__
-    rules = merge_rules(table.c, pg.insert(table).excluded)
-    merge = ", ".join(f"{name} = {rule.compile(dialect=pg.dialect())}"
-                      for name, rule in rules.items())
-    # The finest blocks, and the coarser ones below the trial's mark as the trial's row
-    # lock let it be read (see .summaries.is_summarised_eagerly).
-    return (f"summaries AS (INSERT INTO metric_summaries (trial_id, group_name, "
-            f"{', '.join(_SUMMARY_COLUMNS)}) SELECT :trial_id, :group_name, {values} "
-            "FROM chunk CROSS JOIN run CROSS JOIN json_to_recordset(:summaries) "
-            f"AS u({record}) WHERE u.level = {LEVELS[0]} "
-            "OR (u.block << u.level) < run.summaries_below "
-            "ON CONFLICT (trial_id, group_name, name, level, block) "
-            f"DO UPDATE SET {merge} RETURNING 1)")
-
-
-#: The types of :func:`_chunk_sql`'s parameters.
-_CHUNK_TYPES: dict[str, Any] = {
-    "trial_id": BigInteger(), "group_name": String(), "count": Integer(),
-    "first_step": BigInteger(), "last_step": BigInteger(), "first_id": BigInteger(),
-    "last_id": BigInteger(), "report_time": UTCDateTime(), "payload": LargeBinary(),
-    "key": String(), "rows": Integer(), "steps_completed": BigInteger(),
-    "channel": String(), "token_hash": String(), "summaries": JSON()}
-
-
-@functools.cache
-def _chunk_sql(claim: bool, advance: bool, notify: bool, guard: bool, summaries: bool) -> str:
-    """PostgreSQL's one statement storing a chunk (``:name`` parameters), with the parameters of
-    :meth:`MetricWriteQueries._insert_chunk_pg`: it claims the batch's ``key`` (``claim``); reads
-    the trial's run, raising its ``steps_completed`` (``advance``), only if the key was new
-    and, with ``guard``, while an open allocation of the trial holds ``token_hash`` and the
-    trial has not ended; inserts the chunk in that run; announces it on ``channel``
-    (``notify``); and merges its block summaries (``summaries``, :func:`_summaries_cte`). It
-    answers one row: whether the key was claimed, the chunk's id and run (NULL when nothing
-    was inserted), and the trial's summary mark (``Trial.summaries_below``)."""
-    ctes = []
-    where = ["t.id = :trial_id"]
-    if guard:
-        ended = ", ".join(f"'{s}'" for s in _ENDED)
-        where.append(f"t.state NOT IN ({ended}) AND EXISTS (SELECT 1 FROM allocations a "
-                     "WHERE a.trial_id = t.id AND a.token_hash = :token_hash "
-                     "AND a.ended_at IS NULL)")
-    if claim:
-        # The key is claimed only for a trial that may take the batch: a refused batch
-        # leaves no key behind, even where the statement commits by itself.
-        ctes.append("claim AS (INSERT INTO metric_batches (trial_id, key, rows, created_at) "
-                    "SELECT :trial_id, :key, :rows, :report_time FROM trials t "
-                    f"WHERE {' AND '.join(where)} "
-                    "ON CONFLICT (trial_id, key) DO NOTHING RETURNING 1)")
-        where = ["t.id = :trial_id", "EXISTS (SELECT 1 FROM claim)"]
-    if advance:
-        # Never lower: the row is updated (and its run read) even when its steps stay.
-        ctes.append("run AS (UPDATE trials t SET steps_completed = CASE WHEN "
-                    "t.steps_completed IS NULL OR t.steps_completed < :steps_completed "
-                    "THEN :steps_completed ELSE t.steps_completed END "
-                    f"WHERE {' AND '.join(where)} RETURNING t.run_id, t.summaries_below)")
-    else:
-        # Locked as the update would: a roll-up of the trial's summaries waits for this
-        # statement, or this one for it and then reads the mark it left (see .summaries).
-        ctes.append(f"run AS (SELECT t.run_id, t.summaries_below FROM trials t "
-                    f"WHERE {' AND '.join(where)} FOR SHARE OF t)")
-    announce = (", pg_notify(:channel, :trial_id || ' ' || id || ' ' || :last_step || ' ' || "
-                ":group_name)" if notify else "")
-    ctes.append(
-        "chunk AS (INSERT INTO metric_chunks (trial_id, group_name, trial_run, count, "
-        "first_step, last_step, first_id, last_id, report_time, payload) "
-        "SELECT :trial_id, :group_name, run.run_id, :count, :first_step, :last_step, "
-        ":first_id, :last_id, :report_time, :payload FROM run "
-        f"RETURNING id, trial_run{announce})")
-    if summaries:
-        ctes.append(_summaries_cte())
-    claimed = "(SELECT count(*) FROM claim)" if claim else "1"
-    return (f"WITH {', '.join(ctes)} SELECT {claimed} AS claimed, chunk.id, chunk.trial_run, "
-            "(SELECT summaries_below FROM run) AS summaries_below "
-            "FROM (SELECT 1) AS one LEFT JOIN chunk ON true")
-
-
-@functools.cache
-def _chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> TextClause:
-    """:func:`_chunk_sql` without summaries, for a session's transaction."""
-    sql = _chunk_sql(claim, advance, notify, guard, False)
-    names = [n for n in _CHUNK_TYPES if f":{n}" in sql]
-    return text(sql).bindparams(*(bindparam(n, type_=_CHUNK_TYPES[n]) for n in names))
-
-
-@functools.cache
-def _direct_chunk_sql(claim: bool, advance: bool, notify: bool,
-                      guard: bool) -> tuple[str, tuple[str, ...]]:
-    """:func:`_chunk_sql` with summaries, numbered for :meth:`Store._write_direct`, and its
-    parameters' names in order."""
-    return numbered(_chunk_sql(claim, advance, notify, guard, True), {
-        name: type_.compile(dialect=pg.dialect()) for name, type_ in _CHUNK_TYPES.items()})
-
+#: Trials whose summary marks a store keeps at most (all are forgotten past it).
+_MARKS_KEPT = 4096
 
 def _token_trial(token_hash: str | BindParameter[str], *columns: Any) -> Select[Any]:
     """``columns`` of the trial whose open allocation (not ended) holds the token."""
@@ -243,6 +125,8 @@ class MetricWriteQueries(Queries):
     """Storing metric batches (see :class:`Store`)."""
 
     if TYPE_CHECKING:
+        _summary_marks: dict[int, int]
+
         async def _save_summaries(self, session: AsyncSession, trial_id: int, group: str,
                                   blocks: Iterable[Block]) -> None: ...
 
@@ -347,7 +231,7 @@ class MetricWriteQueries(Queries):
                     return inserted.rows
                 stored.chunks.append((inserted, part))
                 await self._save_summaries(session, trial_id, group, _eager(
-                    _summaries(inserted, part).values(), stored.summaries_below))
+                    inserted, part, stored.summaries_below))
         await self._roll_up_after(stored, max(pack.steps))
         if fields:
             await self._set_trial_fields(trial_id, fields)
@@ -375,7 +259,7 @@ class MetricWriteQueries(Queries):
         """PostgreSQL, a batch of one chunk whose rows have no ids of their own: claim the
         key, raise the trial's steps, insert the chunk, announce it and merge its block
         summaries (row ids relative to the chunk) in one statement that commits by itself
-        (:func:`_chunk_sql`), on the driver's own connections (:mod:`.direct`). The chunk's
+        (:func:`.chunk_sql.chunk_sql`), on the driver's own connections (:mod:`.direct`). The chunk's
         id (and ``stored.trial_run`` set), or for a repeated key what its first copy stored.
 
         Raises:
@@ -384,13 +268,26 @@ class MetricWriteQueries(Queries):
         params = _chunk_params(stored, part, key=key, rows=len(part),
                                steps_completed=steps_completed, notify=notify,
                                token_hash=token_hash)
-        params["summaries"] = orjson.dumps(
-            [block.row() for block in _summaries(0, part).values()]).decode()
-        sql, names = _direct_chunk_sql(key is not None, steps_completed is not None,
-                                       notify is not None, token_hash is not None)
-        answer = await self._write_direct(sql, [params[n] for n in names])
-        assert answer is not None, "the chunk statement answers one row"
-        claimed, chunk_id, trial_run, below = answer
+        # Rows mostly arrive past the trial's mark: their coarse blocks are made and sent
+        # only where the mark its last batch read lies past them, or the statement answers
+        # that it does now.
+        seen = self._summary_marks.get(stored.trial_id, 0)
+        for finest_only in (True, False) if min(part.steps) >= seen else (False,):
+            levels = LEVELS[:1] if finest_only else LEVELS
+            params["summaries"] = orjson.dumps(
+                [block.row() for block in _summaries(0, part, levels).values()]).decode()
+            sql, names = direct_chunk_sql(key is not None, steps_completed is not None,
+                                           notify is not None, token_hash is not None,
+                                           finest_only)
+            answer = await self._write_direct(sql, [params[n] for n in names])
+            assert answer is not None, "the chunk statement answers one row"
+            claimed, chunk_id, trial_run, below, needs_coarse = answer
+            if not needs_coarse:
+                break
+        if below is not None:
+            if len(self._summary_marks) >= _MARKS_KEPT:
+                self._summary_marks.clear()
+            self._summary_marks[stored.trial_id] = int(below)
         if chunk_id is not None:
             stored.trial_run, stored.summaries_below = int(trial_run), int(below)
             return int(chunk_id)
@@ -405,7 +302,7 @@ class MetricWriteQueries(Queries):
                                *, key: str | None, rows: int, steps_completed: int | None,
                                notify: str | None, token_hash: str | None) -> int | Repeat:
         """PostgreSQL, in a session's transaction: claim the key, raise the trial's steps,
-        insert the chunk and announce it in one statement (see :func:`_chunk_sql`); the
+        insert the chunk and announce it in one statement (see :func:`.chunk_sql.chunk_sql`); the
         chunk's id (and ``stored.trial_run`` set), or for a repeated key what its first copy
         stored.
 
@@ -415,9 +312,9 @@ class MetricWriteQueries(Queries):
         params = _chunk_params(stored, part, key=key, rows=rows,
                                steps_completed=steps_completed, notify=notify,
                                token_hash=token_hash)
-        statement = _chunk_statement(key is not None, steps_completed is not None,
+        statement = chunk_statement(key is not None, steps_completed is not None,
                                      notify is not None, token_hash is not None)
-        claimed, chunk_id, trial_run, below = (await session.execute(statement, params)).one()
+        claimed, chunk_id, trial_run, below, _ = (await session.execute(statement, params)).one()
         if chunk_id is not None:
             stored.trial_run, stored.summaries_below = int(trial_run), int(below)
             return int(chunk_id)
@@ -452,7 +349,7 @@ _FIRST_COPY_ROWS = "SELECT rows FROM metric_batches WHERE trial_id = $1 AND key 
 def _chunk_params(stored: StoredMetrics, part: Pack, *, key: str | None, rows: int,
                   steps_completed: int | None, notify: str | None,
                   token_hash: str | None) -> dict[str, Any]:
-    """The parameters of :func:`_chunk_sql` but the summaries'."""
+    """The parameters of :func:`.chunk_sql.chunk_sql` but the summaries'."""
     ids = part.ids
     return {"trial_id": stored.trial_id, "group_name": stored.group, "count": len(part),
             "first_step": min(part.steps), "last_step": max(part.steps),
@@ -492,7 +389,7 @@ def _batch_statements() -> _BatchStatements:
     steps = bindparam("v_steps", type_=BigInteger)
     return _BatchStatements(
         token_trial=_token_trial(bindparam("v_token_hash", type_=String), Trial.id)
-        .where(Trial.state.not_in(_ENDED)),
+        .where(Trial.state.not_in(ENDED)),
         # The key is claimed only for a trial that exists, as on PostgreSQL.
         claim=sqlite.insert(batches).from_select(
             ["trial_id", "key", "rows", "created_at"],
@@ -545,7 +442,7 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
         chunk_id, stored.trial_run = int(inserted[0]), int(inserted[1])
         stored.chunks.append((chunk_id, part))
         summaries = summary_rows(trial_id, stored.group, _eager(
-            _summaries(chunk_id, part).values(), stored.summaries_below))
+            chunk_id, part, stored.summaries_below))
         if summaries:
             conn.execute(upsert_statement("sqlite"), summaries)
     below = rollup_mark(max(step for part in parts for step in part.steps))
@@ -562,19 +459,22 @@ def _insert_parts_sqlite(stored: StoredMetrics, parts: list[Pack], conn: Connect
     return None
 
 
-def _eager(blocks: Iterable[Block], mark: int) -> list[Block]:
-    """The blocks of newly stored rows that are written with them (see
-    :func:`.summaries.is_summarised_eagerly`)."""
-    return [block for block in blocks if is_summarised_eagerly(block, mark)]
+def _eager(chunk_id: int, pack: Pack, mark: int) -> list[Block]:
+    """The blocks of a newly stored pack that are written with it (see
+    :func:`.summaries.is_summarised_eagerly`): the coarse ones are made only for rows below
+    the trial's ``mark``."""
+    levels = LEVELS if min(pack.steps) < mark else LEVELS[:1]
+    return [block for block in _summaries(chunk_id, pack, levels).values()
+            if is_summarised_eagerly(block, mark)]
 
 
-def _summaries(chunk_id: int, pack: Pack) -> dict[Any, Block]:
-    """The block summaries of a pack stored as chunk ``chunk_id``."""
+def _summaries(chunk_id: int, pack: Pack, levels: Sequence[int] = LEVELS) -> dict[Any, Block]:
+    """The block summaries, at ``levels``, of a pack stored as chunk ``chunk_id``."""
     ids = pack.row_ids(chunk_id)
     if pack.columns is not None:
-        return summarize_columns(ids, pack.steps, pack.columns)
+        return summarize_columns(ids, pack.steps, pack.columns, levels=levels)
     assert pack.rows is not None
-    return summarize(zip(ids, pack.steps, pack.rows, strict=True))
+    return summarize(zip(ids, pack.steps, pack.rows, strict=True), levels=levels)
 
 
 __all__ = ["IngestTarget", "MetricWriteQueries", "Repeat", "StoredMetrics", "StoredNotice"]

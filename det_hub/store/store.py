@@ -117,6 +117,10 @@ class Store(
         if dialect == "postgresql":
             from .direct import DirectConnections
             self._direct = DirectConnections(engine.url, connect_timeout=PG_CONNECT_TIMEOUT_S)
+        # PostgreSQL: each trial's summary mark as its last batch read it (see
+        # MetricWriteQueries._insert_alone_pg), to send a batch's coarse blocks only with rows
+        # below it.
+        self._summary_marks: dict[int, int] = {}
         self.experiment_listeners: list[Callable[[int], None]] = []
         self.experiment_state_listeners: list[Callable[[Experiment], None]] = []
         self._outage: StoreUnavailable | None = None

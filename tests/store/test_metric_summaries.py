@@ -13,6 +13,7 @@ from sqlalchemy import select
 
 from det_hub.store import Experiment, Store, Trial, metric_writes
 from det_hub.store.models import MetricSummary
+from det_hub.store.packing import Pack
 from det_hub.store.summaries import (
     LEVELS,
     MAX_BLOCKS_PER_POINT,
@@ -238,6 +239,29 @@ async def test_batches_stored_together_are_each_summarised_once(
             for batch in batches[start : start + 8]))
     assert await _mark(store, trial.id) == rollup_mark(steps[-1]) > 0
     assert await _stored(store, trial.id) == await _expected(store, trial.id)
+
+
+async def test_a_late_batch_gets_its_coarse_blocks_where_the_mark_seen_last_is_stale(
+    store: Store, trial: Trial
+) -> None:
+    """A batch is first sent with its finest blocks alone where the trial's mark, as this
+    store last saw it, lies below its rows. Stored by another writer meanwhile, the mark has
+    passed them: the statement stores nothing, the batch goes again with its coarse blocks,
+    its key is taken once, and its steps are raised once it is stored."""
+    pack = Pack.of_columns(list(range(4 * ROLLUP_SPAN, 4 * ROLLUP_SPAN + 10)),
+                           {"loss": [0.25] * 10})
+    await store.insert_pack(trial.id, "training", pack, key="new")
+    assert await _mark(store, trial.id) == 3 * ROLLUP_SPAN
+    # As a store that stored nothing of this trial yet (another ingest worker's) knows it.
+    store._summary_marks.clear()
+    late = Pack.of_columns([5, 700, ROLLUP_SPAN + 3], {"loss": [0.5, 0.75, 0.125]})
+    stored = await store.insert_pack(trial.id, "training", late, key="late",
+                                     steps_completed=ROLLUP_SPAN + 3)
+    assert not isinstance(stored, int) and len(stored) == 3
+    assert await store.insert_pack(trial.id, "training", late, key="late") == 3
+    assert await _stored(store, trial.id) == await _expected(store, trial.id)
+    assert {level for _, _, level, _ in await _stored(store, trial.id)} == set(LEVELS)
+    assert (await store.get_trial(trial.id)).steps_completed == ROLLUP_SPAN + 3
 
 
 async def test_a_curve_past_its_mark_is_drawn_as_one_summarised_eagerly(
