@@ -11,7 +11,7 @@ from typing import Any
 
 from det_hub.service import wire
 from det_hub.service.errors import BadRequest
-from det_hub.store.packing import Pack
+from det_hub.store.packing import Pack, plain_numbers
 
 
 def read_report(data: dict[str, Any]) -> wire.MetricBatch | wire.MetricColumns:
@@ -46,6 +46,8 @@ def pack_report(batch: wire.MetricBatch | wire.MetricColumns) -> Pack:
     if not isinstance(batch, wire.MetricColumns):
         return Pack.of_rows([_metric_row(i, r) for i, r in enumerate(batch.metrics)])
     for name, values in batch.metrics.items():
+        if plain_numbers(values):
+            continue  # no list or object among them: the common column, checked in C
         for i, value in enumerate(values):
             if isinstance(value, (dict, list)) and _deeper_than(value, MAX_METRIC_DEPTH - 1):
                 raise BadRequest(f"metrics.{name}[{i}]: nested deeper than {MAX_METRIC_DEPTH} "

@@ -72,7 +72,7 @@ def _time(micros: int) -> dt.datetime:
     return _EPOCH + dt.timedelta(microseconds=micros)
 
 
-def _plain_numbers(values: list[Any]) -> bool:
+def plain_numbers(values: list[Any]) -> bool:
     """Whether ``values`` holds only finite numbers, checked without a Python-level loop in
     the common case: a sum of numbers is finite when each one is (an overflow to infinity
     only sends the column the slow way)."""
@@ -86,7 +86,7 @@ def _plain_numbers(values: list[Any]) -> bool:
 def _stored(values: list[Any]) -> list[Any]:
     """A column as it is stored: NaN and infinities as Determined's strings
     (:mod:`det_hub.nonfinite`), since JSON has no token for them."""
-    return values if _plain_numbers(values) else nonfinite.encode(values)
+    return values if plain_numbers(values) else nonfinite.encode(values)
 
 
 @dataclass(slots=True, eq=False)
@@ -391,6 +391,7 @@ __all__ = [
     "chunk_of",
     "chunk_row_ids",
     "chunk_rows",
+    "plain_numbers",
     "thin",
     "thin_chunks",
     "to_micros",
