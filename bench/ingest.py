@@ -10,7 +10,8 @@ own token, where the Core API's background sender would (the master's ingest wor
 runs them, else the master): as columns (``--form columns``, what the Core API sends) or as
 rows. Every row must be stored exactly once, or the bench fails.
 
-    python bench/ingest.py [--seconds 10] [--batch 500] [--reporters 8] [--db postgresql]
+    python bench/ingest.py [--seconds 10] [--batch 500] [--reporters 8] [--trials 1]
+                           [--db postgresql]
                            [--form columns|rows] [--no-ceiling]
                            [--master-arg=--MasterApp.ingest_workers=0]
 """
@@ -69,16 +70,19 @@ def _wait_until(start_at: float) -> None:
         time.sleep(0.001)
 
 
-def reporter(url: str, token: str, trial_id: int, index: int, batch: int, seconds: float,
-             form: str, start_at: float, out: mp.Queue) -> None:
+def reporter(url: str, token: str, trial_id: int, index: int, reporters: int, batch: int,
+             seconds: float, form: str, start_at: float, out: mp.Queue) -> None:
+    """Posts batches of steps taken in turn with the other reporters, as the ranks of one
+    trial report: the n-th batch of reporter i holds steps from (n * reporters + i) * batch
+    on, so the trial's steps advance together."""
     session = MasterSession(url, token, timeout=60)
-    rows_sent, latencies, step, n = 0, [], index * 10**9, 0
+    rows_sent, latencies, n = 0, [], 0
     _wait_until(start_at)
     deadline = start_at + seconds
     while time.time() < deadline:
+        step = (n * reporters + index) * batch
         n += 1
         body = _body(form, step, batch, f"bench-{index}:{n}")
-        step += batch
         t0 = time.perf_counter()  # the body's encoding is the client's, and inside the time
         session.post(f"/trials/{trial_id}/metrics", body)
         latencies.append(time.perf_counter() - t0)
@@ -145,27 +149,42 @@ def _line(what: str, reporters: int, batch: int, seconds: float, total: int,
 
 
 def run(kind: str, seconds: float, batch: int, reporters: int, form: str,
-        master_args: list[str]) -> float:
+        master_args: list[str], trials: int = 1) -> float:
+    """Rows stored per second, with the reporters shared out in turn among ``trials``
+    running trials (one experiment each, so each needs a slot of the local agent)."""
     with running_master(kind, master_args=master_args) as master, tempfile.TemporaryDirectory() as tmp:
-        eid = master.create_ok(single_config("ingest"), context=script_context(
-            Path(tmp) / "ctx", SLEEPER))
-        trial_id = master.wait(lambda: master.trials(eid))[0]["id"]
-        url, token = master.wait(lambda: _report_to(master, trial_id))
-        via = "ingest workers" if url != master.url else "master"
+        context = script_context(Path(tmp) / "ctx", SLEEPER)
+        experiments = [master.create_ok(single_config(f"ingest-{n}"), context=context)
+                       for n in range(trials)]
+        trial_ids = [master.wait(lambda e=e: master.trials(e))[0]["id"] for e in experiments]
+        targets = [master.wait(lambda t=t: _report_to(master, t)) for t in trial_ids]
+        via = "ingest workers" if targets[0][0] != master.url else "master"
+        # Reporter n reports for trial n % trials, as the (n // trials)-th of its reporters.
+        shares = [len(range(t, reporters, trials)) for t in range(trials)]
         total, latencies = _run_reporters(
-            reporter, [(url, token, trial_id, n, batch, seconds, form)
+            reporter, [(*targets[n % trials], trial_ids[n % trials], n // trials,
+                        shares[n % trials], batch, seconds, form)
                        for n in range(reporters)], seconds)
-        answer = requests.get(f"{master.url}/api/v1/trials/{trial_id}/metrics/columns",
-                              params={"group": "training", "metric": "loss"},
-                              headers={"Authorization": f"Bearer {master.token}"}, timeout=300)
-        answer.raise_for_status()
-        steps = answer.json()["groups"].get("training", {"steps": []})["steps"]
-        master.api("POST", f"/experiments/{eid}/kill")
-        print(_line(f"ingest[{kind}, {form}, via {via}]", reporters, batch, seconds, total, latencies)
-              + f"; stored {len(steps):,} of {total:,} rows", flush=True)
-        if len(steps) != total or len(set(steps)) != total:
-            sys.exit(f"ingest[{kind}]: {total} rows sent, {len(steps)} stored, "
-                     f"{len(set(steps))} distinct: not every row stored exactly once")
+        stored: list[int] = []
+        for trial_id in trial_ids:
+            answer = requests.get(f"{master.url}/api/v1/trials/{trial_id}/metrics/columns",
+                                  params={"group": "training", "metric": "loss"},
+                                  headers={"Authorization": f"Bearer {master.token}"},
+                                  timeout=300)
+            answer.raise_for_status()
+            steps = answer.json()["groups"].get("training", {"steps": []})["steps"]
+            if len(steps) != len(set(steps)):
+                sys.exit(f"ingest[{kind}]: trial {trial_id} holds {len(steps)} rows of "
+                         f"{len(set(steps))} distinct steps: a row stored twice")
+            stored.extend(steps)
+        for eid in experiments:
+            master.api("POST", f"/experiments/{eid}/kill")
+        over = f" over {trials} trials" if trials > 1 else ""
+        print(_line(f"ingest[{kind}, {form}, via {via}]", reporters, batch, seconds, total,
+                    latencies) + f"{over}; stored {len(stored):,} of {total:,} rows", flush=True)
+        if len(stored) != total:
+            sys.exit(f"ingest[{kind}]: {total} rows sent, {len(stored)} stored: not every "
+                     "row stored exactly once")
         return total / seconds
 
 
@@ -202,6 +221,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--reporters", type=int, default=8)
+    parser.add_argument("--trials", type=int, default=1,
+                        help="running trials the reporters report for, in turn (each takes "
+                             "a slot of the local agent)")
     parser.add_argument("--db", choices=["postgresql", "sqlite", "both"], default="both")
     parser.add_argument("--form", choices=["columns", "rows"], default="columns")
     parser.add_argument("--no-ceiling", action="store_true",
@@ -213,7 +235,7 @@ def main() -> None:
     kinds = ["postgresql", "sqlite"] if args.db == "both" else [args.db]
     for kind in kinds:
         rate = run(kind, args.seconds, args.batch, args.reporters, args.form,
-                   args.master_arg)
+                   args.master_arg, args.trials)
         if not args.no_ceiling:
             top = ceiling(kind, args.seconds, args.batch, args.reporters)
             print(f"ingest[{kind}]: {rate / top:.0%} of the bare table's rate "
