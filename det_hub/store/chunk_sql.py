@@ -32,12 +32,12 @@ from .summaries import LEVELS
 #: The states of a trial that takes no more metrics.
 ENDED = tuple(s.value for s in TrialState if s.terminal)
 
-
 #: The block summary columns after trial and group, with their PostgreSQL types, read off
 #: the ``metric_summaries`` table (what :meth:`.summaries.Block.row` fills).
 _SUMMARY_TYPES = {c.name: c.type.compile(dialect=pg.dialect())
                   for c in MetricSummary.__table__.c if c.name not in ("trial_id", "group_name")}
 _SUMMARY_COLUMNS = tuple(_SUMMARY_TYPES)
+
 
 def _summaries_cte() -> str:
     """The CTE of :func:`chunk_sql` merging the chunk's block summaries (given as one JSON
@@ -76,11 +76,12 @@ _CHUNK_TYPES: dict[str, Any] = {
 
 @functools.cache
 def chunk_sql(claim: bool, advance: bool, notify: bool, guard: bool, summaries: bool,
-               finest_only: bool = False) -> str:
-    """PostgreSQL's one statement storing a chunk (``:name`` parameters), with the parameters of
-    :meth:`.metric_writes.MetricWriteQueries._insert_chunk_pg`. It reads the trial's run, raising its
-    ``steps_completed`` (``advance``), with ``guard`` only while an open allocation of the
-    trial holds ``token_hash`` and the trial has not ended; then claims the batch's ``key``
+              finest_only: bool = False) -> str:
+    """PostgreSQL's one statement storing a chunk (``:name`` parameters), with the parameters
+    of :meth:`.metric_writes.MetricWriteQueries._insert_chunk_pg`. It reads the trial's run,
+    raising its ``steps_completed`` (``advance``), with ``guard`` only while an open
+    allocation of the trial holds ``token_hash`` and the trial has not ended; then claims the
+    batch's ``key``
     (``claim``), inserts the chunk in that run if the key was new, announces it on
     ``channel`` (``notify``), and merges its block summaries (``summaries``,
     :func:`_summaries_cte`). It answers one row: whether the key was claimed, the chunk's id
@@ -152,9 +153,9 @@ def chunk_statement(claim: bool, advance: bool, notify: bool, guard: bool) -> Te
 
 @functools.cache
 def direct_chunk_sql(claim: bool, advance: bool, notify: bool, guard: bool,
-                      finest_only: bool) -> tuple[str, tuple[str, ...]]:
-    """:func:`chunk_sql` with summaries, numbered for :meth:`.store.Store._write_direct`, and its
-    parameters' names in order."""
+                     finest_only: bool) -> tuple[str, tuple[str, ...]]:
+    """:func:`chunk_sql` with summaries, numbered for :meth:`.store.Store._write_direct`, and
+    its parameters' names in order."""
     return numbered(chunk_sql(claim, advance, notify, guard, True, finest_only), {
         name: type_.compile(dialect=pg.dialect()) for name, type_ in _CHUNK_TYPES.items()})
 

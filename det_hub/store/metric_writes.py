@@ -259,8 +259,9 @@ class MetricWriteQueries(Queries):
         """PostgreSQL, a batch of one chunk whose rows have no ids of their own: claim the
         key, raise the trial's steps, insert the chunk, announce it and merge its block
         summaries (row ids relative to the chunk) in one statement that commits by itself
-        (:func:`.chunk_sql.chunk_sql`), on the driver's own connections (:mod:`.direct`). The chunk's
-        id (and ``stored.trial_run`` set), or for a repeated key what its first copy stored.
+        (:func:`.chunk_sql.chunk_sql`), on the driver's own connections (:mod:`.direct`).
+        The chunk's id (and ``stored.trial_run`` set), or for a repeated key what its first
+        copy stored.
 
         Raises:
             NotFound: no such trial, or none ``token_hash`` may report for.
@@ -277,8 +278,8 @@ class MetricWriteQueries(Queries):
             params["summaries"] = orjson.dumps(
                 [block.row() for block in _summaries(0, part, levels).values()]).decode()
             sql, names = direct_chunk_sql(key is not None, steps_completed is not None,
-                                           notify is not None, token_hash is not None,
-                                           finest_only)
+                                          notify is not None, token_hash is not None,
+                                          finest_only)
             answer = await self._write_direct(sql, [params[n] for n in names])
             assert answer is not None, "the chunk statement answers one row"
             claimed, chunk_id, trial_run, below, needs_coarse = answer
