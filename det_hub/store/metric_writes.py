@@ -314,7 +314,7 @@ class MetricWriteQueries(Queries):
                                steps_completed=steps_completed, notify=notify,
                                token_hash=token_hash)
         statement = chunk_statement(key is not None, steps_completed is not None,
-                                     notify is not None, token_hash is not None)
+                                    notify is not None, token_hash is not None)
         claimed, chunk_id, trial_run, below, _ = (await session.execute(statement, params)).one()
         if chunk_id is not None:
             stored.trial_run, stored.summaries_below = int(trial_run), int(below)
