@@ -24,7 +24,7 @@ class BodyLimitedApplication(tornado.web.Application):
 #: Past the limit, a body up to this many bytes more is read and dropped, so that the client
 #: (which sends the whole body before it reads an answer) gets the 413 and may go on using the
 #: connection; past that, the 413 is sent at once and the connection closed.
-_DISCARD_BYTES = 256 * 1024 * 1024
+DISCARD_BYTES = 256 * 1024 * 1024
 
 
 class _BodyLimit(httputil.HTTPMessageDelegate):
@@ -43,7 +43,7 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
         if not (length.isdigit() and int(length) > self.limit):
             return self.inner.headers_received(start_line, headers)
         self.refused = int(length)
-        if self.refused - self.limit <= _DISCARD_BYTES:
+        if self.refused - self.limit <= DISCARD_BYTES:
             # Read (and drop) the body; finish() answers.
             self.connection.set_max_body_size(self.refused)  # type: ignore[attr-defined]
             return None
@@ -78,10 +78,16 @@ class _BodyLimit(httputil.HTTPMessageDelegate):
             self.inner.on_connection_close()
 
     def _body(self) -> bytes:
-        return json.dumps({
-            "error": f"the request body is {self.refused} bytes, larger than the limit of "
-                     f"{self.limit} bytes (MasterApp.request_max_body_bytes)",
-            "details": []}).encode()
+        assert self.refused is not None
+        return too_large(self.refused, self.limit)
 
 
-__all__ = ["BodyLimitedApplication"]
+def too_large(length: int, limit: int) -> bytes:
+    """The body of the 413 answering a request body of ``length`` bytes."""
+    return json.dumps({
+        "error": f"the request body is {length} bytes, larger than the limit of {limit} bytes "
+                 "(MasterApp.request_max_body_bytes)",
+        "details": []}).encode()
+
+
+__all__ = ["DISCARD_BYTES", "BodyLimitedApplication", "too_large"]

@@ -66,6 +66,41 @@ def check_path_ids(path_kwargs: dict[str, str]) -> None:
             raise BadRequest(f"{name}: must be at most {MAX_INTEGER}")
 
 
+def bearer_token(authorization: str) -> str:
+    """The token of an ``Authorization: Bearer`` (or ``token``) header's value.
+
+    Raises:
+        Unauthorized: There is none.
+    """
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() not in ("bearer", "token") or not token.strip():
+        raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
+    return token.strip()
+
+
+def json_object(body: bytes) -> dict[str, Any]:
+    """A request's body read as a JSON object (an empty body as ``{}``).
+
+    Raises:
+        BadRequest: Not JSON, not an object, nested too deeply, or holding a NUL character.
+    """
+    try:
+        data = nonfinite.fast_loads(body or b"{}")
+    except ValueError as e:
+        raise BadRequest(f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise BadRequest("the request body is nested too deeply") from None
+    # The substring first: the pattern alone holds the interpreter for a second or more on a
+    # body of tens of megabytes.
+    if b"\\u0000" in body and _NUL.search(body):
+        # Neither database stores one in text or JSON.
+        raise BadRequest("the request body holds a NUL character (\\u0000), which the "
+                         "master does not store")
+    if not isinstance(data, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return data
+
+
 class APIHandler(RequestHandler):
     """Subclasses implement ``get``/``post``/``delete``; each method's docstring's first line is
     its summary in ``openapi.json``, and ``query`` / ``body`` describe its inputs there.
@@ -125,10 +160,7 @@ class APIHandler(RequestHandler):
         Raises:
             Unauthorized: There is none.
         """
-        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() not in ("bearer", "token") or not token.strip():
-            raise Unauthorized("no token: send 'Authorization: Bearer <token>'")
-        return token.strip()
+        return bearer_token(self.request.headers.get("Authorization", ""))
 
     def on_finish(self) -> None:
         self.master.active_requests.discard(id(self))
@@ -160,21 +192,7 @@ class APIHandler(RequestHandler):
         self.finish(json.dumps(body))
 
     def json_body(self) -> dict[str, Any]:
-        try:
-            data = nonfinite.fast_loads(self.request.body or b"{}")
-        except ValueError as e:
-            raise BadRequest(f"the request body is not valid JSON: {e}") from None
-        except RecursionError:
-            raise BadRequest("the request body is nested too deeply") from None
-        # The substring first: the pattern alone holds the interpreter for a second or more
-        # on a body of tens of megabytes.
-        if b"\\u0000" in self.request.body and _NUL.search(self.request.body):
-            # Neither database stores one in text or JSON.
-            raise BadRequest("the request body holds a NUL character (\\u0000), which the "
-                             "master does not store")
-        if not isinstance(data, dict):
-            raise BadRequest("the request body must be a JSON object")
-        return data
+        return json_object(self.request.body)
 
     def parsed_body(self) -> Any:
         """The request's JSON body read through this method's model (:attr:`body`), checked.
