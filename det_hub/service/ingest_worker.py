@@ -3,13 +3,14 @@
 core instead of the master's one event loop (:mod:`det_hub.service.ingest` starts them).
 
 Every worker serves the same port (``SO_REUSEPORT``: the kernel spreads connections among
-them). A report is read and checked exactly as the master reads it
-(:mod:`det_hub.service.reports`) and stored exactly as the master stores it
-(:meth:`Store.insert_pack`: its key makes a repeat store nothing, wherever the first copy
-went), and the same transaction announces the stored batch on :data:`CHANNEL`, from which the
-master hands the rows to the live streams and raises the trial's progress. Only an open
-allocation's token is taken, for its own trial, while the trial has not ended. A validation is
-refused (421): the searcher acts on it in the master, whose answer carries the decision.
+them), over a small HTTP/1.1 server of its own (:mod:`det_hub.service.ingest_http`). A
+report is read and checked exactly as the master reads it (:mod:`det_hub.service.reports`)
+and stored exactly as the master stores it (:meth:`Store.insert_pack`: its key makes a repeat
+store nothing, wherever the first copy went), and the same transaction announces the stored
+batch on :data:`CHANNEL`, from which the master hands the rows to the live streams and raises
+the trial's progress. Only an open allocation's token is taken, for its own trial, while the
+trial has not ended. A validation is refused (421): the searcher acts on it in the master,
+whose answer carries the decision.
 
 The worker's settings arrive as one JSON line on stdin, never on the command line, which any
 local user can read (the database URL may hold a password). It stops when stdin closes (the
@@ -23,16 +24,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import signal
 import sys
 import threading
 from typing import Any
 
 import orjson
-from tornado.httpserver import HTTPServer
 from tornado.netutil import bind_sockets
 
-from det_hub.service.body_limit import BodyLimitedApplication
 from det_hub.service.errors import (
     APIError,
     BadRequest,
@@ -42,11 +42,12 @@ from det_hub.service.errors import (
     Unauthorized,
     Unavailable,
 )
-from det_hub.service.handlers.base import APIHandler, check_path_ids
+from det_hub.service.handlers.base import bearer_token, check_path_ids, json_object
+from det_hub.service.ingest_http import Answer, HTTPServer, Request
 from det_hub.service.reports import pack_report, read_report
 from det_hub.states import TrialState
 from det_hub.store import NotFound as StoreNotFound
-from det_hub.store import Store, hash_token
+from det_hub.store import Store, StoreUnavailable, hash_token
 
 #: The channel stored batches are announced on (see :class:`~det_hub.store.metrics.StoredNotice`).
 CHANNEL = "det_hub_metrics"
@@ -66,69 +67,80 @@ def _unknown_token() -> Unauthorized:
                         "training code's reports only")
 
 
-class IngestHandler(APIHandler):
-    """``POST /api/v1/trials/{id}/metrics`` with an allocation's token (see the module)."""
+#: The one route: a trial's metrics.
+_ROUTE = re.compile(r"/api/v1/trials/(\d+)/metrics")
 
-    token_hash: str
 
-    @property
-    def store(self) -> Store:
-        return self.application.settings["store"]
+class Ingest:
+    """Answers ``POST /api/v1/trials/{id}/metrics`` with an allocation's token (see the
+    module), and every other request with the error it is."""
 
-    async def prepare(self) -> None:
-        if self.application.settings["stopping"].is_set():
+    def __init__(self, store: Store, stopping: asyncio.Event) -> None:
+        self.store = store
+        self.stopping = stopping
+
+    async def __call__(self, request: Request) -> Answer:
+        try:
+            return await self._answer(request)
+        except Exception as exc:  # noqa: BLE001 - every error is answered
+            error = Unavailable.from_store(exc) if isinstance(exc, StoreUnavailable) else exc
+            if not isinstance(error, APIError):
+                log.error("POST %s failed", request.path, exc_info=exc)
+                return Answer.error(500, "Internal Server Error")
+            answer = Answer(error.status_code, orjson.dumps(error.body()))
+            if isinstance(error, Unavailable) and error.retry_after is not None:
+                answer.headers["Retry-After"] = str(error.retry_after)
+            return answer
+
+    async def _answer(self, request: Request) -> Answer:
+        route = _ROUTE.fullmatch(request.path)
+        if route is None:
+            raise NotFound(f"{request.path} is not served on the ingest port, which takes "
+                           "training code's metric reports only")
+        if request.method != "POST":
+            raise APIError(f"{request.method} is not allowed here; POST a report",
+                           status=405)
+        if self.stopping.is_set():
             raise Unavailable("this ingest worker is stopping; try again shortly",
                               retry_after=1)
-        check_path_ids(self.path_kwargs)
-        self.token_hash = hash_token(self.bearer_token())
+        check_path_ids({"trial_id": route.group(1)})
+        token_hash = hash_token(bearer_token(request.headers.get("authorization", "")))
+        return await self._store(int(route.group(1)), token_hash, request.body)
 
-    def on_finish(self) -> None:
-        """Nothing to count: the master's own bookkeeping of requests is not here."""
-
-    def on_connection_close(self) -> None:
-        """As :meth:`on_finish`."""
-
-    async def post(self, trial_id: str) -> None:
+    async def _store(self, tid: int, token_hash: str, body: bytes) -> Answer:
         """Store a batch of a trial's metrics (training code)."""
-        tid = int(trial_id)
         try:
-            batch = read_report(self.json_body())
+            batch = read_report(json_object(body))
             pack = pack_report(batch)
         except BadRequest:
             # The master answers a token it does not know before it reads the body.
-            if await self.store.ingest_target(self.token_hash) is None:
+            if await self.store.ingest_target(token_hash) is None:
                 raise _unknown_token() from None
             raise
         if batch.group == "validation":
             raise Misdirected("validations go to the master, whose searcher acts on them")
         if not len(pack):
-            refusal = await self._refusal(tid)
+            refusal = await self._refusal(tid, token_hash)
             if refusal is not None:
                 raise refusal
-            self._stored(0, repeat=False)
-            return
+            return _stored(0, repeat=False)
         try:
             # The token and the trial's state are checked by the statement that stores.
             stored = await self.store.insert_pack(
                 tid, batch.group, pack, key=batch.key, steps_completed=max(pack.steps),
-                notify=CHANNEL, token_hash=self.token_hash)
+                notify=CHANNEL, token_hash=token_hash)
         except StoreNotFound:
-            raise await self._refusal(tid) or NotFound(f"trial {tid} not found") from None
+            raise await self._refusal(tid, token_hash) or NotFound(
+                f"trial {tid} not found") from None
         if isinstance(stored, int):
-            self._stored(stored, repeat=True)
-        else:
-            self._stored(len(stored), repeat=False)
+            return _stored(stored, repeat=True)
+        return _stored(len(stored), repeat=False)
 
-    def _stored(self, count: int, *, repeat: bool) -> None:
-        """The answer to a stored batch: no float in it, so written without looking for
-        one (what :meth:`send` does for every answer)."""
-        self.finish(orjson.dumps({"count": count, "repeat": repeat}))
-
-    async def _refusal(self, trial_id: int) -> APIError | None:
+    async def _refusal(self, trial_id: int, token_hash: str) -> APIError | None:
         """Why this token may not report for the trial, as the master answers it (401: no
         running trial's token; 403: another trial's; 409: the trial has ended); None when
         it may."""
-        target = await self.store.ingest_target(self.token_hash)
+        target = await self.store.ingest_target(token_hash)
         if target is None:
             return _unknown_token()
         if target.trial_id != trial_id:
@@ -138,29 +150,21 @@ class IngestHandler(APIHandler):
         return None
 
 
-def make_app(store: Store, max_body_bytes: int,
-             stopping: asyncio.Event) -> BodyLimitedApplication:
-    """The worker's one route, under ``/api/v1``."""
-    return BodyLimitedApplication(
-        [(r"/api/v1/trials/(?P<trial_id>\d+)/metrics", IngestHandler)],
-        store=store, stopping=stopping, max_body_bytes=max_body_bytes,
-        log_function=lambda handler: None)
+def _stored(count: int, *, repeat: bool) -> Answer:
+    """The answer to a stored batch."""
+    return Answer(200, orjson.dumps({"count": count, "repeat": repeat}))
 
 
 async def serve(settings: dict[str, Any], stop: asyncio.Event) -> None:
     """Serve until ``stop`` is set, then finish the requests in flight (at most 10 s)."""
     store = Store.connect(settings["db_url"])
     stopping = asyncio.Event()
-    app = make_app(store, int(settings["max_body_bytes"]), stopping)
-    server = HTTPServer(app, max_body_size=int(settings["max_body_bytes"]))
-    server.add_sockets(bind_sockets(int(settings["port"]), settings["host"], reuse_port=True))
+    server = HTTPServer(Ingest(store, stopping), max_body_bytes=int(settings["max_body_bytes"]))
+    await server.serve(bind_sockets(int(settings["port"]), settings["host"], reuse_port=True))
     print("ready", flush=True)
     await stop.wait()
     stopping.set()
-    server.stop()
-    try:
-        await asyncio.wait_for(server.close_all_connections(), timeout=10)
-    except TimeoutError:
+    if not await server.close(timeout=10):
         log.warning("requests still in flight after 10 s; stopping anyway")
     await store.close()
 
