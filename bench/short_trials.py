@@ -60,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _search_problems import Problem, ProblemSpec, make_problem  # noqa: E402
 from _setup import fresh_database  # noqa: E402
 
-from det_hub.testing import MasterProcess  # noqa: E402
+from det_hub.testing import TERMINAL, MasterProcess  # noqa: E402
 
 DIVISOR = 4
 RUNGS = 3
@@ -175,7 +175,10 @@ def run_det_hub(master: MasterProcess, context: Path, problem: Problem, trials: 
     }
     began = time.time()
     eid = master.create_ok(config, context=context)
-    exp = master.wait_state(eid, timeout=60 + 5 * trials)
+    # Looked at twice a second: the wall time is the master's own ended_at, and reading the
+    # experiment ten times a second (every trial's summary) took CPU from the trials.
+    exp = master.wait(lambda: (e := master.experiment(eid))["state"] in TERMINAL and e,
+                      timeout=60 + 5 * trials, every=0.5)
     if exp["state"] != "COMPLETED":
         raise RuntimeError(f"experiment {eid} ended {exp['state']}")
     wall = _epoch(exp["ended_at"]) - began
