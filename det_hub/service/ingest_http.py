@@ -40,6 +40,13 @@ log = logging.getLogger("det_hub.ingest")
 MAX_HEADER_BYTES = 64 * 1024
 #: Requests a connection may have waiting for their answers before it is no longer read.
 MAX_QUEUED = 16
+#: Bytes read while a request's head is unfinished past which it is refused (431): the
+#: parser keeps a header it has not seen the end of, and a reading hands it at most 256 KiB,
+#: some of which may be the end of the request before.
+MAX_UNFINISHED_HEAD_BYTES = MAX_HEADER_BYTES + (1 << 20)
+#: Seconds a connection refused mid-request is still read (and what comes dropped) after its
+#: answer, so that the client reads the answer rather than a reset for the bytes unread.
+LINGER_S = 1.0
 
 
 @dataclass
@@ -127,6 +134,8 @@ class _Connection(asyncio.Protocol):
         self.target = bytearray()
         self.headers: dict[str, str] = {}
         self.head_bytes = 0
+        self.in_head = False
+        self.head_read = 0  # bytes read while the head was unfinished
         self.body = bytearray()
         self.refused: int | None = None  # the length of a body over the limit
         self.done_reading = False
@@ -149,6 +158,10 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
+            if self.in_head:
+                self.head_read += len(data)
+                if self.head_read > MAX_UNFINISHED_HEAD_BYTES:
+                    self._too_long_head()
         except httptools.HttpParserUpgrade:
             pass  # refused as its message completed
         except httptools.HttpParserError as e:
@@ -161,6 +174,8 @@ class _Connection(asyncio.Protocol):
         self.target.clear()
         self.headers = {}
         self.head_bytes = 0
+        self.in_head = True
+        self.head_read = 0
         self.body.clear()
         self.refused = None
 
@@ -173,6 +188,7 @@ class _Connection(asyncio.Protocol):
         self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
+        self.in_head = False
         if self.done_reading:
             return
         limit = self.server.max_body_bytes
@@ -221,7 +237,11 @@ class _Connection(asyncio.Protocol):
 
     def _count_head(self, n: int) -> None:
         self.head_bytes += n
-        if self.head_bytes > MAX_HEADER_BYTES and not self.done_reading:
+        if self.head_bytes > MAX_HEADER_BYTES:
+            self._too_long_head()
+
+    def _too_long_head(self) -> None:
+        if not self.done_reading:
             self._last(Answer.error(431, f"the request line and headers are over "
                                          f"{MAX_HEADER_BYTES} bytes"))
 
@@ -257,7 +277,7 @@ class _Connection(asyncio.Protocol):
                 keep_alive = keep_alive and not self.closing
                 transport.write(self._head(answer, keep_alive) + answer.body)
                 if not keep_alive:
-                    transport.close()
+                    self._close_after_answer(transport)
                     return
                 if len(self.waiting) == MAX_QUEUED - 1:
                     transport.resume_reading()
@@ -268,6 +288,15 @@ class _Connection(asyncio.Protocol):
             transport.abort()
         finally:
             self.answering = None
+
+    def _close_after_answer(self, transport: asyncio.Transport) -> None:
+        """Close once the answer is sent; a client refused mid-request may still be sending,
+        so its connection is half closed and read for :data:`LINGER_S` first."""
+        if not self.done_reading or not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        asyncio.get_running_loop().call_later(LINGER_S, transport.close)
 
     def _head(self, answer: Answer, keep_alive: bool) -> bytes:
         try:
@@ -284,4 +313,5 @@ class _Connection(asyncio.Protocol):
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
 
-__all__ = ["MAX_HEADER_BYTES", "MAX_QUEUED", "Answer", "HTTPServer", "Request"]
+__all__ = ["LINGER_S", "MAX_HEADER_BYTES", "MAX_QUEUED", "MAX_UNFINISHED_HEAD_BYTES",
+           "Answer", "HTTPServer", "Request"]

@@ -5,6 +5,7 @@ and closing with requests in flight."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 from collections.abc import AsyncIterator
@@ -14,7 +15,13 @@ import pytest
 from tornado.netutil import bind_sockets
 
 from det_hub.service import body_limit
-from det_hub.service.ingest_http import MAX_HEADER_BYTES, Answer, HTTPServer, Request
+from det_hub.service.ingest_http import (
+    MAX_HEADER_BYTES,
+    MAX_UNFINISHED_HEAD_BYTES,
+    Answer,
+    HTTPServer,
+    Request,
+)
 from det_hub.service.ingest_worker import Ingest
 from det_hub.store import StoreUnavailable
 
@@ -166,6 +173,22 @@ async def test_what_is_not_a_request_is_answered_and_closed(
     assert (answer, headers["connection"]) == (status, "close")
     assert json.loads(body)["error"]
     assert await _closed(reader)
+    assert echo.seen == []
+
+
+async def test_a_header_that_never_ends_is_refused_before_it_fills_memory(
+        served: tuple[HTTPServer, Echo, int]) -> None:
+    _, echo, port = served
+    reader, writer = await _connect(port)
+    writer.write(b"POST /h HTTP/1.1\r\nX-Endless: ")
+    sent = 0
+    with contextlib.suppress(ConnectionError):
+        while sent <= MAX_UNFINISHED_HEAD_BYTES:
+            writer.write(b"a" * 65536)
+            await writer.drain()
+            sent += 65536
+    status, headers, _ = await _answer(reader)
+    assert (status, headers["connection"]) == (431, "close")
     assert echo.seen == []
 
 
