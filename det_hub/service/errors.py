@@ -81,16 +81,27 @@ class NotReady(Unavailable):
         self.task = task
 
 
-def answered_error(handler: RequestHandler, exc: BaseException | None) -> BaseException | None:
-    """The error a handler's ``write_error`` answers for ``exc``: a
-    :class:`~det_hub.store.StoreUnavailable` that rose from under the handler becomes the 503
-    it is (not a 500), and an :class:`Unavailable` sets ``Retry-After``."""
+def answered_as(exc: BaseException) -> tuple[BaseException, str | None]:
+    """The error answered for ``exc``, and its ``Retry-After``: a
+    :class:`~det_hub.store.StoreUnavailable` that rose from under a handler becomes the 503 it
+    is (not a 500), and an :class:`Unavailable` says when to come back where it knows."""
     if isinstance(exc, StoreUnavailable):
         exc = Unavailable.from_store(exc)
-        handler.set_status(exc.status_code)
-    if isinstance(exc, Unavailable) and exc.retry_after is not None:
-        handler.set_header("Retry-After", str(exc.retry_after))
-    return exc
+    retry_after = exc.retry_after if isinstance(exc, Unavailable) else None
+    return exc, None if retry_after is None else str(retry_after)
+
+
+def answered_error(handler: RequestHandler, exc: BaseException | None) -> BaseException | None:
+    """The error a handler's ``write_error`` answers for ``exc`` (see :func:`answered_as`),
+    its status and ``Retry-After`` set on the handler."""
+    if exc is None:
+        return None
+    error, retry_after = answered_as(exc)
+    if isinstance(exc, StoreUnavailable):
+        handler.set_status(Unavailable.status)
+    if retry_after is not None:
+        handler.set_header("Retry-After", retry_after)
+    return error
 
 
 def logged_as_traceback(exc: BaseException | None) -> bool:

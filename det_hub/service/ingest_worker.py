@@ -41,13 +41,14 @@ from det_hub.service.errors import (
     NotFound,
     Unauthorized,
     Unavailable,
+    answered_as,
 )
 from det_hub.service.handlers.base import bearer_token, check_path_ids, json_object
 from det_hub.service.ingest_http import Answer, HTTPServer, Request
 from det_hub.service.reports import pack_report, read_report
 from det_hub.states import TrialState
 from det_hub.store import NotFound as StoreNotFound
-from det_hub.store import Store, StoreUnavailable, hash_token
+from det_hub.store import Store, hash_token
 
 #: The channel stored batches are announced on (see :class:`~det_hub.store.metrics.StoredNotice`).
 CHANNEL = "det_hub_metrics"
@@ -83,13 +84,13 @@ class Ingest:
         try:
             return await self._answer(request)
         except Exception as exc:  # noqa: BLE001 - every error is answered
-            error = Unavailable.from_store(exc) if isinstance(exc, StoreUnavailable) else exc
+            error, retry_after = answered_as(exc)
             if not isinstance(error, APIError):
                 log.error("POST %s failed", request.path, exc_info=exc)
                 return Answer.error(500, "Internal Server Error")
             answer = Answer(error.status_code, orjson.dumps(error.body()))
-            if isinstance(error, Unavailable) and error.retry_after is not None:
-                answer.headers["Retry-After"] = str(error.retry_after)
+            if retry_after is not None:
+                answer.headers["Retry-After"] = retry_after
             return answer
 
     async def _answer(self, request: Request) -> Answer:
