@@ -77,6 +77,16 @@ async def _closed(reader: asyncio.StreamReader) -> bool:
     return await asyncio.wait_for(reader.read(1), 10) == b""
 
 
+async def _refused(reader: asyncio.StreamReader, echo: Echo, status: int) -> bytes:
+    """Read an answer of ``status`` that closes the connection, none of whose requests reached
+    the handler; its body."""
+    answer, headers, body = await _answer(reader)
+    assert (answer, headers["connection"]) == (status, "close")
+    assert await _closed(reader)
+    assert echo.seen == []
+    return body
+
+
 async def test_requests_on_one_connection_are_answered_in_order(
         served: tuple[HTTPServer, Echo, int]) -> None:
     _, echo, port = served
@@ -125,10 +135,7 @@ async def test_a_body_far_over_the_limit_is_refused_unread(
     reader, writer = await _connect(port)
     huge = LIMIT + body_limit.DISCARD_BYTES + 1
     writer.write(f"POST /h HTTP/1.1\r\nContent-Length: {huge}\r\n\r\n".encode() + b"x" * 100)
-    status, headers, _ = await _answer(reader)
-    assert (status, headers["connection"]) == (413, "close")
-    assert await _closed(reader)
-    assert echo.seen == []
+    await _refused(reader, echo, 413)
 
 
 async def test_chunks_past_the_limit_are_refused(served: tuple[HTTPServer, Echo, int]) -> None:
@@ -137,10 +144,7 @@ async def test_chunks_past_the_limit_are_refused(served: tuple[HTTPServer, Echo,
     chunk = b"x" * 600
     writer.write(b"POST /c HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
                  + (b"258\r\n" + chunk + b"\r\n") * 2)
-    status, headers, _ = await _answer(reader)
-    assert (status, headers["connection"]) == (413, "close")
-    assert await _closed(reader)
-    assert echo.seen == []
+    await _refused(reader, echo, 413)
 
 
 async def test_expect_continue_is_answered_before_the_body(
@@ -169,11 +173,7 @@ async def test_what_is_not_a_request_is_answered_and_closed(
     _, echo, port = served
     reader, writer = await _connect(port)
     writer.write(request_bytes)
-    answer, headers, body = await _answer(reader)
-    assert (answer, headers["connection"]) == (status, "close")
-    assert json.loads(body)["error"]
-    assert await _closed(reader)
-    assert echo.seen == []
+    assert json.loads(await _refused(reader, echo, status))["error"]
 
 
 async def test_a_header_that_never_ends_is_refused_before_it_fills_memory(
@@ -187,9 +187,7 @@ async def test_a_header_that_never_ends_is_refused_before_it_fills_memory(
             writer.write(b"a" * 65536)
             await writer.drain()
             sent += 65536
-    status, headers, _ = await _answer(reader)
-    assert (status, headers["connection"]) == (431, "close")
-    assert echo.seen == []
+    await _refused(reader, echo, 431)
 
 
 async def test_connection_close_and_http_1_0_close_after_the_answer(
